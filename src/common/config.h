@@ -1,0 +1,122 @@
+/*
+ * Configuration of rgapsd and of each topic (DESIGN.md section 8).
+ *
+ * Each component declares its keys once, in a table of struct rgaps_cfg_field
+ * (name, type, offset into the struct, default, doc, bounds); parsing,
+ * validation, defaults and the `rgapsd --help-config` text all come from that
+ * table. Unknown keys, wrong types and impossible values are refused with the
+ * file, the key and the reason.
+ */
+#ifndef RGAPS_COMMON_CONFIG_H
+#define RGAPS_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define RGAPS_TOPIC_NAME_MAX 63
+#define RGAPS_PATH_MAX 256
+#define RGAPS_SOCKET_PATH_MAX 107 /* sun_path less the NUL */
+#define RGAPS_CFG_MAX_IDS 32
+#define RGAPS_CFG_MAX_PEERS 16
+#define RGAPS_CFG_MAX_STAGES 8
+#define RGAPS_CFG_NAME_MAX 32
+#define RGAPS_DEFAULT_SOCKET "/run/rgaps/rgapsd.sock"
+#define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
+#define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
+
+enum rgaps_overflow {
+	RGAPS_OVERFLOW_BLOCK = 0,	/* publisher waits (block_timeout_ms), then -ETIMEDOUT */
+	RGAPS_OVERFLOW_DROP_OLDEST = 1, /* slow subscribers are skipped forward; drops counted */
+};
+
+/* One topic. Every field has a default (see config.c's topic table). */
+struct rgaps_topic_config {
+	char name[RGAPS_TOPIC_NAME_MAX + 1];
+	uint64_t pool_size;	   /* bytes of the shared pool (GPU pool / host pool) */
+	uint64_t max_message_size; /* largest message accepted */
+	uint32_t queue_depth;	   /* message queue entries (power of two) */
+	uint32_t history;	   /* messages a late joiner sees (0 = live only) */
+	uint32_t max_subscribers;  /* subscriber slots in the metadata segment */
+	uint32_t max_publishers;   /* publisher slots */
+	uint32_t max_holds;	   /* messages one subscriber may hold at once */
+	uint32_t max_loans;	   /* uncommitted loans one publisher may hold */
+	uint32_t block_timeout_ms; /* overflow=block: how long a publisher waits */
+	enum rgaps_overflow overflow;
+	char memory[RGAPS_CFG_NAME_MAX];    /* "auto", "host", "cuda" */
+	char transport[RGAPS_CFG_NAME_MAX]; /* "auto", "tcp", "verbs" */
+	int32_t device;			    /* GPU ordinal for the cuda plugin */
+	uint64_t chunk_size;		    /* pipelining unit on the wire */
+	bool chunking;			    /* false: whole-message, stage after stage */
+	uint64_t ring_size;		    /* receive ring per (topic, remote host) */
+	double watermark;		    /* fraction of the ring between Head updates */
+	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX];
+	uint32_t nstages;
+	uid_t allowed_uids[RGAPS_CFG_MAX_IDS];
+	uint32_t nallowed_uids;		    /* 0 and no gids: everyone may attach */
+	gid_t allowed_gids[RGAPS_CFG_MAX_IDS];
+	uint32_t nallowed_gids;
+};
+
+struct rgapsd_config {
+	char socket_path[RGAPS_SOCKET_PATH_MAX + 1];
+	char instance[RGAPS_CFG_NAME_MAX]; /* names shm segments; "" = derived from socket path */
+	char plugin_dir[RGAPS_PATH_MAX];   /* "" = built-in default */
+	char topics_dir[RGAPS_PATH_MAX];   /* "" = <dir of config file>/topics.d, none without a file */
+	int log_level;			   /* enum rgaps_log_level */
+	char listen[RGAPS_PATH_MAX];	   /* "HOST:PORT" for peers; "" = single host */
+	char peers[RGAPS_CFG_MAX_PEERS][RGAPS_PATH_MAX];
+	uint32_t npeers;
+	char key_file[RGAPS_PATH_MAX];
+	uint32_t keepalive_ms;
+	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
+	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
+	uint32_t ntopics;
+};
+
+/* Fill defaults (what runs with no file at all). */
+void rgaps_topic_config_defaults(struct rgaps_topic_config *tc);
+void rgapsd_config_defaults(struct rgapsd_config *cfg);
+
+/*
+ * Load the daemon configuration from path (JSON object), then every .json
+ * file in <topics_dir> (one topic object per file; "name" defaults to the file
+ * name without .json); topic files start from the daemon's "defaults" object.
+ * path NULL: use RGAPS_DEFAULT_CONFIG if it exists, else only defaults.
+ * On error returns -EINVAL (or -errno for I/O), and err holds
+ * "FILE: key 'KEY': REASON". cfg is always safe to pass to rgapsd_config_free.
+ */
+int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, size_t errlen);
+void rgapsd_config_free(struct rgapsd_config *cfg);
+
+/*
+ * Parse one topic object (JSON text) on top of *tc (which holds the defaults).
+ * what names the source in error messages (a file name). Returns 0 or -EINVAL.
+ */
+int rgaps_topic_config_parse(const char *json, size_t len, const char *what,
+			     struct rgaps_topic_config *tc, char *err, size_t errlen);
+
+/* Cross-field checks (e.g. max_message_size <= pool_size). 0 or -EINVAL + err. */
+int rgaps_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
+				size_t errlen);
+
+/* Topic names: 1..63 of [A-Za-z0-9._-], not starting with '.' or '-'. */
+bool rgaps_topic_name_valid(const char *name);
+
+/*
+ * "256MiB", "4 KiB", "1G", "4096", "1.5GiB"; suffixes B, K/KB/KiB, M/MB/MiB,
+ * G/GB/GiB, T/TB/TiB are all binary (1024-based). 0 or -EINVAL (junk, overflow).
+ */
+int rgaps_parse_size(const char *s, uint64_t *out_p);
+/* Format bytes as "64MiB" / "4KiB" / "1000B" (exact when possible). */
+void rgaps_format_size(uint64_t v, char *buf, size_t len);
+
+/* Print every key of both tables with type, default and doc (rgapsd --help-config). */
+void rgaps_config_print_help(FILE *f);
+
+/* The topic config as a cJSON object (for stats/topics replies). Returns cJSON* as void*. */
+void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc);
+
+#endif

@@ -1,0 +1,217 @@
+/*
+ * Plugin loading and ABI checks (see plugin_loader.h).
+ */
+#include "plugin_loader.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "rgaps_build_config.h"
+
+const char *rgaps__plugin_kind_name(uint32_t kind)
+{
+	switch (kind) {
+	case RGAPS_PLUGIN_MEMORY:
+		return "memory";
+	case RGAPS_PLUGIN_TRANSPORT:
+		return "transport";
+	case RGAPS_PLUGIN_STAGE:
+		return "stage";
+	}
+	return "unknown";
+}
+
+const char *rgaps__plugin_default_dir(void)
+{
+	const char *env = getenv("RGAPS_PLUGIN_DIR");
+
+	if (env && *env)
+		return env;
+	/* Running from the build tree (tests, quick start) finds fresh plugins there. */
+	if (access(RGAPS_BUILD_PLUGIN_DIR "/memory-host.so", R_OK) == 0)
+		return RGAPS_BUILD_PLUGIN_DIR;
+	return RGAPS_INSTALL_PLUGIN_DIR;
+}
+
+/* ---------------------------------------------------------------- -ENOTSUP stubs */
+
+static int mem_stub_init(const struct rgaps_plugin_env *env, void **ctx_p)
+{
+	*ctx_p = NULL;
+	return 0;
+}
+
+static void mem_stub_fini(void *ctx)
+{
+}
+
+static int mem_stub_probe(void *ctx, int32_t device, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "plugin has no probe operation");
+	return -ENOTSUP;
+}
+
+static int mem_stub_pool_create(void *ctx, const char *name, uint64_t size, int32_t device,
+				struct rgaps_mem_region *region_p)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_pool_import(void *ctx, int fd, uint64_t size, int32_t device, uint32_t flags,
+				struct rgaps_mem_region *region_p)
+{
+	return -ENOTSUP;
+}
+
+static void mem_stub_pool_release(void *ctx, struct rgaps_mem_region *region)
+{
+}
+
+static int mem_stub_copy(void *ctx, void *dst, const void *src, size_t n, uint32_t dir)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_host_register(void *ctx, void *ptr, size_t n)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_host_unregister(void *ctx, void *ptr)
+{
+	return -ENOTSUP;
+}
+
+static const struct rgaps_memory_ops mem_stubs = {
+	.init = mem_stub_init,
+	.fini = mem_stub_fini,
+	.probe = mem_stub_probe,
+	.pool_create = mem_stub_pool_create,
+	.pool_import = mem_stub_pool_import,
+	.pool_release = mem_stub_pool_release,
+	.copy = mem_stub_copy,
+	.host_register = mem_stub_host_register,
+	.host_unregister = mem_stub_host_unregister,
+};
+
+/* Copy the plugin's table over the stubs, slot by slot, for the part it has. */
+static void fill_ops(void *dst, const void *stubs, size_t full, const void *src, size_t src_size)
+{
+	void (*const *s)(void) = src;
+	void (**d)(void) = dst;
+	size_t n = RGAPS_MIN(full, src_size) / sizeof(void (*)(void));
+
+	memcpy(dst, stubs, full);
+	for (size_t i = 0; i < n; i++)
+		if (s[i])
+			d[i] = s[i];
+}
+
+int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
+		       struct rgaps_loaded_plugin **lp_p, char *err, size_t errlen)
+{
+	struct rgaps_loaded_plugin *lp = calloc(1, sizeof(*lp));
+	const struct rgaps_plugin *d;
+	int r;
+
+	if (!lp)
+		return -ENOMEM;
+	snprintf(lp->name, sizeof(lp->name), "%s", name);
+	lp->kind = kind;
+	r = snprintf(lp->path, sizeof(lp->path), "%s/%s-%s.so", dir, rgaps__plugin_kind_name(kind),
+		     name);
+	if (r < 0 || (size_t)r >= sizeof(lp->path)) {
+		snprintf(err, errlen, "plugin path too long in %s", dir);
+		r = -ENAMETOOLONG;
+		goto err_free;
+	}
+	if (access(lp->path, R_OK) != 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s plugin '%s': %s: %s", rgaps__plugin_kind_name(kind), name,
+			 lp->path, strerror(errno));
+		goto err_free;
+	}
+	lp->dl = dlopen(lp->path, RTLD_NOW | RTLD_LOCAL);
+	if (!lp->dl) {
+		snprintf(err, errlen, "%s plugin '%s': dlopen failed: %s",
+			 rgaps__plugin_kind_name(kind), name, dlerror());
+		r = -ENOEXEC;
+		goto err_free;
+	}
+	d = dlsym(lp->dl, RGAPS_PLUGIN_SYMBOL);
+	if (!d) {
+		snprintf(err, errlen, "%s: not an rgaps plugin (no '%s' symbol)", lp->path,
+			 RGAPS_PLUGIN_SYMBOL);
+		r = -ENOEXEC;
+		goto err_close;
+	}
+	if (d->abi_version != RGAPS_PLUGIN_ABI_VERSION) {
+		snprintf(err, errlen, "%s: plugin ABI version %u, this rgaps needs %u: rebuild it",
+			 lp->path, d->abi_version, RGAPS_PLUGIN_ABI_VERSION);
+		r = -ENOEXEC;
+		goto err_close;
+	}
+	if (d->struct_size < offsetof(struct rgaps_plugin, ops) + sizeof(void *) ||
+	    d->kind != kind || !d->ops || !d->name || strcmp(d->name, name) != 0) {
+		snprintf(err, errlen, "%s: plugin descriptor does not describe %s plugin '%s'",
+			 lp->path, rgaps__plugin_kind_name(kind), name);
+		r = -ENOEXEC;
+		goto err_close;
+	}
+	switch (kind) {
+	case RGAPS_PLUGIN_MEMORY:
+		fill_ops(&lp->ops.memory, &mem_stubs, sizeof(mem_stubs), d->ops, d->ops_size);
+		break;
+	default:
+		snprintf(err, errlen, "%s: %s plugins are not loadable by this build", lp->path,
+			 rgaps__plugin_kind_name(kind));
+		r = -ENOEXEC;
+		goto err_close;
+	}
+	lp->desc = d;
+	*lp_p = lp;
+	return 0;
+
+err_close:
+	dlclose(lp->dl);
+err_free:
+	free(lp);
+	return r;
+}
+
+void rgaps__plugin_unload(struct rgaps_loaded_plugin *lp)
+{
+	if (!lp)
+		return;
+	if (lp->dl)
+		dlclose(lp->dl);
+	free(lp);
+}
+
+static void plugin_log(int level, const char *fmt, ...)
+{
+	char buf[768];
+	va_list ap;
+
+	if (level > rgaps__log_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	rgaps__log(level, "plugin", 0, "%s", buf);
+}
+
+void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *uv_loop)
+{
+	memset(env, 0, sizeof(*env));
+	env->struct_size = sizeof(*env);
+	env->role = role;
+	env->log = plugin_log;
+	env->uv_loop = uv_loop;
+}

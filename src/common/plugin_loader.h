@@ -1,0 +1,44 @@
+/*
+ * Loads plugins (include/rgaps/plugin.h) from a directory with dlopen, checks
+ * their ABI, and gives the caller a full operations table: operations a plugin
+ * leaves NULL, or that its older, shorter table lacks, become stubs returning
+ * -ENOTSUP, so callers never test for NULL (Knot's lib/module.c, rdma-core's
+ * dummy_ops.c).
+ */
+#ifndef RGAPS_COMMON_PLUGIN_LOADER_H
+#define RGAPS_COMMON_PLUGIN_LOADER_H
+
+#include <stddef.h>
+
+#include "rgaps/plugin.h"
+
+struct rgaps_loaded_plugin {
+	void *dl;
+	const struct rgaps_plugin *desc;
+	uint32_t kind;
+	char name[32];
+	char path[512];
+	union {
+		struct rgaps_memory_ops memory;
+	} ops;
+	void *ctx; /* from ops.init, if the caller ran it */
+};
+
+/* Default plugin directory: $RGAPS_PLUGIN_DIR, the build tree, else the installed one. */
+const char *rgaps__plugin_default_dir(void);
+
+/*
+ * Load "<dir>/<kind>-<name>.so". On failure returns -ENOENT (no file),
+ * -ENOEXEC (not a plugin / ABI mismatch / wrong kind) or -ENOMEM, with the
+ * reason in err.
+ */
+int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
+		       struct rgaps_loaded_plugin **lp_p, char *err, size_t errlen);
+void rgaps__plugin_unload(struct rgaps_loaded_plugin *lp);
+
+/* The env handed to plugins (logging through rgaps' logger). */
+void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *uv_loop);
+
+const char *rgaps__plugin_kind_name(uint32_t kind);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * Small helpers shared by rgapsd, librgaps and the plugins' build: compiler
+ * attributes, the fatal invariant check, and arithmetic on sizes. Nothing here
+ * allocates or logs except rgaps_require(), which aborts on a broken invariant
+ * (never on bad input: input is checked and refused, see docs/STYLE-NOTES.md).
+ */
+#ifndef RGAPS_COMMON_UTIL_H
+#define RGAPS_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define RGAPS_EXPORT __attribute__((visibility("default")))
+#define RGAPS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RGAPS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RGAPS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define RGAPS_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define RGAPS_CONTAINER_OF(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+#define RGAPS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RGAPS_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define RGAPS_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define RGAPS_CACHELINE 64
+
+/* Fatal check of an internal invariant. Not for input validation. */
+#define rgaps_require(cond)                                                               \
+	do {                                                                              \
+		if (RGAPS_UNLIKELY(!(cond))) {                                            \
+			fprintf(stderr, "rgaps: invariant failed at %s:%d (%s): %s\n",   \
+				__FILE__, __LINE__, __func__, #cond);                     \
+			abort();                                                          \
+		}                                                                         \
+	} while (0)
+
+static inline int rgaps_is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+#endif

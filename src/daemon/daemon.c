@@ -1,0 +1,91 @@
+/*
+ * rgapsd start-up and shutdown: instance naming, stale segment removal, the
+ * control server, signal handling. Everything here runs on the loop thread.
+ */
+#include "daemon.h"
+#include "rgaps_build_config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/futex.h"
+#include "../common/log.h"
+#include "../common/shm.h"
+
+/* Instance name from the socket path, so two daemons on two sockets never share segments. */
+static void derive_instance(const char *path, char *out, size_t len)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const char *p = path; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	snprintf(out, len, "%08x", h);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+	struct rgapsd *d = s->data;
+
+	rgaps_info("signal %d: shutting down", signum);
+	rgapsd_shutdown(d);
+}
+
+static const struct rgapsd_control_ops control_ops = {
+	.on_frame = rgapsd__on_frame,
+	.on_close = rgapsd__on_close,
+};
+
+int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg)
+{
+	int r, n;
+
+	memset(d, 0, sizeof(*d));
+	d->loop = loop;
+	d->cfg = *cfg;
+	d->start_ns = rgaps_now_ns(CLOCK_MONOTONIC);
+	if (cfg->instance[0])
+		snprintf(d->instance, sizeof(d->instance), "%s", cfg->instance);
+	else
+		derive_instance(cfg->socket_path, d->instance, sizeof(d->instance));
+	snprintf(d->plugin_dir, sizeof(d->plugin_dir), "%s",
+		 cfg->plugin_dir[0] ? cfg->plugin_dir : rgaps__plugin_default_dir());
+
+	/* The control socket's lock makes us the only daemon of this instance... */
+	r = rgapsd_control_start(loop, cfg->socket_path, &control_ops, d, &d->ctl);
+	if (r) {
+		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
+		return r;
+	}
+	/* ...so whatever segments of this instance exist were left by a dead one. */
+	n = rgaps_shm_cleanup_instance(d->instance);
+	if (n)
+		rgaps_warn("removed %d stale shared-memory segments of instance %s", n, d->instance);
+
+	uv_signal_init(loop, &d->sig_term);
+	uv_signal_init(loop, &d->sig_int);
+	d->sig_term.data = d->sig_int.data = d;
+	uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+	uv_signal_start(&d->sig_int, on_signal, SIGINT);
+	rgaps_info("rgapsd %s serving %s (instance %s, plugins %s, %u configured topics)",
+		   RGAPS_VERSION, cfg->socket_path, d->instance, d->plugin_dir, cfg->ntopics);
+	return 0;
+}
+
+void rgapsd_shutdown(struct rgapsd *d)
+{
+	if (d->stopping)
+		return;
+	d->stopping = true;
+	/* Clients first (each on_close detaches), then topics, then our own handles. */
+	rgapsd_control_stop(d->ctl);
+	d->ctl = NULL;
+	rgapsd__topics_destroy(d);
+	uv_close((uv_handle_t *)&d->sig_term, NULL);
+	uv_close((uv_handle_t *)&d->sig_int, NULL);
+}
+
+void rgapsd_fini(struct rgapsd *d)
+{
+	rgapsd__topics_destroy(d);
+}

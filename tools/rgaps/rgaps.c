@@ -1,0 +1,469 @@
+/*
+ * rgaps: the command-line tool. `pub` and `sub` exercise a topic end to end
+ * with a verifiable payload (src/common/pattern.h); `topics` and `stats` query
+ * the daemon. Uses only the public API (include/rgaps/rgaps.h).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../src/common/config.h"
+#include "../../src/common/pattern.h"
+#include "rgaps/rgaps.h"
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	interrupted = 1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int parse_size_arg(const char *opt, const char *s, uint64_t *v)
+{
+	if (rgaps_parse_size(s, v) != 0) {
+		fprintf(stderr, "rgaps: %s: cannot parse size '%s'\n", opt, s);
+		return -1;
+	}
+	return 0;
+}
+
+/* min * (max/min)^f: sizes spread evenly over orders of magnitude */
+static double pow_ratio(uint64_t max, uint64_t min, double f)
+{
+	return exp(f * log((double)max / (double)min));
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: rgaps COMMAND [options]\n"
+		"  pub TOPIC --count N --size BYTES[-MAXBYTES] [--rate HZ] [--wait-subscribers N]\n"
+		"            [--timeout SEC] [--loan]\n"
+		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
+		"  topics [--json]\n"
+		"  stats [TOPIC] [--json]\n"
+		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
+		RGAPS_DEFAULT_SOCKET);
+}
+
+/* ---------------------------------------------------------------- queries */
+
+static int query(const char *type, const char *topic, cJSON **reply_p)
+{
+	cJSON *req = cJSON_CreateObject();
+	char *text, *reply = NULL;
+	int r;
+
+	cJSON_AddStringToObject(req, "type", type);
+	if (topic)
+		cJSON_AddStringToObject(req, "topic", topic);
+	text = cJSON_PrintUnformatted(req);
+	cJSON_Delete(req);
+	r = rgaps_query(text, &reply);
+	free(text);
+	if (r && !reply) {
+		fprintf(stderr, "rgaps: %s: %s\n", type, rgaps_strerror(r));
+		return r;
+	}
+	*reply_p = cJSON_Parse(reply);
+	free(reply);
+	if (r) {
+		cJSON *e = cJSON_GetObjectItem(*reply_p, "error");
+		cJSON *m = cJSON_GetObjectItem(e, "message");
+
+		fprintf(stderr, "rgaps: %s: %s\n", type,
+			cJSON_IsString(m) ? m->valuestring : rgaps_strerror(r));
+		cJSON_Delete(*reply_p);
+		*reply_p = NULL;
+	}
+	return r;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static int cmd_topics(int argc, char **argv, bool stats)
+{
+	const char *topic = NULL;
+	bool json = false;
+	cJSON *reply, *arr, *t;
+	char *out;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0)
+			json = true;
+		else if (stats && !topic && argv[i][0] != '-')
+			topic = argv[i];
+		else {
+			fprintf(stderr, "rgaps: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (query(stats ? "stats" : "topics", topic, &reply))
+		return 1;
+	if (json) {
+		out = cJSON_Print(reply);
+		puts(out);
+		free(out);
+		cJSON_Delete(reply);
+		return 0;
+	}
+	arr = cJSON_GetObjectItem(reply, "topics");
+	if (!stats) {
+		printf("%-24s %-6s %5s %5s %12s %12s %12s\n", "TOPIC", "MEMORY", "PUBS", "SUBS",
+		       "PUBLISHED", "POOL_USED", "POOL_SIZE");
+		cJSON_ArrayForEach(t, arr)
+		printf("%-24s %-6s %5.0f %5.0f %12.0f %12.0f %12.0f\n",
+		       cJSON_GetObjectItem(t, "name")->valuestring,
+		       cJSON_GetObjectItem(t, "memory")->valuestring, num(t, "publishers"),
+		       num(t, "subscribers"), num(t, "published"), num(t, "pool_used"),
+		       num(t, "pool_size"));
+	} else {
+		cJSON *d = cJSON_GetObjectItem(reply, "daemon");
+
+		printf("rgapsd %s instance %s: up %.0f s, %.0f connections, %.0f requests "
+		       "(%.0f refused)\n",
+		       cJSON_GetObjectItem(d, "version")->valuestring,
+		       cJSON_GetObjectItem(d, "instance")->valuestring, num(d, "uptime_s"),
+		       num(d, "connections"), num(d, "requests"), num(d, "request_errors"));
+		cJSON_ArrayForEach(t, arr)
+		{
+			cJSON *c = cJSON_GetObjectItem(t, "counters");
+			cJSON *p = cJSON_GetObjectItem(t, "pool");
+			cJSON *q = cJSON_GetObjectItem(t, "queue");
+			cJSON *s;
+
+			printf("topic %s (%s): %.0f pubs, %.0f subs\n",
+			       cJSON_GetObjectItem(t, "name")->valuestring,
+			       cJSON_GetObjectItem(t, "memory")->valuestring, num(t, "publishers"),
+			       num(t, "subscribers"));
+			printf("  published %.0f (%.0f bytes), taken %.0f, dropped %.0f, drops %.0f, "
+			       "full waits %.0f, timeouts %.0f\n",
+			       num(c, "published"), num(c, "published_bytes"), num(c, "taken"),
+			       num(c, "dropped"), num(c, "drops_total"), num(c, "full_waits"),
+			       num(c, "timeouts"));
+			printf("  pool %.0f/%.0f bytes used, %.0f blocks, fragmentation %.2f; "
+			       "queue %.0f/%.0f\n",
+			       num(p, "used_bytes"), num(p, "size"), num(p, "used_blocks"),
+			       num(p, "fragmentation"), num(q, "used"), num(q, "depth"));
+			cJSON_ArrayForEach(s, cJSON_GetObjectItem(t, "subscriber_slots"))
+			printf("  sub slot %.0f pid %.0f: taken %.0f lag %.0f drops %.0f holds %.0f\n",
+			       num(s, "slot"), num(s, "pid"), num(s, "taken"), num(s, "lag"),
+			       num(s, "drops"), num(s, "holds"));
+		}
+	}
+	cJSON_Delete(reply);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- pub */
+
+static int wait_subscribers(const char *topic, int want, double deadline)
+{
+	while (!interrupted && now_s() < deadline) {
+		cJSON *reply = NULL, *t;
+		int have = 0;
+
+		if (query("topics", NULL, &reply) == 0) {
+			cJSON_ArrayForEach(t, cJSON_GetObjectItem(reply, "topics"))
+			if (strcmp(cJSON_GetObjectItem(t, "name")->valuestring, topic) == 0)
+				have = (int)num(t, "subscribers");
+			cJSON_Delete(reply);
+		}
+		if (have >= want)
+			return 0;
+		usleep(20 * 1000);
+	}
+	fprintf(stderr, "rgaps pub: fewer than %d subscribers on '%s' before the timeout\n", want,
+		topic);
+	return -1;
+}
+
+static int cmd_pub(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "count", required_argument, NULL, 'n' },
+		{ "size", required_argument, NULL, 's' },
+		{ "rate", required_argument, NULL, 'r' },
+		{ "wait-subscribers", required_argument, NULL, 'w' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "loan", no_argument, NULL, 'L' },
+		{ 0 },
+	};
+	uint64_t count = 1, smin = 4096, smax = 4096, failures = 0, bytes = 0;
+	double rate = 0, timeout = 30, t0, t1;
+	int want_subs = 0, c, r = 0;
+	bool loan = false;
+	rgaps_publisher_t *pub;
+	const char *topic;
+	uint8_t *buf;
+
+	if (argc < 2 || argv[1][0] == '-') {
+		usage(stderr);
+		return 2;
+	}
+	topic = argv[1];
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		char *dash;
+
+		switch (c) {
+		case 'n':
+			count = strtoull(optarg, NULL, 10);
+			break;
+		case 's':
+			dash = strchr(optarg, '-');
+			if (dash) {
+				*dash = 0;
+				if (parse_size_arg("--size", optarg, &smin) ||
+				    parse_size_arg("--size", dash + 1, &smax))
+					return 2;
+			} else {
+				if (parse_size_arg("--size", optarg, &smin))
+					return 2;
+				smax = smin;
+			}
+			break;
+		case 'r':
+			rate = atof(optarg);
+			break;
+		case 'w':
+			want_subs = atoi(optarg);
+			break;
+		case 't':
+			timeout = atof(optarg);
+			break;
+		case 'L':
+			loan = true;
+			break;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (smin < RGAPS_PATTERN_HDR || smax < smin) {
+		fprintf(stderr, "rgaps pub: --size must be >= %u bytes (and MIN <= MAX)\n",
+			RGAPS_PATTERN_HDR);
+		return 2;
+	}
+	pub = rgaps_publisher_init(topic);
+	if (!pub) {
+		fprintf(stderr, "rgaps pub: cannot attach to '%s': %s\n", topic,
+			rgaps_strerror(errno));
+		return 1;
+	}
+	buf = malloc(smax);
+	if (!buf) {
+		rgaps_publisher_destroy(pub);
+		return 1;
+	}
+	if (want_subs && wait_subscribers(topic, want_subs, now_s() + timeout)) {
+		free(buf);
+		rgaps_publisher_destroy(pub);
+		return 1;
+	}
+	srand(12345);
+	t0 = now_s();
+	for (uint64_t i = 0; i < count && !interrupted; i++) {
+		uint64_t size = smin;
+
+		if (smax > smin) {
+			/* log-uniform sizes so small and large messages both occur */
+			double f = (double)rand() / RAND_MAX;
+
+			size = (uint64_t)((double)smin * pow_ratio(smax, smin, f));
+			size = size < smin ? smin : size > smax ? smax : size;
+		}
+		if (loan) {
+			rgaps_loan_t l;
+
+			r = rgaps_publisher_loan(pub, size, -1, &l);
+			if (r == 0) {
+				rgaps_pattern_fill(l.data, size, i);
+				r = rgaps_publisher_commit(pub, &l, size);
+			}
+		} else {
+			rgaps_pattern_fill(buf, size, i);
+			r = rgaps_publisher_push(pub, size, buf);
+		}
+		if (r) {
+			failures++;
+			fprintf(stderr, "rgaps pub: message %" PRIu64 " (%" PRIu64 " bytes): %s\n", i,
+				size, rgaps_strerror(r));
+			if (r == -ENOTCONN)
+				break;
+			continue;
+		}
+		bytes += size;
+		if (rate > 0) {
+			double next = t0 + (double)(i + 1) / rate, now = now_s();
+
+			if (next > now)
+				usleep((useconds_t)((next - now) * 1e6));
+		}
+	}
+	t1 = now_s();
+	printf("published %" PRIu64 " messages (%" PRIu64 " bytes) in %.3f s: %.0f msg/s, "
+	       "%.1f MiB/s; failures %" PRIu64 "\n",
+	       count - failures, bytes, t1 - t0, (double)(count - failures) / (t1 - t0),
+	       (double)bytes / (1 << 20) / (t1 - t0), failures);
+	free(buf);
+	rgaps_publisher_destroy(pub);
+	return failures ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- sub */
+
+static int cmd_sub(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "count", required_argument, NULL, 'n' },
+		{ "verify", no_argument, NULL, 'v' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "allow-gaps", no_argument, NULL, 'g' },
+		{ "hold-ms", required_argument, NULL, 'H' },
+		{ 0 },
+	};
+	uint64_t count = 1, received = 0, verified = 0, bad = 0, gaps = 0, drops = 0, bytes = 0;
+	uint64_t last_seq = UINT64_MAX;
+	double timeout = 30, deadline, t0 = 0;
+	bool verify = false, allow_gaps = false;
+	int c, hold_ms = 0, rc;
+	rgaps_subscriber_t *sub;
+	const char *topic;
+
+	if (argc < 2 || argv[1][0] == '-') {
+		usage(stderr);
+		return 2;
+	}
+	topic = argv[1];
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			count = strtoull(optarg, NULL, 10);
+			break;
+		case 'v':
+			verify = true;
+			break;
+		case 't':
+			timeout = atof(optarg);
+			break;
+		case 'g':
+			allow_gaps = true;
+			break;
+		case 'H':
+			hold_ms = atoi(optarg);
+			break;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	sub = rgaps_subscriber_init(topic);
+	if (!sub) {
+		fprintf(stderr, "rgaps sub: cannot attach to '%s': %s\n", topic,
+			rgaps_strerror(errno));
+		return 1;
+	}
+	printf("subscribed to %s\n", topic);
+	fflush(stdout);
+	deadline = now_s() + timeout;
+	while (received < count && !interrupted) {
+		double left = deadline - now_s();
+		rgaps_msg_t m;
+		int r;
+
+		if (left <= 0)
+			break;
+		r = rgaps_subscriber_take(sub, &m, (int)(left * 1000) + 1);
+		if (r == -ETIMEDOUT)
+			break;
+		if (r) {
+			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
+			break;
+		}
+		if (!received)
+			t0 = now_s();
+		received++;
+		bytes += m.size;
+		drops += m.gap;
+		if (last_seq != UINT64_MAX && m.seq != last_seq + 1)
+			gaps += m.seq - last_seq - 1;
+		last_seq = m.seq;
+		if (verify) {
+			uint64_t ctr = 0;
+			int64_t off = rgaps_pattern_check(m.data, m.size, &ctr);
+
+			if (off < 0) {
+				verified++;
+			} else {
+				bad++;
+				fprintf(stderr, "rgaps sub: message seq %" PRIu64 " (counter %" PRIu64
+						", %zu bytes): mismatch at byte %" PRId64 "\n",
+					m.seq, ctr, m.size, off);
+			}
+		}
+		if (hold_ms)
+			usleep((useconds_t)hold_ms * 1000);
+		rgaps_subscriber_release(sub, &m);
+	}
+	printf("received %" PRIu64 " verified %" PRIu64 " mismatched %" PRIu64 " gaps %" PRIu64
+	       " drops %" PRIu64 " bytes %" PRIu64 " in %.3f s\n",
+	       received, verified, bad, gaps, drops, bytes, received ? now_s() - t0 : 0.0);
+	rgaps_subscriber_destroy(sub);
+	rc = 0;
+	if (bad)
+		rc = 3;
+	else if (received < count)
+		rc = 4;
+	else if ((gaps || drops) && !allow_gaps)
+		rc = 5;
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGINT, on_sigint);
+	signal(SIGTERM, on_sigint);
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "pub") == 0)
+		return cmd_pub(argc - 1, argv + 1);
+	if (strcmp(argv[1], "sub") == 0)
+		return cmd_sub(argc - 1, argv + 1);
+	if (strcmp(argv[1], "topics") == 0)
+		return cmd_topics(argc - 2, argv + 2, false);
+	if (strcmp(argv[1], "stats") == 0)
+		return cmd_topics(argc - 2, argv + 2, true);
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "rgaps: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
