@@ -149,7 +149,8 @@ int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size, const void
  * Take the next message: @p timeout_ms 0 = do not wait (-EAGAIN when none),
  * -1 = wait forever, >0 = wait that long (-ETIMEDOUT). The message stays
  * valid until rgaps_subscriber_release(); a subscriber may hold up to the
- * topic's max_holds messages at once (-ENOBUFS beyond).
+ * topic's max_holds messages at once (-ENOBUFS beyond). A signal delivered
+ * to a waiting thread ends the wait with -EINTR.
  * @return 0 and fills @p msg_p, or a negative errno (-ENOTCONN: daemon gone).
  */
 int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms);

@@ -333,6 +333,8 @@ static int wait_word(struct rgaps_topic *t, uint32_t *word, uint32_t *waiters, u
 			return -ENOTCONN;
 		if (r == -ETIMEDOUT && alive && !alive(arg))
 			return -ENOTCONN;
+		if (r == -EINTR)
+			return -EINTR; /* let the caller look at its signal flags */
 	}
 }
 
