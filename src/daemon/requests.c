@@ -343,6 +343,24 @@ static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *r
 
 /* ---------------------------------------------------------------- dispatch */
 
+/* One JSON value and nothing after it but white space: trailing bytes are an error. */
+static cJSON *parse_strict(const char *payload, size_t len)
+{
+	const char *end = NULL;
+	cJSON *v = cJSON_ParseWithLengthOpts(payload, len, &end, 0);
+
+	if (!v)
+		return NULL;
+	while (end && end < payload + len && (*end == ' ' || *end == '\t' || *end == '\n' ||
+					      *end == '\r'))
+		end++;
+	if (!end || end != payload + len) {
+		cJSON_Delete(v);
+		return NULL;
+	}
+	return v;
+}
+
 void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len)
 {
 	struct rgapsd *d = ctx;
@@ -360,9 +378,9 @@ void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, 
 		d->connections++;
 	}
 	d->requests++;
-	req = cJSON_ParseWithLength(payload, len);
+	req = parse_strict(payload, len);
 	if (!req) {
-		reply_error(d, conn, NULL, -EBADMSG, "frame is not valid JSON");
+		reply_error(d, conn, NULL, -EBADMSG, "frame is not one valid JSON value");
 		return;
 	}
 	if (!cJSON_IsObject(req)) {

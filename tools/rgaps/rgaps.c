@@ -390,7 +390,8 @@ static int cmd_sub(int argc, char **argv)
 	printf("subscribed to %s\n", topic);
 	fflush(stdout);
 	deadline = now_s() + timeout;
-	while (received < count && !interrupted) {
+	/* --count N: stop once N sequence numbers are accounted for, received or reported lost */
+	while (received + gaps + drops < count && !interrupted) {
 		double left = deadline - now_s();
 		rgaps_msg_t m;
 		int r;
@@ -400,6 +401,8 @@ static int cmd_sub(int argc, char **argv)
 		r = rgaps_subscriber_take(sub, &m, (int)(left * 1000) + 1);
 		if (r == -ETIMEDOUT)
 			break;
+		if (r == -EINTR)
+			continue;
 		if (r) {
 			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
 			break;
@@ -409,8 +412,9 @@ static int cmd_sub(int argc, char **argv)
 		received++;
 		bytes += m.size;
 		drops += m.gap;
-		if (last_seq != UINT64_MAX && m.seq != last_seq + 1)
-			gaps += m.seq - last_seq - 1;
+		/* A jump the daemon did not report as dropped is a gap. */
+		if (last_seq != UINT64_MAX && m.seq > last_seq + 1 + m.gap)
+			gaps += m.seq - last_seq - 1 - m.gap;
 		last_seq = m.seq;
 		if (verify) {
 			uint64_t ctr = 0;
@@ -436,7 +440,7 @@ static int cmd_sub(int argc, char **argv)
 	rc = 0;
 	if (bad)
 		rc = 3;
-	else if (received < count)
+	else if (received + gaps + drops < count)
 		rc = 4;
 	else if ((gaps || drops) && !allow_gaps)
 		rc = 5;
@@ -445,8 +449,10 @@ static int cmd_sub(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	signal(SIGINT, on_sigint);
-	signal(SIGTERM, on_sigint);
+	struct sigaction sa = { .sa_handler = on_sigint }; /* no SA_RESTART: waits end */
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

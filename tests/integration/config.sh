@@ -1,0 +1,34 @@
+#!/bin/bash
+# Configuration: no file runs on defaults; bad files are refused at start with
+# the file, the key and the reason; topics.d settings reach the topic.
+. "$(dirname "$0")/lib.sh"
+refuse() { # refuse WHAT JSON PATTERN
+	echo "$2" > "$T/bad.json"
+	"$RGAPSD" --config "$T/bad.json" --socket "$T/x.sock" > "$T/refuse.out" 2>&1 && fail "$1: accepted"
+	grep -q "$3" "$T/refuse.out" || fail "$1: unclear message: $(cat "$T/refuse.out")"
+	grep -q "bad.json" "$T/refuse.out" || fail "$1: message does not name the file"
+	ok "$1 refused: $(tail -1 "$T/refuse.out" | sed 's/^rgapsd: //')"
+}
+refuse "unknown key" '{ "sockit": "/tmp/x" }' "sockit"
+refuse "wrong type" '{ "log_level": 3 }' "log_level"
+refuse "impossible size" '{ "defaults": { "pool_size": "12 parsecs" } }' "pool_size"
+refuse "message larger than pool" '{ "defaults": { "pool_size": "1MiB", "max_message_size": "2MiB" } }' "max_message_size"
+refuse "bad overflow policy" '{ "defaults": { "overflow": "explode" } }' "overflow"
+refuse "invalid JSON" '{ "socket": ' "invalid JSON"
+mkdir -p "$T/td"
+echo "{ \"topics_dir\": \"$T/td\" }" > "$T/ok.json"
+echo '{ "queue_depth": 12 }' > "$T/td/cam.json"
+"$RGAPSD" --config "$T/ok.json" --socket "$T/x.sock" > "$T/refuse.out" 2>&1 && fail "non-power-of-two queue_depth in topics.d accepted"
+grep -q "cam.json" "$T/refuse.out" && grep -q "queue_depth" "$T/refuse.out" || fail "topic file error unclear: $(cat "$T/refuse.out")"
+ok "bad topic file refused: $(tail -1 "$T/refuse.out" | sed 's/^rgapsd: //')"
+echo '{ "queue_depth": 16, "pool_size": "8MiB", "max_message_size": "1MiB" }' > "$T/td/cam.json"
+"$RGAPSD" --config "$T/ok.json" --check-config | grep -q "OK: 1 topics" || fail "--check-config"
+start_daemon --config "$T/ok.json"
+"$RGAPS" pub cam --count 1 --size 1KiB >/dev/null || fail "publish on configured topic"
+"$RGAPS" stats cam --json | tr -d ' \t\n' | grep -q '"depth":16' || fail "topic config not applied"
+"$RGAPS" pub cam --count 1 --size 2MiB 2>&1 | grep -q "larger than" || fail "oversized message not refused"
+ok "topics.d applied (queue depth 16, 1 MiB message limit enforced)"
+stop_daemon
+start_daemon   # no file at all
+"$RGAPS" pub dflt --count 3 --size 1KiB >/dev/null || fail "defaults-only daemon"
+ok "daemon with no configuration file serves"

@@ -1,0 +1,425 @@
+/*
+ * Helper program of the integration tests:
+ *   badframes          hostile and malformed control traffic, each case checked
+ *   pull TOPIC N       the RGAPS interface: pull() N messages, verify each
+ *   push TOPIC N SIZE  the RGAPS interface: push() N verifiable messages
+ *   fdsub TOPIC N      take N messages driven by poll() on rgaps_subscriber_fd()
+ *   hold TOPIC N       take N messages, never release them, sleep (to be killed)
+ *   loanhold TOPIC N   loan N blocks, never commit, sleep (to be killed)
+ * Exit 0 when everything checked out; messages say what did not.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../../src/common/frame.h"
+#include "../../src/common/pattern.h"
+#include "rgaps/rgaps.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                     \
+	do {                                                 \
+		if (!(cond)) {                               \
+			failures++;                          \
+			fprintf(stderr, "FAIL: " __VA_ARGS__); \
+			fprintf(stderr, "\n");               \
+		}                                            \
+	} while (0)
+
+static int dial(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct timeval tv = { .tv_sec = 5 };
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", getenv("RGAPS_SOCKET"));
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		perror("connect");
+		exit(2);
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_raw(int fd, const void *buf, size_t len)
+{
+	if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		fprintf(stderr, "note: short send (%s)\n", strerror(errno));
+}
+
+static void send_frame(int fd, const char *payload)
+{
+	uint8_t hdr[RGAPS_FRAME_HDR];
+
+	rgaps_frame_header(hdr, (uint32_t)strlen(payload));
+	send_raw(fd, hdr, sizeof(hdr));
+	send_raw(fd, payload, strlen(payload));
+}
+
+/* Read one reply; returns its text (static buffer) or NULL on EOF/timeout. */
+static const char *recv_reply(int fd)
+{
+	static struct rgaps_frame_reader rd;
+	static char out[RGAPS_FRAME_MAX + 1];
+	static int inited;
+	const uint8_t *p;
+	size_t len;
+
+	if (!inited || rd.len == 0) {
+		rgaps_frame_reader_init(&rd);
+		inited = 1;
+	}
+	for (;;) {
+		uint8_t *space;
+		size_t room;
+		ssize_t n;
+
+		if (rgaps_frame_reader_next(&rd, &p, &len) == 1) {
+			memcpy(out, p, len);
+			out[len] = 0;
+			return out;
+		}
+		rgaps_frame_reader_space(&rd, &space, &room);
+		n = recv(fd, space, room, 0);
+		if (n <= 0) {
+			rgaps_frame_reader_init(&rd);
+			return NULL;
+		}
+		rgaps_frame_reader_commit(&rd, (size_t)n);
+	}
+}
+
+static void expect(int fd, const char *what, const char *code)
+{
+	const char *r = recv_reply(fd);
+	char want[96];
+
+	if (!code) {
+		CHECK(r && strstr(r, "\"ok\":true"), "%s: expected ok, got %s", what, r ? r : "EOF");
+		return;
+	}
+	snprintf(want, sizeof(want), "\"code\":\"%s\"", code);
+	CHECK(r && strstr(r, want) && strstr(r, "\"message\""), "%s: expected %s, got %s", what,
+	      code, r ? r : "EOF");
+	if (r && strstr(r, want))
+		printf("ok: %s -> %s\n", what, code);
+}
+
+static void expect_eof(int fd, const char *what)
+{
+	char c;
+	ssize_t n = recv(fd, &c, 1, 0);
+
+	CHECK(n == 0, "%s: expected the daemon to close the connection (got %zd)", what, n);
+}
+
+static int hello(void)
+{
+	int fd = dial();
+
+	send_frame(fd, "{\"type\":\"hello\",\"version\":1}");
+	expect(fd, "hello", NULL);
+	return fd;
+}
+
+static int cmd_badframes(void)
+{
+	char big[200];
+	int fd;
+
+	fd = dial();
+	send_frame(fd, "this is not json");
+	expect(fd, "non-JSON frame", "bad_frame");
+	send_frame(fd, "[1,2,3]");
+	expect(fd, "JSON array", "bad_request");
+	send_frame(fd, "{\"id\":7}");
+	expect(fd, "no type", "bad_request");
+	send_frame(fd, "{\"type\":42}");
+	expect(fd, "numeric type", "bad_request");
+	send_frame(fd, "{\"type\":\"launch_missiles\"}");
+	expect(fd, "unknown request", "unknown_request");
+	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"t\",\"role\":\"sub\"}");
+	expect(fd, "attach before hello", "bad_request");
+	send_frame(fd, "{\"type\":\"hello\",\"version\":99}");
+	expect(fd, "hello with version 99", "version");
+	send_frame(fd, "{\"type\":\"hello\"}");
+	expect(fd, "hello without version", "bad_request");
+	send_frame(fd, "{\"type\":\"hello\",\"version\":1}");
+	expect(fd, "hello after errors on the same connection", NULL);
+	send_frame(fd, "\x01\x02\xff\xfe garbage \x00 bytes");
+	expect(fd, "binary garbage", "bad_frame");
+	close(fd);
+
+	fd = hello();
+	{
+		static const char *const bad[] = { "\"\"", "\".hidden\"", "\"a/b\"", "\"-x\"",
+						    "\"sp ace\"", "5", "null", "\"\\u00e9\"" };
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			char req[160], what[96];
+
+			snprintf(req, sizeof(req),
+				 "{\"type\":\"attach\",\"topic\":%s,\"role\":\"sub\"}", bad[i]);
+			snprintf(what, sizeof(what), "topic name %s", bad[i]);
+			send_frame(fd, req);
+			expect(fd, what, "invalid");
+		}
+		memset(big, 'x', 64);
+		big[64] = 0;
+		snprintf(big + 80, 120, "{\"type\":\"attach\",\"topic\":\"%.64s\",\"role\":\"sub\"}", big);
+		send_frame(fd, big + 80);
+		expect(fd, "64-character topic name", "invalid");
+	}
+	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"ok\",\"role\":\"boss\"}");
+	expect(fd, "bad role", "bad_request");
+	send_frame(fd, "{\"type\":\"detach\"}");
+	expect(fd, "detach when not attached", "not_attached");
+	send_frame(fd, "{\"type\":\"stats\",\"topic\":\"no-such-topic\"}");
+	expect(fd, "stats of a missing topic", "not_found");
+	/* Pipelined requests: replies come back in order. */
+	send_frame(fd, "{\"type\":\"topics\",\"id\":1}{");
+	send_frame(fd, "{\"type\":\"topics\",\"id\":2}");
+	send_frame(fd, "{\"type\":\"topics\",\"id\":3}");
+	expect(fd, "pipelined 1 (trailing junk)", "bad_frame");
+	{
+		const char *r2 = recv_reply(fd);
+
+		CHECK(r2 && strstr(r2, "\"id\":2"), "pipelined reply 2 out of order: %s", r2);
+		r2 = recv_reply(fd);
+		CHECK(r2 && strstr(r2, "\"id\":3"), "pipelined reply 3 out of order: %s", r2);
+	}
+	close(fd);
+
+	/* Attaching twice on one connection. */
+	fd = hello();
+	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"twice\",\"role\":\"pub\"}");
+	expect(fd, "first attach", NULL);
+	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"twice\",\"role\":\"pub\"}");
+	expect(fd, "second attach on one connection", "exists");
+	close(fd);
+
+	/* Frames that break the stream: error, then the daemon hangs up. */
+	fd = dial();
+	{
+		uint8_t hdr[4] = { 0x01, 0x00, 0x01, 0x00 }; /* 65537 bytes */
+
+		send_raw(fd, hdr, 4);
+		expect(fd, "oversized frame header", "too_large");
+		expect_eof(fd, "oversized frame");
+	}
+	close(fd);
+	fd = dial();
+	{
+		uint8_t hdr[4] = { 0, 0, 0, 0 };
+
+		send_raw(fd, hdr, 4);
+		expect(fd, "zero-length frame", "bad_frame");
+		expect_eof(fd, "zero-length frame");
+	}
+	close(fd);
+	fd = dial();
+	{
+		uint8_t hdr[4] = { 100, 0, 0, 0 };
+
+		send_raw(fd, hdr, 4);
+		send_raw(fd, "{\"type\":", 8);
+		/* truncated: hang up mid-frame */
+	}
+	close(fd);
+	fd = dial();
+	send_raw(fd, "\x05\x00", 2); /* truncated header */
+	close(fd);
+
+	/* A client that sends file descriptors: they are dropped, the request served. */
+	fd = dial();
+	{
+		const char *p = "{\"type\":\"hello\",\"version\":1}";
+		uint8_t buf[64];
+		union {
+			char c[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr a;
+		} cb;
+		struct iovec iov = { .iov_base = buf, .iov_len = 4 + strlen(p) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.c,
+				     .msg_controllen = sizeof(cb.c) };
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		int sent = STDOUT_FILENO;
+
+		rgaps_frame_header(buf, (uint32_t)strlen(p));
+		memcpy(buf + 4, p, strlen(p));
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &sent, sizeof(int));
+		CHECK(sendmsg(fd, &mh, 0) > 0, "sendmsg with fds");
+		expect(fd, "request carrying a file descriptor", NULL);
+	}
+	close(fd);
+
+	/* After all that, the daemon still serves. */
+	fd = hello();
+	send_frame(fd, "{\"type\":\"stats\"}");
+	expect(fd, "stats after the abuse", NULL);
+	close(fd);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}
+
+static int verify(const void *p, size_t size, uint64_t seq)
+{
+	uint64_t ctr;
+	int64_t off = rgaps_pattern_check(p, size, &ctr);
+
+	CHECK(off < 0, "message seq %llu: mismatch at byte %lld", (unsigned long long)seq,
+	      (long long)off);
+	return off < 0;
+}
+
+static int cmd_pull(const char *topic, long n)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init(topic);
+	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
+
+	if (!sub) {
+		fprintf(stderr, "subscriber_init: %s\n", rgaps_strerror(errno));
+		return 2;
+	}
+	CHECK(rgaps_subscriber_info(sub, &info) == 0 && strcmp(info.name, topic) == 0,
+	      "subscriber_info");
+	printf("ready\n");
+	fflush(stdout);
+	for (long i = 0; i < n; i++) {
+		uint8_t *p = rgaps_subscriber_pull(sub);
+		uint64_t hdr[2];
+
+		if (!p) {
+			fprintf(stderr, "pull: %s\n", rgaps_strerror(errno));
+			rgaps_subscriber_destroy(sub);
+			return 1;
+		}
+		memcpy(hdr, p, sizeof(hdr));
+		verify(p, hdr[1], (uint64_t)i);
+	}
+	rgaps_subscriber_destroy(sub);
+	printf("pulled %ld, %d failures\n", n, failures);
+	return failures ? 1 : 0;
+}
+
+static int cmd_push(const char *topic, long n, size_t size)
+{
+	rgaps_publisher_t *pub = rgaps_publisher_init(topic);
+	uint8_t *buf = malloc(size);
+
+	if (!pub || !buf) {
+		fprintf(stderr, "publisher_init: %s\n", rgaps_strerror(errno));
+		return 2;
+	}
+	CHECK(rgaps_publisher_push(pub, 0, buf) != 0, "push of 0 bytes must fail");
+	for (long i = 0; i < n; i++) {
+		int r;
+
+		rgaps_pattern_fill(buf, size, (uint64_t)i);
+		r = rgaps_publisher_push(pub, size, buf);
+		CHECK(r == 0, "push %ld: %s", i, rgaps_strerror(r));
+	}
+	rgaps_publisher_destroy(pub);
+	free(buf);
+	return failures ? 1 : 0;
+}
+
+static int cmd_fdsub(const char *topic, long n)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init(topic);
+	long got = 0, wakeups = 0;
+	int fd;
+
+	if (!sub) {
+		fprintf(stderr, "subscriber_init: %s\n", rgaps_strerror(errno));
+		return 2;
+	}
+	fd = rgaps_subscriber_fd(sub);
+	CHECK(fd >= 0, "subscriber_fd: %s", rgaps_strerror(fd));
+	CHECK(rgaps_subscriber_fd(sub) == fd, "subscriber_fd is stable");
+	printf("ready\n");
+	fflush(stdout);
+	while (got < n) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		rgaps_msg_t m;
+		int r = poll(&p, 1, 10000);
+
+		if (r <= 0) {
+			fprintf(stderr, "poll: timed out with %ld of %ld\n", got, n);
+			break;
+		}
+		wakeups++;
+		while ((r = rgaps_subscriber_take(sub, &m, 0)) == 0) {
+			verify(m.data, m.size, m.seq);
+			rgaps_subscriber_release(sub, &m);
+			got++;
+		}
+		CHECK(r == -EAGAIN, "take after poll: %s", rgaps_strerror(r));
+	}
+	printf("fd-driven: %ld messages in %ld wake-ups, %d failures\n", got, wakeups, failures);
+	rgaps_subscriber_destroy(sub);
+	return (failures || got < n) ? 1 : 0;
+}
+
+static int cmd_hold(const char *topic, long n)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init(topic);
+	rgaps_msg_t m;
+	long got = 0;
+
+	if (!sub)
+		return 2;
+	printf("ready\n");
+	fflush(stdout);
+	while (got < n && rgaps_subscriber_take(sub, &m, 20000) == 0)
+		got++;
+	printf("holding %ld\n", got);
+	fflush(stdout);
+	pause();
+	return 0;
+}
+
+static int cmd_loanhold(const char *topic, long n)
+{
+	rgaps_publisher_t *pub = rgaps_publisher_init(topic);
+	rgaps_loan_t l;
+	long got = 0;
+
+	if (!pub)
+		return 2;
+	while (got < n && rgaps_publisher_loan(pub, 65536, 1000, &l) == 0)
+		got++;
+	printf("loaned %ld\n", got);
+	fflush(stdout);
+	pause();
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "badframes") == 0)
+		return cmd_badframes();
+	if (argc >= 4 && strcmp(argv[1], "pull") == 0)
+		return cmd_pull(argv[2], atol(argv[3]));
+	if (argc >= 5 && strcmp(argv[1], "push") == 0)
+		return cmd_push(argv[2], atol(argv[3]), (size_t)atol(argv[4]));
+	if (argc >= 4 && strcmp(argv[1], "fdsub") == 0)
+		return cmd_fdsub(argv[2], atol(argv[3]));
+	if (argc >= 4 && strcmp(argv[1], "hold") == 0)
+		return cmd_hold(argv[2], atol(argv[3]));
+	if (argc >= 4 && strcmp(argv[1], "loanhold") == 0)
+		return cmd_loanhold(argv[2], atol(argv[3]));
+	fprintf(stderr, "usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
+			"hold T N | loanhold T N\n");
+	return 2;
+}
