@@ -15,3 +15,4 @@ wait_ok sub
 grep -q "received 400 verified 400 mismatched 0 gaps 0" "$T/sub.out" || fail "steady pair: $(tail -1 "$T/sub.out")"
 kill -0 "$DAEMON_PID" || fail "rgapsd died"
 ok "steady pair unaffected: $(tail -1 "$T/sub.out")"
+stop_daemon

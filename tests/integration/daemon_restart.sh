@@ -33,3 +33,4 @@ wait_until 5 subs_are rs 1 || fail "subscriber did not attach after restart"
 "$RGAPS" pub rs --count 20 --size 1MiB >/dev/null || fail "publish after restart"
 wait_ok s2
 ok "restarted daemon serves: $(tail -1 "$T/s2.out")"
+stop_daemon

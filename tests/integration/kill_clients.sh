@@ -43,3 +43,4 @@ kill -INT $(pgrep -P "$PID_steady"); wait "$PID_steady"
 grep -q "mismatched 0" "$T/steady.out" || fail "steady subscriber: $(tail -1 "$T/steady.out")"
 ok "steady subscriber: $(tail -1 "$T/steady.out")"
 "$RGAPS" stats kt --json | grep -q '"reclaimed_holds":[ 	]*8' || "$RGAPS" stats kt --json | grep -A0 reclaimed_holds
+stop_daemon

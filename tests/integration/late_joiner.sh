@@ -36,3 +36,4 @@ wait_until 5 subs_are rgapsif 2 || fail "pull/fd subscribers did not attach"
 wait_ok pull
 wait_ok fd
 ok "push/pull and fd-driven subscribers verified 200 messages ($(grep -o 'in [0-9]* wake-ups' "$T/fd.out"))"
+stop_daemon

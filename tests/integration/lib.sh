@@ -13,10 +13,21 @@ INSTANCE="it$$"
 PIDS=()
 DAEMON_PID=
 
+# Sanitizer builds: any report anywhere fails the test.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+sanitizer_reports() {
+	grep -l -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" "$T"/*.out "$T"/*.log 2>/dev/null
+}
+
 cleanup() {
 	local rc=$?
 	for p in "${PIDS[@]}" $DAEMON_PID; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
+	if [ $rc -eq 0 ] && [ -n "$(sanitizer_reports)" ]; then
+		echo "FAIL: sanitizer reports in: $(sanitizer_reports)"
+		grep -h -A12 -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" $(sanitizer_reports) | head -60
+		rc=1
+	fi
 	if [ $rc -ne 0 ] && [ -f "$T/rgapsd.log" ]; then
 		echo "---- rgapsd log (last 30 lines) ----"; tail -n 30 "$T/rgapsd.log"
 	fi
@@ -48,8 +59,9 @@ stop_daemon() {
 	kill -TERM "$DAEMON_PID" 2>/dev/null
 	for _ in $(seq 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.05; done
 	kill -0 "$DAEMON_PID" 2>/dev/null && fail "rgapsd ignored SIGTERM for 5 s"
-	wait "$DAEMON_PID" 2>/dev/null
+	wait "$DAEMON_PID" 2>/dev/null; local rc=$?
 	DAEMON_PID=
+	[ $rc -eq 0 ] || fail "rgapsd exited $rc after SIGTERM"
 }
 
 # bg NAME CMD...: run in the background with a timeout, output in $T/NAME.out

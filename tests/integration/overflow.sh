@@ -32,3 +32,4 @@ drops=$(grep -o 'drops [0-9]*' "$T/slow.out" | tr -dc 0-9)
 [ $((rcv + drops)) = 200 ] || fail "received $rcv + dropped $drops != 200 published: something was lost silently"
 "$RGAPS" stats drop --json | tr -d ' \t\n' | grep -q '"drops_total":[1-9]' || fail "drops not counted in stats"
 ok "drop_oldest: publisher never blocked ($ms ms), slow subscriber: $(tail -1 "$T/slow.out")"
+stop_daemon

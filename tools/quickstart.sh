@@ -1,0 +1,51 @@
+#!/bin/bash
+# The README's two commands: `tools/quickstart.sh demo` and `tools/quickstart.sh test`.
+# Both install what a fresh Debian 12 machine lacks, build, then run the demo
+# (a daemon, a publisher and verifying subscribers on the embedded defaults)
+# or every test suite (unit, integration, the same under ASan+UBSan, and the
+# RDMA suite in a Soft-RoCE VM when tests/rdma exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-}
+case "$what" in demo|test|build) ;; *) echo "usage: $0 demo|test|build" >&2; exit 2;; esac
+
+SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
+      libibverbs-dev librdmacm-dev libsodium-dev procps iproute2"
+missing=()
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "== installing: ${missing[*]}"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# CUDA is optional: the cuda plugin and the gpu suite are built when nvcc is there.
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+
+build() { # build DIR [meson options...]
+	local dir=$1; shift
+	[ -f "$dir/build.ninja" ] || meson setup "$dir" -Dwerror=true "$@"
+	ninja -C "$dir"
+}
+
+echo "== building"
+build build
+case "$what" in
+build) ;;
+demo) exec tools/demo.sh build ;;
+test)
+	echo "== unit and integration tests"
+	meson test -C build --print-errorlogs --no-rebuild
+	echo "== the same under ASan+UBSan"
+	build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	meson test -C build-asan --print-errorlogs --no-rebuild --suite unit --suite integration
+	if [ -d tests/rdma ] && [ -f build/tests/rdma/rdma_suite.sh ] || [ -f tests/rdma/rdma_suite.sh ]; then
+		echo "== RDMA (verbs over Soft-RoCE in a VM)"
+		bash tests/rdma/run.sh build
+	fi
+	echo "== all suites passed"
+	;;
+esac
