@@ -1,0 +1,904 @@
+/*
+ * The cuda memory plugin: a topic's pool is one allocation of GPU memory that
+ * rgapsd creates and every local client maps, so that a message is written
+ * there once (a device-to-device copy, or none with the loan API) and read in
+ * place by every subscriber's kernels. Two ways to share it (docs/GPU.md):
+ *
+ *   VMM  cuMemCreate with a POSIX file-descriptor handle, exported with
+ *        cuMemExportToShareableHandle; the fd travels over the control socket
+ *        and importers cuMemImportFromShareableHandle + reserve + map + set
+ *        access. The driver frees the memory when the last mapping goes.
+ *   IPC  where VMM fd handles are missing: cudaMalloc + cudaIpcGetMemHandle;
+ *        the 64-byte handle is written into a memfd, which is the region's fd,
+ *        and importers cudaIpcOpenMemHandle it.
+ *
+ * The CUDA runtime is linked statically, so the module needs only the driver
+ * (libcuda.so.1) at run time, found by the runtime when it is first used; the
+ * few driver calls for VMM come from cudaGetDriverEntryPointByVersion, never
+ * from linking libcuda. init() touches no CUDA at all: a daemon on a machine
+ * without a GPU loads this plugin, probe() says why it cannot work, and
+ * "auto" falls back to the host plugin.
+ *
+ * Copies run on one non-blocking stream per (context, device) and are waited
+ * for before returning (the ABI's copy is synchronous). Completion callbacks
+ * into the daemon's loop belong to the remote path, which does not exist yet.
+ * This file sees only include/rgaps/plugin.h.
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rgaps/plugin.h"
+
+/* region.flags: how importers must open the fd (sent to them with it). */
+#define CUDA_FLAG_VMM 0x1u /* fd is a cuMem POSIX fd handle */
+#define CUDA_FLAG_IPC 0x2u /* fd is a memfd holding a cudaIpcMemHandle_t */
+
+#define CUDA_MAX_DEVICES 64
+/* Driver ABI the entry points are asked for: the VMM calls date from 10.2. */
+#define CUDA_DRIVER_ABI 12000
+#define MiB (1024.0 * 1024.0)
+
+enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+/* The driver calls we need, resolved once per process through the runtime. */
+static struct {
+	pthread_once_t once;
+	int err; /* 0, or a negative errno when an entry point is missing */
+	char why[160];
+	PFN_cuGetErrorString_v6000 GetErrorString;
+	PFN_cuDeviceGet_v2000 DeviceGet;
+	PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
+	PFN_cuMemGetAllocationGranularity_v10020 MemGetAllocationGranularity;
+	PFN_cuMemCreate_v10020 MemCreate;
+	PFN_cuMemRelease_v10020 MemRelease;
+	PFN_cuMemExportToShareableHandle_v10020 MemExportToShareableHandle;
+	PFN_cuMemImportFromShareableHandle_v10020 MemImportFromShareableHandle;
+	PFN_cuMemAddressReserve_v10020 MemAddressReserve;
+	PFN_cuMemAddressFree_v10020 MemAddressFree;
+	PFN_cuMemMap_v10020 MemMap;
+	PFN_cuMemUnmap_v10020 MemUnmap;
+	PFN_cuMemSetAccess_v10020 MemSetAccess;
+} drv = { .once = PTHREAD_ONCE_INIT };
+
+struct cuda_pool;
+
+struct cuda_ctx {
+	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+	pthread_mutex_t lock;		       /* guards streams, pools, numa_logged */
+	cudaStream_t stream[CUDA_MAX_DEVICES]; /* created on first copy to/from a device */
+	uint64_t numa_logged;		       /* bit per device: placement reported */
+	struct cuda_pool *pools;	       /* regions this context mapped */
+};
+
+/* One region as this process holds it (region.priv). */
+struct cuda_pool {
+	struct cuda_pool *next;
+	uint32_t mode;	 /* CUDA_FLAG_VMM or CUDA_FLAG_IPC */
+	bool creator;	 /* the creator owns the allocation (IPC: frees it) */
+	int device;
+	uint64_t size;
+	CUdeviceptr va;	 /* VMM: reserved and mapped range */
+	CUmemGenericAllocationHandle handle;
+	void *ptr;	 /* IPC: cudaMalloc'd (creator) or opened (importer) */
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+#define plog(ctx, level, ...)                               \
+	do {                                                \
+		if ((ctx) && (ctx)->log)                    \
+			(ctx)->log((level), __VA_ARGS__);   \
+	} while (0)
+
+static int errno_of_rt(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+	case cudaErrorInsufficientDriver:
+		return -ENODEV;
+	case cudaErrorInvalidValue:
+	case cudaErrorInvalidDevicePointer:
+	case cudaErrorInvalidResourceHandle:
+		return -EINVAL;
+	case cudaErrorNotSupported:
+		return -ENOTSUP;
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return -EEXIST;
+	case cudaErrorHostMemoryNotRegistered:
+		return -ENOENT;
+	default:
+		return -EIO;
+	}
+}
+
+static int errno_of_drv(CUresult e)
+{
+	switch (e) {
+	case CUDA_SUCCESS:
+		return 0;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_INVALID_DEVICE:
+		return -ENODEV;
+	case CUDA_ERROR_INVALID_VALUE:
+	case CUDA_ERROR_INVALID_HANDLE:
+		return -EINVAL;
+	case CUDA_ERROR_NOT_SUPPORTED:
+	case CUDA_ERROR_NOT_PERMITTED:
+		return -ENOTSUP;
+	default:
+		return -EIO;
+	}
+}
+
+static const char *drv_str(CUresult e)
+{
+	const char *s = NULL;
+
+	if (drv.GetErrorString && drv.GetErrorString(e, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "unknown driver error";
+}
+
+/* Log a failed driver call and turn it into an errno. */
+static int drv_fail(struct cuda_ctx *ctx, const char *what, CUresult e)
+{
+	plog(ctx, LOG_ERROR, "cuda: %s failed: %s (CUresult %d)", what, drv_str(e), (int)e);
+	return errno_of_drv(e);
+}
+
+static int rt_fail(struct cuda_ctx *ctx, const char *what, cudaError_t e)
+{
+	plog(ctx, LOG_ERROR, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+	return errno_of_rt(e);
+}
+
+static void load_driver(void)
+{
+	static const struct {
+		const char *sym;
+		size_t off;
+	} tab[] = {
+#define E(name) { "cu" #name, offsetof(__typeof__(drv), name) }
+		E(GetErrorString), E(DeviceGet), E(DeviceGetAttribute),
+		E(MemGetAllocationGranularity), E(MemCreate), E(MemRelease),
+		E(MemExportToShareableHandle), E(MemImportFromShareableHandle),
+		E(MemAddressReserve), E(MemAddressFree), E(MemMap), E(MemUnmap), E(MemSetAccess),
+#undef E
+	};
+
+	for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+		enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+		void *fn = NULL;
+		cudaError_t e = cudaGetDriverEntryPointByVersion(tab[i].sym, &fn, CUDA_DRIVER_ABI,
+								 cudaEnableDefault, &q);
+
+		if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+			snprintf(drv.why, sizeof(drv.why), "driver entry point %s unavailable: %s",
+				 tab[i].sym,
+				 e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+			drv.err = -ENOTSUP;
+			return;
+		}
+		memcpy((char *)&drv + tab[i].off, &fn, sizeof(fn));
+	}
+}
+
+static int need_driver(char *why, size_t whylen)
+{
+	pthread_once(&drv.once, load_driver);
+	if (drv.err && why)
+		snprintf(why, whylen, "%s", drv.why);
+	return drv.err;
+}
+
+/*
+ * Is the device usable? 0, or -ENODEV and why in words: no driver, no device,
+ * ordinal out of range. Does not create a context.
+ */
+static int check_device(int32_t device, char *why, size_t whylen)
+{
+	int drv_version = 0, count = 0;
+	cudaError_t e;
+
+	e = cudaDriverGetVersion(&drv_version);
+	if (e != cudaSuccess || drv_version == 0) {
+		snprintf(why, whylen, "no NVIDIA driver: libcuda.so.1 could not be loaded");
+		return -ENODEV;
+	}
+	e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+
+		snprintf(why, whylen, "no CUDA device visible (driver for CUDA %d.%d%s%s)",
+			 drv_version / 1000, drv_version % 1000 / 10,
+			 vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "");
+		return -ENODEV;
+	}
+	if (e == cudaErrorInsufficientDriver) {
+		int rt = 0;
+
+		cudaRuntimeGetVersion(&rt);
+		snprintf(why, whylen, "driver supports CUDA %d.%d, this plugin needs %d.%d",
+			 drv_version / 1000, drv_version % 1000 / 10, rt / 1000, rt % 1000 / 10);
+		return -ENODEV;
+	}
+	if (e != cudaSuccess) {
+		snprintf(why, whylen, "cannot count CUDA devices: %s", cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (device < 0 || device >= count || device >= CUDA_MAX_DEVICES) {
+		snprintf(why, whylen, "device ordinal %d out of range: %d CUDA device%s visible",
+			 (int)device, count, count == 1 ? "" : "s");
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/* Make device current (and its primary context live); *old_p gets the caller's. */
+static int enter_device(struct cuda_ctx *ctx, int device, int *old_p)
+{
+	cudaError_t e;
+	int old = -1;
+
+	if (cudaGetDevice(&old) != cudaSuccess)
+		old = -1;
+	if (old != device) {
+		e = cudaSetDevice(device);
+		if (e != cudaSuccess)
+			return rt_fail(ctx, "cudaSetDevice", e);
+	}
+	*old_p = old;
+	return 0;
+}
+
+static void leave_device(int device, int old)
+{
+	if (old >= 0 && old != device)
+		cudaSetDevice(old);
+}
+
+/* The PCI device's NUMA node from sysfs: -1 when the platform reports none. */
+static int gpu_numa_node(int device, char *pci, size_t pcilen)
+{
+	char path[128], buf[16];
+	int fd, node = -1;
+	ssize_t n;
+
+	if (cudaDeviceGetPCIBusId(pci, (int)pcilen, device) != cudaSuccess) {
+		snprintf(pci, pcilen, "?");
+		return -1;
+	}
+	for (char *p = pci; *p; p++)
+		*p = (char)tolower((unsigned char)*p);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", pci);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		node = atoi(buf);
+	}
+	return node;
+}
+
+/* Say once per device where it sits: the staging pool (DP1) will go on that node. */
+static void report_placement(struct cuda_ctx *ctx, int device)
+{
+	struct cudaDeviceProp prop;
+	char pci[32];
+	bool first;
+	int node;
+
+	pthread_mutex_lock(&ctx->lock);
+	first = !(ctx->numa_logged & (1ull << device));
+	ctx->numa_logged |= 1ull << device;
+	pthread_mutex_unlock(&ctx->lock);
+	if (!first)
+		return;
+	if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+		snprintf(prop.name, sizeof(prop.name), "?");
+	node = gpu_numa_node(device, pci, sizeof(pci));
+	if (node >= 0)
+		plog(ctx, LOG_INFO,
+		     "cuda: GPU %d (%s, PCI %s) is on NUMA node %d: host staging memory for it "
+		     "belongs there",
+		     device, prop.name, pci, node);
+	else
+		plog(ctx, LOG_INFO,
+		     "cuda: GPU %d (%s, PCI %s): the platform reports no NUMA node for it",
+		     device, prop.name, pci);
+}
+
+/* VMM with POSIX fd export, unless the device lacks it or RGAPS_CUDA_IPC=1 asks for IPC. */
+static uint32_t share_mode(int device, char *why, size_t whylen)
+{
+	const char *force = getenv("RGAPS_CUDA_IPC");
+	int vmm = 0, fdh = 0;
+	CUdevice dev;
+
+	if (force && strcmp(force, "1") == 0) {
+		snprintf(why, whylen, "RGAPS_CUDA_IPC=1");
+		return CUDA_FLAG_IPC;
+	}
+	if (need_driver(why, whylen))
+		return CUDA_FLAG_IPC;
+	if (drv.DeviceGet(&dev, device) != CUDA_SUCCESS ||
+	    drv.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+				   dev) != CUDA_SUCCESS ||
+	    drv.DeviceGetAttribute(&fdh,
+				   CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+				   dev) != CUDA_SUCCESS) {
+		snprintf(why, whylen, "cannot read the device's VMM attributes");
+		return CUDA_FLAG_IPC;
+	}
+	if (!vmm || !fdh) {
+		snprintf(why, whylen, "device %d lacks %s", device,
+			 !vmm ? "virtual memory management" : "POSIX fd export of VMM memory");
+		return CUDA_FLAG_IPC;
+	}
+	snprintf(why, whylen, "VMM with POSIX fd export");
+	return CUDA_FLAG_VMM;
+}
+
+static void pool_link(struct cuda_ctx *ctx, struct cuda_pool *p)
+{
+	pthread_mutex_lock(&ctx->lock);
+	p->next = ctx->pools;
+	ctx->pools = p;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+static void pool_unlink(struct cuda_ctx *ctx, struct cuda_pool *p)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct cuda_pool **pp = &ctx->pools; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+static uintptr_t pool_base(const struct cuda_pool *p)
+{
+	return p->mode == CUDA_FLAG_VMM ? (uintptr_t)p->va : (uintptr_t)p->ptr;
+}
+
+/* ---------------------------------------------------------------- init, probe */
+
+static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
+{
+	struct cuda_ctx *ctx = calloc(1, sizeof(*ctx));
+
+	if (!ctx)
+		return -ENOMEM;
+	if (env && env->struct_size >= offsetof(struct rgaps_plugin_env, log) + sizeof(env->log))
+		ctx->log = env->log; /* env itself may not outlive this call */
+	pthread_mutex_init(&ctx->lock, NULL);
+	/* No CUDA here: init must succeed where there is no GPU (probe says why). */
+	*ctx_p = ctx;
+	return 0;
+}
+
+static void cuda_fini(void *vctx)
+{
+	struct cuda_ctx *ctx = vctx;
+
+	if (!ctx)
+		return;
+	for (int d = 0; d < CUDA_MAX_DEVICES; d++) {
+		int old;
+
+		if (!ctx->stream[d] || enter_device(ctx, d, &old))
+			continue;
+		cudaStreamDestroy(ctx->stream[d]);
+		leave_device(d, old);
+	}
+	if (ctx->pools)
+		plog(ctx, LOG_WARN, "cuda: plugin closed with pools still mapped");
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}
+
+static int cuda_probe(void *vctx, int32_t device, char *why, size_t whylen)
+{
+	struct cuda_ctx *ctx = vctx;
+	char mode_why[160];
+	size_t free_b = 0, total_b = 0;
+	uint32_t mode;
+	int old, r;
+
+	r = check_device(device, why, whylen);
+	if (r)
+		return r;
+	r = enter_device(ctx, device, &old);
+	if (r) {
+		snprintf(why, whylen, "cannot use CUDA device %d", (int)device);
+		return -ENODEV;
+	}
+	mode = share_mode(device, mode_why, sizeof(mode_why));
+	cudaMemGetInfo(&free_b, &total_b);
+	leave_device(device, old);
+	report_placement(ctx, device);
+	snprintf(why, whylen,
+		 "CUDA device %d usable, %.0f MiB free of %.0f; pools shared by %s (%s)",
+		 (int)device, free_b / MiB, total_b / MiB,
+		 mode == CUDA_FLAG_VMM ? "VMM fd" : "cudaIpc handle", mode_why);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- VMM */
+
+static void vmm_prop(CUmemAllocationProp *prop, int device)
+{
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = device;
+	prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+/* Reserve a range for p->handle, map it and make it read-write for p->device. */
+static int vmm_map(struct cuda_ctx *ctx, struct cuda_pool *p, size_t align)
+{
+	CUmemAccessDesc acc = {
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = p->device },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+	};
+	CUresult e;
+
+	e = drv.MemAddressReserve(&p->va, p->size, align, 0, 0);
+	if (e != CUDA_SUCCESS)
+		return drv_fail(ctx, "cuMemAddressReserve", e);
+	e = drv.MemMap(p->va, p->size, 0, p->handle, 0);
+	if (e != CUDA_SUCCESS) {
+		drv_fail(ctx, "cuMemMap", e);
+		goto err_free_va;
+	}
+	e = drv.MemSetAccess(p->va, p->size, &acc, 1);
+	if (e != CUDA_SUCCESS) {
+		drv_fail(ctx, "cuMemSetAccess", e);
+		goto err_unmap;
+	}
+	return 0;
+
+err_unmap:
+	drv.MemUnmap(p->va, p->size);
+err_free_va:
+	drv.MemAddressFree(p->va, p->size);
+	p->va = 0;
+	return errno_of_drv(e);
+}
+
+static void vmm_unmap(struct cuda_pool *p)
+{
+	if (p->va) {
+		drv.MemUnmap(p->va, p->size);
+		drv.MemAddressFree(p->va, p->size);
+		p->va = 0;
+	}
+	if (p->handle) {
+		drv.MemRelease(p->handle);
+		p->handle = 0;
+	}
+}
+
+static int vmm_granularity(struct cuda_ctx *ctx, int device, size_t *gran_p)
+{
+	CUmemAllocationProp prop;
+	size_t gran = 0;
+	CUresult e;
+
+	vmm_prop(&prop, device);
+	e = drv.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	if (e != CUDA_SUCCESS || gran == 0)
+		e = drv.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (e != CUDA_SUCCESS)
+		return drv_fail(ctx, "cuMemGetAllocationGranularity", e);
+	*gran_p = gran;
+	return 0;
+}
+
+static int vmm_create(struct cuda_ctx *ctx, struct cuda_pool *p, uint64_t size, int *fd_p)
+{
+	CUmemAllocationProp prop;
+	size_t gran;
+	int fd = -1, r;
+	CUresult e;
+
+	r = vmm_granularity(ctx, p->device, &gran);
+	if (r)
+		return r;
+	p->size = (size + gran - 1) / gran * gran;
+	vmm_prop(&prop, p->device);
+	e = drv.MemCreate(&p->handle, p->size, &prop, 0);
+	if (e != CUDA_SUCCESS) {
+		p->handle = 0;
+		return drv_fail(ctx, "cuMemCreate", e);
+	}
+	e = drv.MemExportToShareableHandle(&fd, p->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+					   0);
+	if (e != CUDA_SUCCESS) {
+		r = drv_fail(ctx, "cuMemExportToShareableHandle", e);
+		goto err_release;
+	}
+	r = vmm_map(ctx, p, gran);
+	if (r)
+		goto err_close;
+	*fd_p = fd;
+	return 0;
+
+err_close:
+	close(fd);
+err_release:
+	drv.MemRelease(p->handle);
+	p->handle = 0;
+	return r;
+}
+
+static int vmm_import(struct cuda_ctx *ctx, struct cuda_pool *p, int fd)
+{
+	size_t gran;
+	CUresult e;
+	int r;
+
+	r = vmm_granularity(ctx, p->device, &gran);
+	if (r)
+		return r;
+	if (p->size % gran) {
+		plog(ctx, LOG_ERROR,
+		     "cuda: pool size %llu is not a multiple of the granularity %zu",
+		     (unsigned long long)p->size, gran);
+		return -EINVAL;
+	}
+	e = drv.MemImportFromShareableHandle(&p->handle, (void *)(uintptr_t)fd,
+					     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (e != CUDA_SUCCESS) {
+		p->handle = 0;
+		return drv_fail(ctx, "cuMemImportFromShareableHandle", e);
+	}
+	r = vmm_map(ctx, p, gran);
+	if (r) {
+		drv.MemRelease(p->handle);
+		p->handle = 0;
+	}
+	return r;
+}
+
+/* ---------------------------------------------------------------- IPC fallback */
+
+static int ipc_create(struct cuda_ctx *ctx, struct cuda_pool *p, uint64_t size, int *fd_p)
+{
+	cudaIpcMemHandle_t h;
+	cudaError_t e;
+	int fd, r;
+
+	p->size = (size + 0xfffff) & ~(uint64_t)0xfffff;
+	e = cudaMalloc(&p->ptr, p->size);
+	if (e != cudaSuccess) {
+		p->ptr = NULL;
+		return rt_fail(ctx, "cudaMalloc", e);
+	}
+	e = cudaIpcGetMemHandle(&h, p->ptr);
+	if (e != cudaSuccess) {
+		r = rt_fail(ctx, "cudaIpcGetMemHandle", e);
+		goto err_free;
+	}
+	fd = memfd_create("rgaps-cuda-ipc", MFD_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		plog(ctx, LOG_ERROR, "cuda: memfd_create: %s", strerror(errno));
+		goto err_free;
+	}
+	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		r = -EIO;
+		plog(ctx, LOG_ERROR, "cuda: cannot write the IPC handle into its memfd");
+		close(fd);
+		goto err_free;
+	}
+	*fd_p = fd;
+	return 0;
+
+err_free:
+	cudaFree(p->ptr);
+	p->ptr = NULL;
+	return r;
+}
+
+static int ipc_import(struct cuda_ctx *ctx, struct cuda_pool *p, int fd)
+{
+	cudaIpcMemHandle_t h;
+	cudaError_t e;
+
+	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		plog(ctx, LOG_ERROR, "cuda: the pool fd does not hold a CUDA IPC handle");
+		return -EINVAL;
+	}
+	e = cudaIpcOpenMemHandle(&p->ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (e != cudaSuccess) {
+		p->ptr = NULL;
+		return rt_fail(ctx, "cudaIpcOpenMemHandle", e);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- pools */
+
+static int cuda_pool_create(void *vctx, const char *name, uint64_t size, int32_t device,
+			    struct rgaps_mem_region *region_p)
+{
+	struct cuda_ctx *ctx = vctx;
+	struct cuda_pool *p;
+	size_t free_b = 0, total_b = 0;
+	char why[200];
+	int old, fd = -1, r;
+	cudaError_t e;
+
+	r = check_device(device, why, sizeof(why));
+	if (r) {
+		plog(ctx, LOG_ERROR, "cuda: cannot create pool %s: %s", name, why);
+		return r;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->device = device;
+	p->creator = true;
+	r = enter_device(ctx, device, &old);
+	if (r)
+		goto err_free;
+	report_placement(ctx, device);
+	e = cudaMemGetInfo(&free_b, &total_b);
+	if (e != cudaSuccess) {
+		r = rt_fail(ctx, "cudaMemGetInfo", e);
+		goto err_leave;
+	}
+	if (free_b < size) {
+		plog(ctx, LOG_ERROR,
+		     "cuda: GPU %d has %.0f MiB free, topic needs %.0f MiB (pool %s)",
+		     (int)device, free_b / MiB, size / MiB, name);
+		r = -ENOMEM;
+		goto err_leave;
+	}
+	p->mode = share_mode(device, why, sizeof(why));
+	if (p->mode == CUDA_FLAG_VMM)
+		r = vmm_create(ctx, p, size, &fd);
+	else
+		r = ipc_create(ctx, p, size, &fd);
+	if (r) {
+		plog(ctx, LOG_ERROR, "cuda: cannot create a %.0f MiB pool on GPU %d (%s)",
+		     size / MiB, (int)device, p->mode == CUDA_FLAG_VMM ? "VMM" : "cudaIpc");
+		goto err_leave;
+	}
+	leave_device(device, old);
+	pool_link(ctx, p);
+	plog(ctx, LOG_INFO, "cuda: pool %s: %.0f MiB on GPU %d at 0x%llx, shared by %s (%s)", name,
+	     p->size / MiB, (int)device, (unsigned long long)pool_base(p),
+	     p->mode == CUDA_FLAG_VMM ? "VMM fd" : "cudaIpc handle", why);
+	*region_p = (struct rgaps_mem_region){
+		.base = (void *)pool_base(p),
+		.size = p->size,
+		.fd = fd,
+		.kind = RGAPS_MEM_CUDA,
+		.device = device,
+		.flags = p->mode,
+		.priv = p,
+	};
+	return 0;
+
+err_leave:
+	leave_device(device, old);
+err_free:
+	free(p);
+	return r;
+}
+
+static int cuda_pool_import(void *vctx, int fd, uint64_t size, int32_t device, uint32_t flags,
+			    struct rgaps_mem_region *region_p)
+{
+	struct cuda_ctx *ctx = vctx;
+	struct cuda_pool *p;
+	char why[200];
+	int old, r;
+
+	if (flags != CUDA_FLAG_VMM && flags != CUDA_FLAG_IPC) {
+		plog(ctx, LOG_ERROR, "cuda: pool flags 0x%x name no sharing method", flags);
+		return -EINVAL;
+	}
+	r = check_device(device, why, sizeof(why));
+	if (r) {
+		plog(ctx, LOG_ERROR, "cuda: cannot import the pool: %s", why);
+		return r;
+	}
+	if (flags == CUDA_FLAG_VMM && need_driver(why, sizeof(why))) {
+		plog(ctx, LOG_ERROR, "cuda: cannot import a VMM pool: %s", why);
+		return -ENOTSUP;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->device = device;
+	p->mode = flags;
+	p->size = size;
+	r = enter_device(ctx, device, &old);
+	if (r)
+		goto err_free;
+	r = flags == CUDA_FLAG_VMM ? vmm_import(ctx, p, fd) : ipc_import(ctx, p, fd);
+	leave_device(device, old);
+	if (r)
+		goto err_free;
+	pool_link(ctx, p);
+	*region_p = (struct rgaps_mem_region){
+		.base = (void *)pool_base(p),
+		.size = p->size,
+		.fd = fd, /* consumed: owned by the region now */
+		.kind = RGAPS_MEM_CUDA,
+		.device = device,
+		.flags = flags,
+		.priv = p,
+	};
+	return 0;
+
+err_free:
+	free(p);
+	return r;
+}
+
+static void cuda_pool_release(void *vctx, struct rgaps_mem_region *region)
+{
+	struct cuda_ctx *ctx = vctx;
+	struct cuda_pool *p = region->priv;
+	int old;
+
+	if (p) {
+		pool_unlink(ctx, p);
+		if (enter_device(ctx, p->device, &old) == 0) {
+			/* Reverse order: unmap, give the range back, drop our reference. */
+			if (p->mode == CUDA_FLAG_VMM)
+				vmm_unmap(p);
+			else if (p->ptr && p->creator)
+				cudaFree(p->ptr);
+			else if (p->ptr)
+				cudaIpcCloseMemHandle(p->ptr);
+			leave_device(p->device, old);
+		}
+		free(p);
+	}
+	if (region->fd >= 0)
+		close(region->fd);
+	region->base = NULL;
+	region->fd = -1;
+	region->priv = NULL;
+}
+
+/* ---------------------------------------------------------------- copies */
+
+/* The device a copy runs on: the pool's, found among this context's regions. */
+static int copy_device(struct cuda_ctx *ctx, const void *dst, const void *src, uint32_t dir)
+{
+	const void *cand[2] = { dst, src };
+	int dev = -1;
+
+	if (dir == RGAPS_COPY_FROM_POOL) {
+		cand[0] = src;
+		cand[1] = dst;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	for (int i = 0; i < 2 && dev < 0; i++)
+		for (struct cuda_pool *p = ctx->pools; p; p = p->next)
+			if ((uintptr_t)cand[i] - pool_base(p) < p->size) {
+				dev = p->device;
+				break;
+			}
+	pthread_mutex_unlock(&ctx->lock);
+	for (int i = 0; i < 2 && dev < 0; i++) {
+		struct cudaPointerAttributes a;
+
+		if (cudaPointerGetAttributes(&a, cand[i]) == cudaSuccess &&
+		    a.type == cudaMemoryTypeDevice)
+			dev = a.device;
+	}
+	if (dev < 0 && cudaGetDevice(&dev) != cudaSuccess)
+		dev = 0;
+	cudaGetLastError(); /* a host pointer to cudaPointerGetAttributes is no error */
+	return dev;
+}
+
+static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t dir)
+{
+	struct cuda_ctx *ctx = vctx;
+	cudaStream_t s;
+	cudaError_t e;
+	int dev, old, r;
+
+	if (n == 0)
+		return 0;
+	dev = copy_device(ctx, dst, src, dir);
+	if (dev < 0 || dev >= CUDA_MAX_DEVICES)
+		return -ENODEV;
+	r = enter_device(ctx, dev, &old);
+	if (r)
+		return r;
+	pthread_mutex_lock(&ctx->lock);
+	s = ctx->stream[dev];
+	if (!s) {
+		e = cudaStreamCreateWithFlags(&ctx->stream[dev], cudaStreamNonBlocking);
+		s = e == cudaSuccess ? ctx->stream[dev] : NULL;
+		if (!s)
+			ctx->stream[dev] = NULL;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!s) {
+		r = -ENOMEM;
+		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream on GPU %d", dev);
+		goto out;
+	}
+	e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(s);
+	r = e == cudaSuccess ? 0 : rt_fail(ctx, "copy into/out of the pool", e);
+out:
+	leave_device(dev, old);
+	return r;
+}
+
+/* ---------------------------------------------------------------- pinning */
+
+static int cuda_host_register(void *vctx, void *ptr, size_t n)
+{
+	cudaError_t e = cudaHostRegister(ptr, n, cudaHostRegisterPortable);
+
+	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaHostRegister", e);
+}
+
+static int cuda_host_unregister(void *vctx, void *ptr)
+{
+	cudaError_t e = cudaHostUnregister(ptr);
+
+	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaHostUnregister", e);
+}
+
+static const struct rgaps_memory_ops cuda_ops = {
+	.init = cuda_init,
+	.fini = cuda_fini,
+	.probe = cuda_probe,
+	.pool_create = cuda_pool_create,
+	.pool_import = cuda_pool_import,
+	.pool_release = cuda_pool_release,
+	.copy = cuda_copy,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
+};
+
+RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
+	.abi_version = RGAPS_PLUGIN_ABI_VERSION,
+	.struct_size = sizeof(struct rgaps_plugin),
+	.kind = RGAPS_PLUGIN_MEMORY,
+	.ops_size = sizeof(struct rgaps_memory_ops),
+	.name = "cuda",
+	.description = "CUDA device memory shared by VMM fd export (cudaIpc fallback)",
+	.ops = &cuda_ops,
+};

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Runs gpu-bench (tests/gpu/gpu_bench.cu) against its own rgapsd: topic gbench
+# on "memory": "cuda" and hbench on "memory": "host" (the shared-memory
+# baselines), each a 4 GiB pool taking messages up to 1 GiB. Extra arguments go
+# to gpu-bench (e.g. --sizes 4MiB,64MiB --subs 1,8). Skips (77) without a GPU.
+# Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_bench.sh
+: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+GPU_BENCH="$RGAPS_BUILD/tests/gpu/gpu-bench"
+[ -x "$GPU_BENCH" ] || { echo "SKIP: $GPU_BENCH not built (no nvcc at configure time)"; exit 77; }
+"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
+
+. "$(dirname "$0")/../integration/lib.sh"
+
+mkdir -p "$T/topics.d"
+echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"
+# The host baseline's pool lives in /dev/shm: smaller where /dev/shm is small.
+hpool=4GiB
+avail=$(df -B1 --output=avail /dev/shm | tail -n 1)
+if [ "$avail" -lt $((6 << 30)) ]; then
+	hpool=2GiB
+	echo "note: /dev/shm has $((avail >> 20)) MiB free: host pool $hpool"
+fi
+for t in gbench:cuda:4GiB hbench:host:$hpool; do
+	IFS=: read -r name mem pool <<<"$t"
+	printf '{ "memory": "%s", "pool_size": "%s", "max_message_size": "1GiB", "queue_depth": 64, "block_timeout_ms": 10000 }\n' \
+		"$mem" "$pool" >"$T/topics.d/$name.json"
+done
+start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
+timeout -k 5 "${BENCH_TIMEOUT:-540}" "$GPU_BENCH" --gpu-topic gbench --host-topic hbench "$@"
+rc=$?
+grep "cuda:" "$T/rgapsd.log" | sed 's/^/rgapsd: /'
+exit $rc

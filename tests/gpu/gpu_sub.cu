@@ -1,0 +1,182 @@
+/*
+ * gpu-sub: a subscriber that checks every byte of every message IN PLACE: a
+ * kernel reads the device pointer rgaps hands out (the topic's shared GPU
+ * pool, mapped into this process) and counts the words that differ from the
+ * payload pattern. Nothing is copied to the host but the verdict.
+ *
+ *   gpu-sub TOPIC [--count N] [--timeout S] [--allow-gaps] [--hold K]
+ *
+ * Prints "received R verified V mismatched M gaps G drops D" and exits 0 when
+ * R == N, M == 0 and (with --allow-gaps aside) G == 0. --hold K takes K
+ * messages, verifies them, keeps holding them, prints "holding K" and waits to
+ * be killed (the reclaim test).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_test.cuh"
+#include "rgaps/rgaps.h"
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int)
+{
+	stop = 1;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: gpu-sub TOPIC [--count N] [--timeout S] [--allow-gaps] "
+			"[--hold K]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "count", required_argument, NULL, 'n' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "allow-gaps", no_argument, NULL, 'g' },
+		{ "hold", required_argument, NULL, 'H' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t count = 100, received = 0, verified = 0, mismatched = 0, gaps = 0;
+	uint64_t prev_seq = 0, prev_counter = 0, hold = 0, t0, deadline;
+	int allow_gaps = 0, have_prev = 0, o, rc;
+	double timeout = 60;
+	const char *topic;
+	rgaps_subscriber_t *sub;
+	rgaps_topic_info_t info = {};
+	verify_result *d_res, *h_res;
+	struct sigaction sa;
+	cudaStream_t s;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n':
+			count = strtoull(optarg, NULL, 10);
+			break;
+		case 't':
+			timeout = atof(optarg);
+			break;
+		case 'g':
+			allow_gaps = 1;
+			break;
+		case 'H':
+			hold = strtoull(optarg, NULL, 10);
+			count = hold;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc - 1)
+		usage();
+	topic = argv[optind];
+	gpu_require("gpu-sub");
+	info.struct_size = sizeof(info);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: a waiting take() returns -EINTR */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	CK(cudaSetDevice(0));
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CK(cudaMalloc(&d_res, sizeof(*d_res)));
+	CK(cudaMallocHost(&h_res, sizeof(*h_res)));
+	sub = rgaps_subscriber_init(topic);
+	if (!sub) {
+		fprintf(stderr, "gpu-sub: cannot attach to '%s': %s\n", topic, strerror(errno));
+		return 1;
+	}
+	rgaps_subscriber_info(sub, &info);
+	if (info.memory != RGAPS_MEMORY_CUDA) {
+		fprintf(stderr, "gpu-sub: topic '%s' is not in GPU memory\n", topic);
+		return 1;
+	}
+	printf("attached to '%s' (GPU %d, pool %zu bytes)\n", topic, info.device, info.pool_size);
+	fflush(stdout);
+
+	t0 = gpu_now_ns();
+	deadline = t0 + (uint64_t)(timeout * 1e9);
+	while (received < count && !stop) {
+		uint64_t now = gpu_now_ns();
+		rgaps_msg_t m;
+		int r;
+
+		if (now >= deadline) {
+			fprintf(stderr, "gpu-sub: timed out after %llu of %llu messages\n",
+				(unsigned long long)received, (unsigned long long)count);
+			break;
+		}
+		r = rgaps_subscriber_take(sub, &m, 200);
+		if (r == -ETIMEDOUT || r == -EINTR || r == -EAGAIN)
+			continue;
+		if (r) {
+			fprintf(stderr, "gpu-sub: take: %s\n", rgaps_strerror(r));
+			break;
+		}
+		if (received == 0) {
+			cudaPointerAttributes a;
+
+			/* Host memory here would mean the topic is not really on the GPU. */
+			CK(cudaPointerGetAttributes(&a, m.data));
+			if (a.type == cudaMemoryTypeHost) {
+				fprintf(stderr, "gpu-sub: message is in host memory\n");
+				return 1;
+			}
+			printf("first message at %p: CUDA memory type %d, device %d\n", m.data,
+			       (int)a.type, a.device);
+			fflush(stdout);
+		}
+		received++;
+		gaps += m.gap;
+		if (m.size < PATTERN_HDR) {
+			mismatched++;
+		} else {
+			pattern_verify(m.data, m.size, d_res, h_res, s);
+			/* A publisher numbers messages base + i: seq and counter move together. */
+			if (have_prev && m.gap == 0 && h_res->counter >> 32 == prev_counter >> 32 &&
+			    h_res->counter - prev_counter != m.seq - prev_seq)
+				h_res->bad++;
+			if (h_res->bad) {
+				mismatched++;
+				if (mismatched <= 5)
+					fprintf(stderr,
+						"gpu-sub: seq %llu (%zu bytes): %llu bad words, "
+						"first at byte %llu\n",
+						(unsigned long long)m.seq, m.size, h_res->bad,
+						h_res->first_bad);
+			} else {
+				verified++;
+			}
+			prev_counter = h_res->counter;
+		}
+		prev_seq = m.seq;
+		have_prev = 1;
+		if (!hold)
+			rgaps_subscriber_release(sub, &m);
+	}
+	rgaps_subscriber_info(sub, &info);
+	printf("received %llu verified %llu mismatched %llu gaps %llu drops %llu\n",
+	       (unsigned long long)received, (unsigned long long)verified,
+	       (unsigned long long)mismatched, (unsigned long long)gaps,
+	       (unsigned long long)info.drops);
+	fflush(stdout);
+	rc = received == count && mismatched == 0 && (allow_gaps || gaps == 0) ? 0 : 1;
+	if (hold && rc == 0) {
+		printf("holding %llu\n", (unsigned long long)hold);
+		fflush(stdout);
+		while (!stop && gpu_now_ns() < deadline)
+			usleep(50000);
+	}
+	rgaps_subscriber_destroy(sub);
+	CK(cudaFreeHost(h_res));
+	CK(cudaFree(d_res));
+	CK(cudaStreamDestroy(s));
+	return rc;
+}
