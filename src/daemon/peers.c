@@ -1,0 +1,1808 @@
+/*
+ * The peer control plane of rgapsd (peers.h, DESIGN.md section 7): one TCP
+ * listener and, per configured peer, one connection attempt at a time with
+ * jittered exponential back-off, all libuv handles on the loop thread. Every
+ * connection runs the same handshake (HELLO both ways, then the initiator's
+ * AUTH, the responder's AUTH and its verdict AUTH_OK or ERROR) before any MSG
+ * may flow; the frames, the HMAC transcript and the duplicate rule are drawn
+ * in docs/PROTOCOL.md section 2.
+ *
+ * Ownership: a connection (struct peer_conn) belongs to the manager until its
+ * two handles (socket, timer) have closed; a peer (struct rgapsd_peer) lives
+ * as long as the manager and points at most at one session (the connection
+ * announced up) and one attempt of ours in progress. The manager is freed
+ * when its last handle, connection or resolver request is gone.
+ *
+ * Callbacks: peer_up and peer_down alternate per peer, once per session.
+ * When a session ends inside a loop callback (read, timer, write) peer_down
+ * runs there; when it ends inside a call the core makes (rgapsd_peer_send,
+ * rgapsd_peer_disconnect) it is posted to the peer's timer, so the core is
+ * never re-entered while it holds state on its stack. After every callback the
+ * code re-reads the connection's state: the core may have disconnected the
+ * peer or stopped the manager meanwhile (memory stays valid until the handles'
+ * close callbacks, which run on a later loop iteration).
+ *
+ * libuv writes with write(2): the process must ignore SIGPIPE (rgapsd's main
+ * does), or a peer that resets would kill it.
+ */
+#include "peers.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define PEERS_MAGIC "RGAPSPR1"
+#define PEERS_MAGIC_LEN 8
+#define PEERS_VERSION 1
+#define PEERS_HDR 5		 /* u32 payload length + u8 type */
+#define PEERS_NONCE 32
+#define PEERS_MAC crypto_auth_hmacsha256_BYTES
+#define PEERS_NAME_MAX 255
+#define PEERS_HELLO_FIXED (PEERS_MAGIC_LEN + 2 + 2 + PEERS_NONCE + 2)
+#define PEERS_SMALL_MAX 512	 /* any frame before authentication, and all but MSG after */
+#define PEERS_REASON_MAX 200	 /* ERROR and BYE texts */
+#define PEERS_AUTH_DOMAIN "rgaps-peer-auth-v1"
+#define PEERS_ROLE_INITIATOR 1
+#define PEERS_ROLE_RESPONDER 2
+#define PEERS_HANDSHAKE_MS 3000	 /* connect + handshake */
+#define PEERS_LINGER_MS 1000	 /* a final ERROR/BYE gets this long to leave */
+#define PEERS_BACKOFF_MIN_MS 100
+#define PEERS_BACKOFF_MAX_MS 5000
+#define PEERS_KEEPALIVE_DEFAULT_MS 1000
+#define PEERS_DEAD_INTERVALS 3
+#define PEERS_SENDQ_MAX (64u << 20) /* bytes libuv holds unsent, per session */
+#define PEERS_MAX_PENDING 64	    /* accepted connections not yet authenticated */
+#define PEERS_RXBUF (64 * 1024)
+
+/* Frame types (docs/PROTOCOL.md section 2, "Frames"). */
+enum peer_frame {
+	PF_HELLO = 1,
+	PF_AUTH = 2,
+	PF_AUTH_OK = 3,
+	PF_ERROR = 4,
+	PF_MSG = 5,
+	PF_PING = 6,
+	PF_PONG = 7,
+	PF_BYE = 8,
+};
+
+/* ERROR codes: why the sender refuses or ends the connection. */
+enum peer_error {
+	PE_PROTOCOL = 1,     /* malformed, oversize or unexpected frame */
+	PE_VERSION = 2,	     /* bad magic or unsupported protocol version */
+	PE_AUTH = 3,	     /* the HMAC did not verify: different keys */
+	PE_UNKNOWN_PEER = 4, /* the name is not in the receiver's peers list */
+	PE_DUPLICATE = 5,    /* the pair's other connection is kept */
+	PE_TIMEOUT = 6,	     /* handshake not completed in time */
+};
+
+enum conn_state {
+	CONN_CONNECTING, /* ours: TCP connect in flight */
+	CONN_HELLO,	 /* our HELLO sent: waiting for the other side's */
+	CONN_AUTH,	 /* HELLOs exchanged: waiting for the other side's AUTH */
+	CONN_AUTH_OK,	 /* ours: the responder's AUTH verified, waiting for its verdict */
+	CONN_UP,	 /* the peer's session: MSG, PING, PONG, BYE */
+	CONN_CLOSING,	 /* final ERROR/BYE queued, write side shut: input discarded until EOF */
+	CONN_CLOSED,	 /* handles closing; freed when both close callbacks ran */
+	CONN_NUM_STATES
+};
+
+static const char *const conn_state_names[CONN_NUM_STATES] = {
+	"connecting", "hello", "auth", "auth_ok", "up", "closing", "closed",
+};
+
+struct rgapsd_peers;
+
+struct peer_conn {
+	struct rgapsd_peers *pm;
+	struct rgapsd_peer *peer; /* NULL until an accepted connection's HELLO names one */
+	struct peer_conn *prev, *next; /* pm->conns, until freed */
+	enum conn_state state;
+	bool initiator;
+	bool pending; /* accepted and not yet authenticated: counted in pm->npending */
+	int handles;
+	uv_tcp_t tcp;
+	uv_timer_t timer; /* handshake deadline, then keepalive, then linger */
+	uv_connect_t connect_req;
+	uv_shutdown_t shutdown_req;
+	char addr[INET6_ADDRSTRLEN + 16]; /* remote address, for the log */
+	uint8_t nonce[PEERS_NONCE];
+	uint8_t peer_nonce[PEERS_NONCE];
+	uint64_t last_rx_ms, last_ping_ms;
+	bool ka_recheck; /* silent too long: look once more after the next poll for input */
+
+	/* Frame reassembly: header bytes, then a payload that straddled reads. */
+	uint8_t hdr[PEERS_HDR];
+	unsigned hdr_have;
+	uint8_t type;
+	uint32_t len;
+	uint32_t have;
+	uint8_t *buf;
+};
+
+struct rgapsd_peer {
+	struct rgapsd_peers *pm;
+	char name[PEERS_NAME_MAX + 1];
+	char host[PEERS_NAME_MAX + 1];
+	uint16_t port;
+	bool numeric; /* addr holds the address; otherwise host is resolved per attempt */
+	struct sockaddr_storage addr;
+	void *data;
+	struct rgapsd_peer_stats st;
+	struct peer_conn *session; /* announced up */
+	struct peer_conn *out;	   /* our attempt, until it is the session or gone */
+	uv_timer_t timer;	   /* back-off, and peer_down posted from an API call */
+	uv_getaddrinfo_t gai;
+	bool resolving;
+	bool attempted;	    /* a first attempt was made: later ones count as reconnects */
+	bool failing;	    /* a streak of failed attempts: logged once */
+	bool down_pending;  /* a session ended, peer_down not called yet */
+	char down_why[PEERS_REASON_MAX + 64];
+	uint32_t backoff_ms;
+	uint64_t next_attempt_ms; /* loop time */
+};
+
+struct rgapsd_peers {
+	uv_loop_t *loop;
+	const struct rgapsd_peers_ops *ops;
+	void *ctx;
+	char name[PEERS_NAME_MAX + 1];
+	uint8_t *key; /* sodium_malloc'd */
+	size_t keylen;
+	uint32_t keepalive_ms;
+	uv_tcp_t listener;
+	struct rgapsd_peer *peers;
+	uint32_t npeers;
+	struct peer_conn *conns;
+	unsigned npending;
+	unsigned refs; /* listener, peer timers, connections, resolver requests */
+	bool stopping;
+	bool overload_warned;
+	struct rgapsd_peers_stats st;
+	uint64_t entered[CONN_NUM_STATES]; /* per state: connections that entered it */
+	char rxbuf[PEERS_RXBUF];	   /* every read lands here, then is parsed at once */
+};
+
+static void conn_end(struct peer_conn *conn, uint8_t final_type, uint16_t code, bool notify,
+		     const char *why);
+static void peer_schedule(struct rgapsd_peer *p);
+static void peer_connect(struct rgapsd_peer *p);
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static void put16(uint8_t *b, uint16_t v)
+{
+	b[0] = (uint8_t)v;
+	b[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *b, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *b, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *b)
+{
+	return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *b)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | b[i];
+	return v;
+}
+
+/* Text from the wire, made safe to log: printable ASCII, the rest as '?'. */
+static void sanitize(char *dst, size_t cap, const uint8_t *src, size_t len)
+{
+	size_t n = RGAPS_MIN(len, cap - 1);
+
+	for (size_t i = 0; i < n; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? (char)src[i] : '?';
+	dst[n] = '\0';
+}
+
+static const char *frame_name(uint8_t type)
+{
+	static const char *const names[] = { "?",	  "HELLO", "AUTH", "AUTH_OK", "ERROR",
+					     "MSG",	  "PING",  "PONG", "BYE" };
+
+	return type < RGAPS_ARRAY_SIZE(names) ? names[type] : "unknown";
+}
+
+/* d +- 25 %, so daemons that lost each other at the same moment do not retry in step. */
+static uint32_t jitter(uint32_t d)
+{
+	return d - d / 4 + randombytes_uniform(d / 2 + 1);
+}
+
+static void pm_put(struct rgapsd_peers *pm)
+{
+	rgaps_require(pm->refs > 0);
+	if (--pm->refs)
+		return;
+	rgaps_debug("peers: closed (connections entering connecting %llu, hello %llu, auth %llu, "
+		    "auth_ok %llu, up %llu, closing %llu, closed %llu)",
+		    (unsigned long long)pm->entered[CONN_CONNECTING],
+		    (unsigned long long)pm->entered[CONN_HELLO],
+		    (unsigned long long)pm->entered[CONN_AUTH],
+		    (unsigned long long)pm->entered[CONN_AUTH_OK],
+		    (unsigned long long)pm->entered[CONN_UP],
+		    (unsigned long long)pm->entered[CONN_CLOSING],
+		    (unsigned long long)pm->entered[CONN_CLOSED]);
+	if (pm->key)
+		sodium_free(pm->key);
+	free(pm->peers);
+	free(pm);
+}
+
+static struct rgapsd_peer *pm_find(struct rgapsd_peers *pm, const char *name)
+{
+	for (uint32_t i = 0; i < pm->npeers; i++)
+		if (strcmp(pm->peers[i].name, name) == 0)
+			return &pm->peers[i];
+	return NULL;
+}
+
+/* ---- HOST:PORT and the key file ---------------------------------------------------------- */
+
+static bool host_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_';
+}
+
+int rgapsd_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p)
+{
+	const char *h, *he, *colon;
+	unsigned long port = 0;
+	size_t hl, digits;
+
+	if (!s || !host || !hostlen || !port_p)
+		return -EINVAL;
+	if (s[0] == '[') {
+		char v6[INET6_ADDRSTRLEN + 1];
+		struct in6_addr a;
+		const char *pct;
+
+		h = s + 1;
+		he = strchr(h, ']');
+		if (!he || he == h || he[1] != ':')
+			return -EINVAL;
+		colon = he + 1;
+		/* The address (a zone after '%' is the interface, resolved at connect). */
+		pct = memchr(h, '%', (size_t)(he - h));
+		hl = (size_t)((pct ? pct : he) - h);
+		if (hl == 0 || hl >= sizeof(v6))
+			return -EINVAL;
+		memcpy(v6, h, hl);
+		v6[hl] = '\0';
+		if (inet_pton(AF_INET6, v6, &a) != 1)
+			return -EINVAL;
+		if (pct) {
+			if (pct + 1 == he)
+				return -EINVAL;
+			for (const char *z = pct + 1; z < he; z++)
+				if (!host_char_ok(*z))
+					return -EINVAL;
+		}
+	} else {
+		h = s;
+		colon = strrchr(s, ':');
+		if (!colon || colon == s || memchr(s, ':', (size_t)(colon - s)))
+			return -EINVAL;
+		he = colon;
+		for (const char *c = h; c < he; c++)
+			if (!host_char_ok(*c))
+				return -EINVAL;
+	}
+	digits = strlen(colon + 1);
+	if (digits == 0 || digits > 5)
+		return -EINVAL;
+	for (const char *c = colon + 1; *c; c++) {
+		if (*c < '0' || *c > '9')
+			return -EINVAL;
+		port = port * 10 + (unsigned long)(*c - '0');
+	}
+	if (port < 1 || port > 65535)
+		return -EINVAL;
+	hl = (size_t)(he - h);
+	if (hl >= hostlen)
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	*port_p = (uint16_t)port;
+	return 0;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,
+			  size_t errlen)
+{
+	struct stat st;
+	size_t want, got = 0;
+	int fd, rc;
+
+	if (!path || !path[0] || !key) {
+		set_err(err, errlen, "no key file given");
+		return -EINVAL;
+	}
+	/* O_NONBLOCK: a FIFO planted at the path must not block the open; it is refused below. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		rc = -errno;
+		set_err(err, errlen, "key file %s: %s", path, strerror(errno));
+		return rc;
+	}
+	/* Checked on the open file, not the path: nothing can be swapped in between. */
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		set_err(err, errlen, "key file %s: fstat: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		set_err(err, errlen, "key file %s is not a regular file", path);
+		goto out;
+	}
+	if (st.st_mode & 077) {
+		rc = -EPERM;
+		set_err(err, errlen,
+			"key file %s has mode %04o: it must not be accessible by group or others "
+			"(chmod 600 %s)", path, (unsigned)(st.st_mode & 07777), path);
+		goto out;
+	}
+	if (st.st_size < RGAPSD_PEER_KEY_MIN) {
+		rc = -EINVAL;
+		set_err(err, errlen, "key file %s holds %lld bytes: at least %d are needed", path,
+			(long long)st.st_size, RGAPSD_PEER_KEY_MIN);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > RGAPS_MIN(keymax, (size_t)RGAPSD_PEER_KEY_MAX)) {
+		rc = -EFBIG;
+		set_err(err, errlen, "key file %s holds %lld bytes: at most %zu are accepted", path,
+			(long long)st.st_size, RGAPS_MIN(keymax, (size_t)RGAPSD_PEER_KEY_MAX));
+		goto out;
+	}
+	want = (size_t)st.st_size;
+	while (got < want) {
+		ssize_t n = read(fd, key + got, want - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			set_err(err, errlen, "key file %s: read: %s", path, strerror(errno));
+			goto out_wipe;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got != want) {
+		rc = -EIO;
+		set_err(err, errlen, "key file %s changed size while being read", path);
+		goto out_wipe;
+	}
+	rc = (int)got;
+	goto out;
+
+out_wipe:
+	sodium_memzero(key, want);
+out:
+	close(fd);
+	return rc;
+}
+
+/* Numeric HOST into ss (a v6 zone allowed); false for a name. */
+static bool addr_numeric(const char *host, uint16_t port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+		return true;
+	if (strchr(host, ':') && uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+		return true;
+	return false;
+}
+
+static void addr_format(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+		uv_ip6_name(s6, ip, sizeof(ip));
+		snprintf(buf, len, "[%s]:%u", ip, ntohs(s6->sin6_port));
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+
+		uv_ip4_name(s4, ip, sizeof(ip));
+		snprintf(buf, len, "%s:%u", ip, ntohs(s4->sin_port));
+	} else {
+		snprintf(buf, len, "?");
+	}
+}
+
+/* ---- HMAC transcript ------------------------------------------------------------------------ */
+
+/*
+ * MAC of one side's proof (docs/PROTOCOL.md 2, "AUTH: the proof"): domain, version, the
+ * sender's role, both names and both nonces, the sender's first. The role and the order of the
+ * names make a proof useless anywhere but in the direction and session it was made for.
+ */
+static void auth_mac(const struct rgapsd_peers *pm, uint8_t role, const char *from, const char *to,
+		     const uint8_t from_nonce[PEERS_NONCE], const uint8_t to_nonce[PEERS_NONCE],
+		     uint8_t mac[PEERS_MAC])
+{
+	crypto_auth_hmacsha256_state st;
+	size_t fl = strlen(from), tl = strlen(to);
+	uint8_t b[2];
+
+	crypto_auth_hmacsha256_init(&st, pm->key, pm->keylen);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)PEERS_AUTH_DOMAIN,
+				      sizeof(PEERS_AUTH_DOMAIN) - 1);
+	put16(b, PEERS_VERSION);
+	crypto_auth_hmacsha256_update(&st, b, 2);
+	crypto_auth_hmacsha256_update(&st, &role, 1);
+	put16(b, (uint16_t)fl);
+	crypto_auth_hmacsha256_update(&st, b, 2);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)from, fl);
+	put16(b, (uint16_t)tl);
+	crypto_auth_hmacsha256_update(&st, b, 2);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)to, tl);
+	crypto_auth_hmacsha256_update(&st, from_nonce, PEERS_NONCE);
+	crypto_auth_hmacsha256_update(&st, to_nonce, PEERS_NONCE);
+	crypto_auth_hmacsha256_final(&st, mac);
+	sodium_memzero(&st, sizeof(st));
+}
+
+/* ---- connections: writing -------------------------------------------------------------------- */
+
+struct peer_wreq {
+	uv_write_t req;
+	size_t len;
+	uint8_t data[];
+};
+
+static void conn_set_state(struct peer_conn *conn, enum conn_state s)
+{
+	rgaps_trace("peers: %s: %s -> %s", conn->addr, conn_state_names[conn->state],
+		    conn_state_names[s]);
+	conn->state = s;
+	conn->pm->entered[s]++;
+}
+
+static void conn_on_write(uv_write_t *req, int status)
+{
+	struct peer_wreq *w = RGAPS_CONTAINER_OF(req, struct peer_wreq, req);
+	struct peer_conn *conn = req->handle->data;
+	char why[96];
+
+	free(w);
+	if (status < 0 && status != UV_ECANCELED && conn->state < CONN_CLOSING) {
+		snprintf(why, sizeof(why), "send failed: %s", uv_strerror(status));
+		conn_end(conn, 0, 0, true, why);
+	}
+}
+
+/*
+ * One frame: header, then a and b back to back. 0, -ENOBUFS when libuv already holds
+ * PEERS_SENDQ_MAX bytes unsent (a peer that does not read, even one that only pings), or
+ * another negative errno.
+ */
+static int conn_send(struct peer_conn *conn, uint8_t type, const void *a, size_t alen,
+		     const void *b, size_t blen)
+{
+	size_t len = alen + blen;
+	struct peer_wreq *w;
+	uv_buf_t buf;
+	int rc;
+
+	if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) + PEERS_HDR + len >
+	    PEERS_SENDQ_MAX)
+		return -ENOBUFS;
+	w = malloc(sizeof(*w) + PEERS_HDR + len);
+	if (!w)
+		return -ENOMEM;
+	put32(w->data, (uint32_t)len);
+	w->data[4] = type;
+	if (alen)
+		memcpy(w->data + PEERS_HDR, a, alen);
+	if (blen)
+		memcpy(w->data + PEERS_HDR + alen, b, blen);
+	w->len = PEERS_HDR + len;
+	buf = uv_buf_init((char *)w->data, (unsigned)w->len);
+	rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &buf, 1, conn_on_write);
+	if (rc) {
+		free(w);
+		return rc;
+	}
+	return 0;
+}
+
+static int conn_send_hello(struct peer_conn *conn)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	uint8_t h[PEERS_HELLO_FIXED];
+	size_t nl = strlen(pm->name);
+
+	memcpy(h, PEERS_MAGIC, PEERS_MAGIC_LEN);
+	put16(h + 8, PEERS_VERSION);
+	put16(h + 10, 0); /* flags: none defined */
+	memcpy(h + 12, conn->nonce, PEERS_NONCE);
+	put16(h + 44, (uint16_t)nl);
+	return conn_send(conn, PF_HELLO, h, sizeof(h), pm->name, nl);
+}
+
+static int conn_send_auth(struct peer_conn *conn)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	uint8_t mac[PEERS_MAC];
+	int rc;
+
+	auth_mac(pm, conn->initiator ? PEERS_ROLE_INITIATOR : PEERS_ROLE_RESPONDER, pm->name,
+		 conn->peer->name, conn->nonce, conn->peer_nonce, mac);
+	rc = conn_send(conn, PF_AUTH, mac, sizeof(mac), NULL, 0);
+	sodium_memzero(mac, sizeof(mac));
+	return rc;
+}
+
+/* ---- connections: closing -------------------------------------------------------------------- */
+
+static void conn_send_failed(struct peer_conn *conn, const char *what, int rc, bool notify);
+
+static void conn_on_handle_closed(uv_handle_t *h)
+{
+	struct peer_conn *conn = h->data;
+	struct rgapsd_peers *pm = conn->pm;
+
+	if (--conn->handles)
+		return;
+	if (conn->prev)
+		conn->prev->next = conn->next;
+	else
+		pm->conns = conn->next;
+	if (conn->next)
+		conn->next->prev = conn->prev;
+	free(conn->buf);
+	free(conn);
+	pm_put(pm);
+}
+
+static void conn_close(struct peer_conn *conn)
+{
+	if (conn->state == CONN_CLOSED)
+		return;
+	conn_set_state(conn, CONN_CLOSED);
+	uv_close((uv_handle_t *)&conn->tcp, conn_on_handle_closed);
+	uv_close((uv_handle_t *)&conn->timer, conn_on_handle_closed);
+}
+
+static void peer_flush_down(struct rgapsd_peer *p)
+{
+	struct rgapsd_peers *pm = p->pm;
+	char why[sizeof(p->down_why)];
+
+	if (!p->down_pending)
+		return;
+	p->down_pending = false;
+	memcpy(why, p->down_why, sizeof(why));
+	pm->ops->peer_down(pm->ctx, p, why);
+}
+
+/* Unlink conn from its peer: the session ends, or our attempt failed. */
+static void conn_detach(struct peer_conn *conn, const char *why)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	struct rgapsd_peer *p = conn->peer;
+	uint64_t now = uv_now(pm->loop);
+
+	if (conn->pending) {
+		conn->pending = false;
+		pm->npending--;
+	}
+	if (!p)
+		return;
+	if (p->session == conn) {
+		p->session = NULL;
+		p->st.up = false;
+		/* At most one is pending: a new session flushes the old one's first. */
+		rgaps_require(!p->down_pending);
+		p->down_pending = true;
+		snprintf(p->down_why, sizeof(p->down_why), "%s", why);
+		p->backoff_ms = PEERS_BACKOFF_MIN_MS;
+		p->next_attempt_ms = now + jitter(PEERS_BACKOFF_MIN_MS);
+	} else if (p->out == conn) {
+		p->out = NULL;
+		p->next_attempt_ms = now + jitter(p->backoff_ms);
+		p->backoff_ms = RGAPS_MIN(p->backoff_ms * 2, PEERS_BACKOFF_MAX_MS);
+	}
+	peer_schedule(p);
+}
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct peer_conn *conn = req->handle->data;
+
+	/* Done (the final frame left): EOF from the other side, or the linger timer, closes. */
+	if (status < 0 && conn->state == CONN_CLOSING)
+		conn_close(conn);
+}
+
+static void conn_on_timer(uv_timer_t *t);
+
+/*
+ * End conn: unlink it from its peer, log, and either send a final frame (PF_ERROR with code,
+ * or PF_BYE; final_type 0: none) and linger until the other side closes, or close at once.
+ * notify: call a session's peer_down now (loop callbacks); else the peer's timer does.
+ */
+static void conn_end(struct peer_conn *conn, uint8_t final_type, uint16_t code, bool notify,
+		     const char *why)
+{
+	struct rgapsd_peer *p = conn->peer;
+	bool was_up = conn->state == CONN_UP;
+	uint8_t c[2];
+	int rc;
+
+	if (conn->state >= CONN_CLOSING)
+		return;
+	if (was_up)
+		rgaps_info("peers: session with %s (%s) down: %s", p->name, conn->addr, why);
+	else
+		rgaps_debug("peers: connection %s %s (%s) ends in state %s: %s",
+			    conn->initiator ? "to" : "from", p ? p->name : "an unidentified peer",
+			    conn->addr, conn_state_names[conn->state], why);
+	conn_detach(conn, why);
+	uv_timer_stop(&conn->timer);
+	if (conn->state == CONN_CONNECTING)
+		final_type = 0;
+	if (final_type) {
+		size_t wl = RGAPS_MIN(strlen(why), (size_t)PEERS_REASON_MAX);
+
+		if (final_type == PF_ERROR) {
+			put16(c, code);
+			rc = conn_send(conn, PF_ERROR, c, 2, why, wl);
+		} else {
+			rc = conn_send(conn, PF_BYE, why, wl, NULL, 0);
+		}
+		if (rc == 0)
+			rc = uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->tcp,
+					 conn_on_shutdown);
+		if (rc == 0) {
+			conn_set_state(conn, CONN_CLOSING);
+			uv_timer_start(&conn->timer, conn_on_timer, PEERS_LINGER_MS, 0);
+		} else {
+			conn_close(conn);
+		}
+	} else {
+		conn_close(conn);
+	}
+	if (notify && p)
+		peer_flush_down(p);
+}
+
+/* A frame could not be queued: the session cannot go on. */
+static void conn_send_failed(struct peer_conn *conn, const char *what, int rc, bool notify)
+{
+	char why[160];
+
+	if (rc == -ENOBUFS)
+		snprintf(why, sizeof(why),
+			 "%zu bytes wait to be sent (limit %u): the peer does not read",
+			 uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp),
+			 PEERS_SENDQ_MAX);
+	else
+		snprintf(why, sizeof(why), "cannot send %s: %s", what, uv_strerror(rc));
+	if (conn->state == CONN_UP)
+		rgaps_warn("peers: dropping the session with %s (%s): %s", conn->peer->name,
+			   conn->addr, why);
+	/* No final frame: it could not be queued either. */
+	conn_end(conn, 0, 0, notify, why);
+}
+
+static void conn_refuse(struct peer_conn *conn, uint16_t code, uint64_t *counter,
+			const char *fmt, ...) RGAPS_PRINTF(4, 5);
+static void conn_refuse(struct peer_conn *conn, uint16_t code, uint64_t *counter,
+			const char *fmt, ...)
+{
+	char why[PEERS_REASON_MAX + 1];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (counter)
+		(*counter)++;
+	if (code == PE_DUPLICATE)
+		rgaps_debug("peers: closing duplicate connection %s %s (%s): %s",
+			    conn->initiator ? "to" : "from", conn->peer ? conn->peer->name : "?",
+			    conn->addr, why);
+	else
+		rgaps_warn("peers: connection %s %s (%s): %s; closing it",
+			   conn->initiator ? "to" : "from",
+			   conn->peer ? conn->peer->name : "an unidentified peer", conn->addr, why);
+	conn_end(conn, PF_ERROR, code, true, why);
+}
+
+/* ---- sessions -------------------------------------------------------------------------------- */
+
+static void conn_ka_arm(struct peer_conn *conn)
+{
+	uint64_t ka = conn->pm->keepalive_ms, now = uv_now(conn->pm->loop);
+	uint64_t next = RGAPS_MIN(conn->last_ping_ms + ka,
+				  conn->last_rx_ms + PEERS_DEAD_INTERVALS * ka);
+
+	uv_timer_start(&conn->timer, conn_on_timer, next > now ? next - now : 0, 0);
+}
+
+static void conn_keepalive(struct peer_conn *conn)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	uint64_t ka = pm->keepalive_ms, now = uv_now(pm->loop);
+	uint8_t t[8];
+	char why[96];
+	int rc;
+
+	if (now - conn->last_rx_ms >= PEERS_DEAD_INTERVALS * ka) {
+		/*
+		 * Timers run before the loop polls for input: after a stall of our own loop the
+		 * peer's frames may be waiting in the socket. A 0 ms timer fires after one poll.
+		 */
+		if (!conn->ka_recheck) {
+			conn->ka_recheck = true;
+			uv_timer_start(&conn->timer, conn_on_timer, 0, 0);
+			return;
+		}
+		snprintf(why, sizeof(why), "keepalive timeout (nothing heard for %llu ms)",
+			 (unsigned long long)(now - conn->last_rx_ms));
+		conn_end(conn, PF_BYE, 0, true, why);
+		return;
+	}
+	conn->ka_recheck = false;
+	if (now - conn->last_ping_ms >= ka) {
+		put64(t, uv_hrtime());
+		rc = conn_send(conn, PF_PING, t, sizeof(t), NULL, 0);
+		if (rc) {
+			conn_send_failed(conn, "a PING", rc, true);
+			return;
+		}
+		conn->peer->st.pings_sent++;
+		conn->last_ping_ms = now;
+	}
+	conn_ka_arm(conn);
+}
+
+/* Authenticated and accepted: conn becomes p's session. */
+static void conn_up(struct peer_conn *conn)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	struct rgapsd_peer *p = conn->peer;
+
+	if (conn->pending) {
+		conn->pending = false;
+		pm->npending--;
+	}
+	if (p->out == conn)
+		p->out = NULL;
+	if (p->session) /* the other side opened a new session: this one is stale */
+		conn_end(p->session, PF_BYE, 0, true, "replaced by a new session from the peer");
+	peer_flush_down(p); /* peer_down of the last session before peer_up of this one */
+	if (pm->stopping || conn->state >= CONN_CLOSING)
+		return;
+	conn_set_state(conn, CONN_UP);
+	p->session = conn;
+	p->st.up = true;
+	p->st.sessions++;
+	p->backoff_ms = PEERS_BACKOFF_MIN_MS;
+	p->failing = false;
+	conn->last_rx_ms = conn->last_ping_ms = uv_now(pm->loop);
+	uv_timer_stop(&conn->timer);
+	conn_ka_arm(conn);
+	peer_schedule(p);
+	rgaps_info("peers: session with %s (%s) up, %s", p->name, conn->addr,
+		   conn->initiator ? "we connected" : "it connected");
+	pm->ops->peer_up(pm->ctx, p, conn->initiator);
+}
+
+/*
+ * An accepted connection proved the key: keep it, or refuse it because the pair's other
+ * connection wins. The one initiated by the smaller name is kept; the peer connects only when it
+ * has no session, so a session it replaces is stale (docs/PROTOCOL.md 2, "Duplicates").
+ */
+static void conn_accept_session(struct peer_conn *conn)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	struct rgapsd_peer *p = conn->peer;
+	bool preferred = strcmp(p->name, pm->name) < 0;
+	int rc;
+
+	if (!preferred && (p->out || p->resolving ||
+			   (p->session && p->session->initiator))) {
+		conn_refuse(conn, PE_DUPLICATE, &pm->st.duplicates_closed,
+			    "duplicate: our own connection to %s is kept", p->name);
+		return;
+	}
+	if (preferred && p->out) {
+		pm->st.duplicates_closed++;
+		conn_end(p->out, PF_ERROR, PE_DUPLICATE, true,
+			 "duplicate: the connection initiated by the smaller name is kept");
+		if (pm->stopping || conn->state != CONN_AUTH)
+			return;
+	}
+	if (p->resolving) {
+		uv_cancel((uv_req_t *)&p->gai); /* the callback sees the session and stops */
+	}
+	rc = conn_send_auth(conn);
+	if (rc == 0)
+		rc = conn_send(conn, PF_AUTH_OK, NULL, 0, NULL, 0);
+	if (rc) {
+		conn_send_failed(conn, "AUTH", rc, true);
+		return;
+	}
+	conn_up(conn);
+}
+
+/* ---- connections: receiving ------------------------------------------------------------------ */
+
+static void on_hello(struct peer_conn *conn, const uint8_t *b, uint32_t len)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	char name[PEERS_NAME_MAX + 1];
+	uint16_t version, nl;
+	int rc;
+
+	if (len < PEERS_MAGIC_LEN || memcmp(b, PEERS_MAGIC, PEERS_MAGIC_LEN) != 0) {
+		conn_refuse(conn, PE_VERSION, &pm->st.protocol_errors,
+			    "bad magic in HELLO (not an rgapsd peer?)");
+		return;
+	}
+	if (len < PEERS_HELLO_FIXED) {
+		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+			    "HELLO of %u bytes is truncated", len);
+		return;
+	}
+	version = get16(b + 8);
+	if (version != PEERS_VERSION) {
+		conn_refuse(conn, PE_VERSION, &pm->st.protocol_errors,
+			    "protocol version %u not supported (this daemon speaks %u)", version,
+			    PEERS_VERSION);
+		return;
+	}
+	nl = get16(b + 44);
+	if (nl == 0 || nl > PEERS_NAME_MAX || len != PEERS_HELLO_FIXED + (uint32_t)nl) {
+		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+			    "HELLO with a name of %u bytes in %u bytes", nl, len);
+		return;
+	}
+	for (unsigned i = 0; i < nl; i++) {
+		uint8_t c = b[PEERS_HELLO_FIXED + i];
+
+		if (c <= 0x20 || c >= 0x7f) {
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "HELLO name holds byte 0x%02x", c);
+			return;
+		}
+	}
+	memcpy(name, b + PEERS_HELLO_FIXED, nl);
+	name[nl] = '\0';
+	memcpy(conn->peer_nonce, b + 12, PEERS_NONCE);
+	if (sodium_memcmp(conn->peer_nonce, conn->nonce, PEERS_NONCE) == 0) {
+		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+			    "HELLO echoes our nonce (reflection?)");
+		return;
+	}
+	if (conn->initiator) {
+		if (strcmp(name, conn->peer->name) != 0) {
+			conn_refuse(conn, PE_UNKNOWN_PEER, &pm->st.unknown_peers,
+				    "unknown peer: we connected to %s, the daemon there calls "
+				    "itself %s", conn->peer->name, name);
+			return;
+		}
+		conn_set_state(conn, CONN_AUTH);
+		rc = conn_send_auth(conn);
+		if (rc)
+			conn_send_failed(conn, "AUTH", rc, true);
+		return;
+	}
+	conn->peer = pm_find(pm, name);
+	if (!conn->peer) {
+		conn_refuse(conn, PE_UNKNOWN_PEER, &pm->st.unknown_peers,
+			    "unknown peer %s (not in the peers list of %s)", name, pm->name);
+		return;
+	}
+	conn_set_state(conn, CONN_AUTH);
+}
+
+static void on_auth(struct peer_conn *conn, const uint8_t *b, uint32_t len)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	uint8_t want[PEERS_MAC];
+	bool ok;
+
+	if (len != PEERS_MAC) {
+		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+			    "AUTH of %u bytes (expected %u)", len, (unsigned)PEERS_MAC);
+		return;
+	}
+	/* The other side's proof: its role, its name first, its nonce first. */
+	auth_mac(pm, conn->initiator ? PEERS_ROLE_RESPONDER : PEERS_ROLE_INITIATOR,
+		 conn->peer->name, pm->name, conn->peer_nonce, conn->nonce, want);
+	ok = crypto_verify_32(b, want) == 0;
+	sodium_memzero(want, sizeof(want));
+	if (!ok) {
+		conn_refuse(conn, PE_AUTH, &pm->st.auth_failures,
+			    "authentication failed: %s does not hold our key", conn->peer->name);
+		return;
+	}
+	if (conn->initiator)
+		conn_set_state(conn, CONN_AUTH_OK);
+	else
+		conn_accept_session(conn);
+}
+
+static void on_error_frame(struct peer_conn *conn, const uint8_t *b, uint32_t len)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	char reason[PEERS_REASON_MAX + 1], why[PEERS_REASON_MAX + 64];
+	uint16_t code = len >= 2 ? get16(b) : 0;
+	uint64_t *counter;
+
+	sanitize(reason, sizeof(reason), b + RGAPS_MIN(len, 2u), len > 2 ? len - 2 : 0);
+	switch (code) {
+	case PE_AUTH:
+		counter = &pm->st.auth_failures;
+		break;
+	case PE_UNKNOWN_PEER:
+		counter = &pm->st.unknown_peers;
+		break;
+	case PE_DUPLICATE:
+		counter = &pm->st.duplicates_closed;
+		break;
+	default:
+		counter = &pm->st.protocol_errors;
+		break;
+	}
+	(*counter)++;
+	snprintf(why, sizeof(why), "%s by the other side: %s (code %u)",
+		 conn->state == CONN_UP ? "error reported" : "refused", reason, code);
+	if (code == PE_DUPLICATE)
+		rgaps_debug("peers: connection %s %s (%s) %s", conn->initiator ? "to" : "from",
+			    conn->peer ? conn->peer->name : "an unidentified peer", conn->addr,
+			    why);
+	else if (conn->state != CONN_UP) /* the session's end is logged by conn_end() */
+		rgaps_warn("peers: connection %s %s (%s) %s", conn->initiator ? "to" : "from",
+			   conn->peer ? conn->peer->name : "an unidentified peer", conn->addr, why);
+	conn_end(conn, 0, 0, true, why);
+}
+
+static void on_session_frame(struct peer_conn *conn, uint8_t type, const uint8_t *b, uint32_t len)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	struct rgapsd_peer *p = conn->peer;
+	char reason[PEERS_REASON_MAX + 1], why[PEERS_REASON_MAX + 64];
+	int rc;
+
+	switch (type) {
+	case PF_MSG:
+		if (len == 0) {
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors, "empty MSG");
+			return;
+		}
+		/* JSON text never holds a NUL; the core may treat the payload as a C string. */
+		if (memchr(b, 0, len)) {
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "MSG of %u bytes holds a NUL byte", len);
+			return;
+		}
+		p->st.msgs_received++;
+		p->st.bytes_received += len;
+		pm->ops->peer_msg(pm->ctx, p, (const char *)b, len);
+		return;
+	case PF_PING:
+		if (len != 8) {
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "PING of %u bytes (expected 8)", len);
+			return;
+		}
+		rc = conn_send(conn, PF_PONG, b, 8, NULL, 0);
+		if (rc)
+			conn_send_failed(conn, "a PONG", rc, true);
+		return;
+	case PF_PONG: {
+		uint64_t t, now = uv_hrtime();
+
+		if (len != 8) {
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "PONG of %u bytes (expected 8)", len);
+			return;
+		}
+		t = get64(b);
+		p->st.pongs_received++;
+		if (t <= now) /* our own clock read back; anything else is ignored */
+			p->st.rtt_ms = (double)(now - t) / 1e6;
+		return;
+	}
+	case PF_BYE:
+		sanitize(reason, sizeof(reason), b, len);
+		snprintf(why, sizeof(why), "closed by the peer: %s", reason[0] ? reason : "bye");
+		conn_end(conn, 0, 0, true, why);
+		return;
+	case PF_ERROR:
+		on_error_frame(conn, b, len);
+		return;
+	default:
+		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+			    "unexpected %s frame (type %u) in the session", frame_name(type), type);
+		return;
+	}
+}
+
+static void conn_dispatch(struct peer_conn *conn, uint8_t type, const uint8_t *b, uint32_t len)
+{
+	struct rgapsd_peers *pm = conn->pm;
+
+	if (type == PF_ERROR && conn->state != CONN_UP) {
+		on_error_frame(conn, b, len);
+		return;
+	}
+	if (type == PF_BYE && conn->state != CONN_UP) {
+		conn_end(conn, 0, 0, true, "closed by the other side during the handshake");
+		return;
+	}
+	switch (conn->state) {
+	case CONN_HELLO:
+		if (type == PF_HELLO)
+			on_hello(conn, b, len);
+		else
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "%s frame (type %u) before HELLO", frame_name(type), type);
+		break;
+	case CONN_AUTH:
+		if (type == PF_AUTH)
+			on_auth(conn, b, len);
+		else
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "%s frame (type %u) before authentication", frame_name(type),
+				    type);
+		break;
+	case CONN_AUTH_OK:
+		if (type == PF_AUTH_OK && len == 0)
+			conn_up(conn);
+		else
+			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
+				    "%s frame (type %u, %u bytes) instead of AUTH_OK",
+				    frame_name(type), type, len);
+		break;
+	case CONN_UP:
+		on_session_frame(conn, type, b, len);
+		break;
+	case CONN_CONNECTING:
+	case CONN_CLOSING:
+	case CONN_CLOSED:
+	case CONN_NUM_STATES:
+		break;
+	}
+}
+
+static uint32_t conn_frame_limit(const struct peer_conn *conn, uint8_t type)
+{
+	/* Before authentication nobody makes us allocate more than a handshake frame. */
+	if (conn->state == CONN_UP && type == PF_MSG)
+		return RGAPSD_PEER_MSG_MAX;
+	return PEERS_SMALL_MAX;
+}
+
+/* Parse a received chunk: frames wholly inside it are handed out in place, others assembled. */
+static void conn_feed(struct peer_conn *conn, const uint8_t *d, size_t n)
+{
+	while (n && conn->state >= CONN_HELLO && conn->state <= CONN_UP) {
+		if (conn->hdr_have < PEERS_HDR) {
+			size_t take = RGAPS_MIN(PEERS_HDR - conn->hdr_have, n);
+			uint32_t limit;
+
+			memcpy(conn->hdr + conn->hdr_have, d, take);
+			conn->hdr_have += (unsigned)take;
+			d += take;
+			n -= take;
+			if (conn->hdr_have < PEERS_HDR)
+				break;
+			conn->len = get32(conn->hdr);
+			conn->type = conn->hdr[4];
+			limit = conn_frame_limit(conn, conn->type);
+			if (conn->len > limit) {
+				conn_refuse(conn, PE_PROTOCOL, &conn->pm->st.protocol_errors,
+					    "%s frame (type %u) of %u bytes over the limit of %u",
+					    frame_name(conn->type), conn->type, conn->len, limit);
+				return;
+			}
+			if (n >= conn->len) {
+				const uint8_t *payload = d;
+				uint32_t len = conn->len;
+
+				d += len;
+				n -= len;
+				conn->hdr_have = 0;
+				conn_dispatch(conn, conn->type, payload, len);
+				continue;
+			}
+			conn->buf = malloc(conn->len);
+			if (!conn->buf) {
+				conn_end(conn, 0, 0, true, "out of memory for a received frame");
+				return;
+			}
+			conn->have = 0;
+		}
+		{
+			size_t take = RGAPS_MIN((size_t)(conn->len - conn->have), n);
+			uint8_t *b;
+
+			memcpy(conn->buf + conn->have, d, take);
+			conn->have += (uint32_t)take;
+			d += take;
+			n -= take;
+			if (conn->have < conn->len)
+				break;
+			b = conn->buf;
+			conn->buf = NULL;
+			conn->hdr_have = 0;
+			conn_dispatch(conn, conn->type, b, conn->len);
+			free(b);
+		}
+	}
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct peer_conn *conn = h->data;
+
+	/* One buffer serves every connection: each read is parsed before the next alloc. */
+	*buf = uv_buf_init(conn->pm->rxbuf, sizeof(conn->pm->rxbuf));
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct peer_conn *conn = s->data;
+	char why[96];
+
+	if (nread == 0)
+		return;
+	if (conn->state == CONN_CLOSING) {
+		if (nread < 0) /* the other side closed too: done */
+			conn_close(conn);
+		return;
+	}
+	if (conn->state == CONN_CLOSED)
+		return;
+	if (nread < 0) {
+		if (nread == UV_EOF)
+			snprintf(why, sizeof(why), "connection closed by the other side%s",
+				 conn->state == CONN_UP ? "" : " during the handshake");
+		else
+			snprintf(why, sizeof(why), "receive failed: %s", uv_strerror((int)nread));
+		conn_end(conn, 0, 0, true, why);
+		return;
+	}
+	/* Any byte is a sign of life, even the start of a frame still arriving. */
+	conn->last_rx_ms = uv_now(conn->pm->loop);
+	conn_feed(conn, (const uint8_t *)buf->base, (size_t)nread);
+}
+
+static void conn_on_timer(uv_timer_t *t)
+{
+	struct peer_conn *conn = t->data;
+	struct rgapsd_peers *pm = conn->pm;
+	char why[96];
+
+	switch (conn->state) {
+	case CONN_CONNECTING:
+		snprintf(why, sizeof(why), "connect timed out after %d ms", PEERS_HANDSHAKE_MS);
+		if (!conn->peer->failing)
+			rgaps_info("peers: cannot connect to %s: %s; retrying with back-off",
+				   conn->peer->name, why);
+		conn->peer->failing = true;
+		conn_end(conn, 0, 0, true, why);
+		break;
+	case CONN_HELLO:
+	case CONN_AUTH:
+	case CONN_AUTH_OK:
+		conn_refuse(conn, PE_TIMEOUT, &pm->st.protocol_errors,
+			    "handshake not completed within %d ms (stuck in %s)",
+			    PEERS_HANDSHAKE_MS, conn_state_names[conn->state]);
+		break;
+	case CONN_UP:
+		conn_keepalive(conn);
+		break;
+	case CONN_CLOSING:
+		conn_close(conn);
+		break;
+	case CONN_CLOSED:
+	case CONN_NUM_STATES:
+		break;
+	}
+}
+
+/* Socket options and reading for a connected socket; the address for the log. */
+static int conn_open(struct peer_conn *conn)
+{
+	struct sockaddr_storage ss;
+	int sl = sizeof(ss);
+	int rc;
+
+	if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &sl) == 0)
+		addr_format((struct sockaddr *)&ss, conn->addr, sizeof(conn->addr));
+	/* Control messages are small and latency matters; liveness is our own PING. */
+	rc = uv_tcp_nodelay(&conn->tcp, 1);
+	if (rc == 0)
+		rc = uv_tcp_keepalive(&conn->tcp, 0, 0);
+	if (rc == 0)
+		rc = uv_read_start((uv_stream_t *)&conn->tcp, conn_alloc, conn_on_read);
+	if (rc == 0)
+		rc = conn_send_hello(conn);
+	return rc;
+}
+
+static struct peer_conn *conn_new(struct rgapsd_peers *pm)
+{
+	struct peer_conn *conn = calloc(1, sizeof(*conn));
+
+	if (!conn)
+		return NULL;
+	conn->pm = pm;
+	/* uv_tcp_init and uv_timer_init cannot fail for AF_UNSPEC on Unix. */
+	rgaps_require(uv_tcp_init(pm->loop, &conn->tcp) == 0);
+	rgaps_require(uv_timer_init(pm->loop, &conn->timer) == 0);
+	conn->tcp.data = conn;
+	conn->timer.data = conn;
+	conn->handles = 2;
+	conn->state = CONN_CLOSED; /* until the caller sets the first real state */
+	snprintf(conn->addr, sizeof(conn->addr), "?");
+	randombytes_buf(conn->nonce, sizeof(conn->nonce));
+	conn->next = pm->conns;
+	if (pm->conns)
+		pm->conns->prev = conn;
+	pm->conns = conn;
+	pm->refs++;
+	return conn;
+}
+
+/* ---- accepting ----------------------------------------------------------------------------- */
+
+static void pm_on_connection(uv_stream_t *server, int status)
+{
+	struct rgapsd_peers *pm = server->data;
+	struct peer_conn *conn;
+	char why[96];
+	int rc;
+
+	if (status < 0) {
+		rgaps_warn("peers: accept on %s failed: %s", pm->name, uv_strerror(status));
+		return;
+	}
+	conn = conn_new(pm);
+	if (!conn) {
+		rgaps_error("peers: out of memory for an incoming connection on %s", pm->name);
+		return;
+	}
+	conn->state = CONN_HELLO; /* provisional: closing needs a state below CLOSED */
+	rc = uv_accept(server, (uv_stream_t *)&conn->tcp);
+	if (rc) {
+		rgaps_warn("peers: accept on %s failed: %s", pm->name, uv_strerror(rc));
+		conn_close(conn);
+		return;
+	}
+	pm->st.accepted++;
+	if (pm->stopping) {
+		conn_close(conn);
+		return;
+	}
+	if (pm->npending >= PEERS_MAX_PENDING) {
+		struct sockaddr_storage ss;
+		int sl = sizeof(ss);
+
+		if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &sl) == 0)
+			addr_format((struct sockaddr *)&ss, conn->addr, sizeof(conn->addr));
+		if (!pm->overload_warned)
+			rgaps_warn("peers: %u connections already wait for authentication; "
+				   "closing new ones (first: %s) until some finish",
+				   PEERS_MAX_PENDING, conn->addr);
+		pm->overload_warned = true;
+		conn_close(conn);
+		return;
+	}
+	pm->overload_warned = false;
+	conn->pending = true;
+	pm->npending++;
+	conn_set_state(conn, CONN_HELLO);
+	rc = conn_open(conn);
+	if (rc) {
+		snprintf(why, sizeof(why), "cannot set the connection up: %s", uv_strerror(rc));
+		conn_end(conn, 0, 0, true, why);
+		return;
+	}
+	uv_timer_start(&conn->timer, conn_on_timer, PEERS_HANDSHAKE_MS, 0);
+	rgaps_debug("peers: connection from %s", conn->addr);
+}
+
+/* ---- connecting ---------------------------------------------------------------------------- */
+
+static void conn_on_connect(uv_connect_t *req, int status)
+{
+	struct peer_conn *conn = req->handle->data;
+	struct rgapsd_peer *p = conn->peer;
+	char why[128];
+	int rc;
+
+	if (status == UV_ECANCELED || conn->state != CONN_CONNECTING)
+		return;
+	if (status < 0) {
+		snprintf(why, sizeof(why), "connect: %s", uv_strerror(status));
+		if (!p->failing)
+			rgaps_info("peers: cannot connect to %s: %s; retrying with back-off",
+				   p->name, uv_strerror(status));
+		p->failing = true;
+		conn_end(conn, 0, 0, true, why);
+		return;
+	}
+	conn_set_state(conn, CONN_HELLO);
+	rc = conn_open(conn);
+	if (rc) {
+		snprintf(why, sizeof(why), "cannot set the connection up: %s", uv_strerror(rc));
+		conn_end(conn, 0, 0, true, why);
+		return;
+	}
+	rgaps_debug("peers: connected to %s (%s)", p->name, conn->addr);
+}
+
+static void peer_connect_addr(struct rgapsd_peer *p, const struct sockaddr *sa)
+{
+	struct rgapsd_peers *pm = p->pm;
+	struct peer_conn *conn = conn_new(pm);
+	char why[128];
+	int rc;
+
+	if (!conn) {
+		rgaps_error("peers: out of memory connecting to %s", p->name);
+		p->next_attempt_ms = uv_now(pm->loop) + jitter(p->backoff_ms);
+		return;
+	}
+	conn->initiator = true;
+	conn->peer = p;
+	p->out = conn;
+	addr_format(sa, conn->addr, sizeof(conn->addr));
+	conn_set_state(conn, CONN_CONNECTING);
+	/* Bounds the connect too: a peer whose SYNs vanish is retried. */
+	uv_timer_start(&conn->timer, conn_on_timer, PEERS_HANDSHAKE_MS, 0);
+	rc = uv_tcp_connect(&conn->connect_req, &conn->tcp, sa, conn_on_connect);
+	if (rc) {
+		snprintf(why, sizeof(why), "connect: %s", uv_strerror(rc));
+		if (!p->failing)
+			rgaps_info("peers: cannot connect to %s: %s; retrying with back-off",
+				   p->name, uv_strerror(rc));
+		p->failing = true;
+		conn_end(conn, 0, 0, true, why);
+	}
+}
+
+static void peer_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+	struct rgapsd_peer *p = RGAPS_CONTAINER_OF(req, struct rgapsd_peer, gai);
+	struct rgapsd_peers *pm = p->pm;
+
+	p->resolving = false;
+	if (pm->stopping || p->session || status < 0 || !res) {
+		if (!pm->stopping && !p->session) {
+			if (!p->failing && status != UV_EAI_CANCELED)
+				rgaps_info("peers: cannot resolve %s: %s; retrying with back-off",
+					   p->host, uv_strerror(status));
+			p->failing = true;
+			p->next_attempt_ms = uv_now(pm->loop) + jitter(p->backoff_ms);
+			p->backoff_ms = RGAPS_MIN(p->backoff_ms * 2, PEERS_BACKOFF_MAX_MS);
+			peer_schedule(p);
+		}
+	} else {
+		peer_connect_addr(p, res->ai_addr);
+	}
+	if (res)
+		uv_freeaddrinfo(res);
+	pm_put(pm);
+}
+
+static void peer_connect(struct rgapsd_peer *p)
+{
+	struct rgapsd_peers *pm = p->pm;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	char port[8];
+	int rc;
+
+	if (p->attempted)
+		p->st.reconnects++;
+	p->attempted = true;
+	if (p->numeric) {
+		peer_connect_addr(p, (const struct sockaddr *)&p->addr);
+		return;
+	}
+	/* libuv's resolver: a slow DNS must not hold the loop. */
+	snprintf(port, sizeof(port), "%u", p->port);
+	rc = uv_getaddrinfo(pm->loop, &p->gai, peer_on_resolved, p->host, port, &hints);
+	if (rc) {
+		rgaps_warn("peers: cannot resolve %s: %s", p->host, uv_strerror(rc));
+		p->next_attempt_ms = uv_now(pm->loop) + jitter(p->backoff_ms);
+		p->backoff_ms = RGAPS_MIN(p->backoff_ms * 2, PEERS_BACKOFF_MAX_MS);
+		return;
+	}
+	p->resolving = true;
+	pm->refs++;
+}
+
+static void peer_on_timer(uv_timer_t *t)
+{
+	struct rgapsd_peer *p = t->data;
+	struct rgapsd_peers *pm = p->pm;
+
+	peer_flush_down(p);
+	if (pm->stopping)
+		return;
+	if (!p->session && !p->out && !p->resolving && uv_now(pm->loop) >= p->next_attempt_ms)
+		peer_connect(p);
+	peer_schedule(p);
+}
+
+/* Arm the peer's timer for what it has to do next: a posted peer_down, or the next attempt. */
+static void peer_schedule(struct rgapsd_peer *p)
+{
+	struct rgapsd_peers *pm = p->pm;
+	uint64_t now;
+
+	if (pm->stopping)
+		return;
+	if (p->down_pending) {
+		uv_timer_start(&p->timer, peer_on_timer, 0, 0);
+		return;
+	}
+	if (p->session || p->out || p->resolving) {
+		uv_timer_stop(&p->timer);
+		return;
+	}
+	now = uv_now(pm->loop);
+	uv_timer_start(&p->timer, peer_on_timer,
+		       p->next_attempt_ms > now ? p->next_attempt_ms - now : 0, 0);
+}
+
+/* ---- start / stop ---------------------------------------------------------------------------- */
+
+static void pm_on_handle_closed(uv_handle_t *h)
+{
+	pm_put(h->data);
+}
+
+static void peer_on_timer_closed(uv_handle_t *h)
+{
+	struct rgapsd_peer *p = h->data;
+
+	pm_put(p->pm);
+}
+
+/* The listening socket, bound here so that a busy address fails start() with no handle made. */
+static int pm_bind(struct rgapsd_peers *pm, const char *host, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	const struct sockaddr *sa = (const struct sockaddr *)&ss;
+	struct addrinfo *res = NULL;
+	socklen_t sl;
+	int fd, err, one = 1;
+
+	if (!addr_numeric(host, port, &ss)) {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+					  .ai_flags = AI_NUMERICSERV };
+		char ps[8];
+
+		snprintf(ps, sizeof(ps), "%u", port);
+		/* Once, at start: blocking here is acceptable, unlike per connect. */
+		err = getaddrinfo(host, ps, &hints, &res);
+		if (err) {
+			rgaps_error("peers: cannot resolve listen address %s: %s", pm->name,
+				    gai_strerror(err));
+			return -EADDRNOTAVAIL;
+		}
+		sa = res->ai_addr;
+	}
+	sl = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		err = -errno;
+		rgaps_error("peers: socket for %s: %s", pm->name, strerror(errno));
+		goto out;
+	}
+	/* A restarted daemon must get its port back while old connections sit in TIME_WAIT. */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, sa, sl) < 0) {
+		err = -errno;
+		rgaps_error("peers: cannot listen on %s: bind: %s", pm->name, strerror(errno));
+		close(fd);
+		goto out;
+	}
+	if (listen(fd, SOMAXCONN) < 0) {
+		err = -errno;
+		rgaps_error("peers: cannot listen on %s: %s", pm->name, strerror(errno));
+		close(fd);
+		goto out;
+	}
+	err = fd;
+out:
+	if (res)
+		freeaddrinfo(res);
+	return err;
+}
+
+static int pm_check_config(const struct rgapsd_peers_config *cfg,
+			   const struct rgapsd_peers_ops *ops)
+{
+	char host[PEERS_NAME_MAX + 1];
+	uint16_t port;
+
+	if (!cfg || !ops || !ops->peer_up || !ops->peer_down || !ops->peer_msg)
+		return -EINVAL;
+	if (!cfg->listen || strlen(cfg->listen) > PEERS_NAME_MAX ||
+	    rgapsd_parse_hostport(cfg->listen, host, sizeof(host), &port)) {
+		rgaps_error("peers: listen address \"%s\" is not HOST:PORT",
+			    cfg->listen ? cfg->listen : "");
+		return -EINVAL;
+	}
+	if (!cfg->key || cfg->keylen < RGAPSD_PEER_KEY_MIN || cfg->keylen > RGAPSD_PEER_KEY_MAX) {
+		rgaps_error("peers: the key must hold %d to %d bytes (got %zu)",
+			    RGAPSD_PEER_KEY_MIN, RGAPSD_PEER_KEY_MAX, cfg->key ? cfg->keylen : 0);
+		return -EINVAL;
+	}
+	if (cfg->npeers && !cfg->peers)
+		return -EINVAL;
+	for (uint32_t i = 0; i < cfg->npeers; i++) {
+		if (!cfg->peers[i] || strlen(cfg->peers[i]) > PEERS_NAME_MAX ||
+		    rgapsd_parse_hostport(cfg->peers[i], host, sizeof(host), &port)) {
+			rgaps_error("peers: peer \"%s\" is not HOST:PORT",
+				    cfg->peers[i] ? cfg->peers[i] : "(null)");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
+		       const struct rgapsd_peers_ops *ops, void *ctx, struct rgapsd_peers **pm_p)
+{
+	struct rgapsd_peers *pm;
+	char host[PEERS_NAME_MAX + 1];
+	uint16_t port;
+	int err, fd;
+
+	if (!loop || !pm_p)
+		return -EINVAL;
+	err = pm_check_config(cfg, ops);
+	if (err)
+		return err;
+	if (sodium_init() < 0) {
+		rgaps_error("peers: libsodium cannot be initialised");
+		return -EIO;
+	}
+	pm = calloc(1, sizeof(*pm));
+	if (!pm)
+		return -ENOMEM;
+	pm->loop = loop;
+	pm->ops = ops;
+	pm->ctx = ctx;
+	snprintf(pm->name, sizeof(pm->name), "%s", cfg->listen);
+	pm->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : PEERS_KEEPALIVE_DEFAULT_MS;
+	pm->key = sodium_malloc(cfg->keylen);
+	pm->peers = calloc(cfg->npeers ? cfg->npeers : 1, sizeof(*pm->peers));
+	if (!pm->key || !pm->peers) {
+		err = -ENOMEM;
+		goto err_free;
+	}
+	memcpy(pm->key, cfg->key, cfg->keylen);
+	pm->keylen = cfg->keylen;
+
+	for (uint32_t i = 0; i < cfg->npeers; i++) {
+		struct rgapsd_peer *p = &pm->peers[pm->npeers];
+
+		if (strcmp(cfg->peers[i], pm->name) == 0) {
+			rgaps_debug("peers: %s is this daemon; not a peer", cfg->peers[i]);
+			continue;
+		}
+		if (pm_find(pm, cfg->peers[i])) {
+			rgaps_warn("peers: %s is listed twice; once is enough", cfg->peers[i]);
+			continue;
+		}
+		p->pm = pm;
+		snprintf(p->name, sizeof(p->name), "%s", cfg->peers[i]);
+		rgaps_require(rgapsd_parse_hostport(p->name, p->host, sizeof(p->host),
+						    &p->port) == 0);
+		p->numeric = addr_numeric(p->host, p->port, &p->addr);
+		p->backoff_ms = PEERS_BACKOFF_MIN_MS;
+		pm->npeers++;
+	}
+
+	rgaps_require(rgapsd_parse_hostport(pm->name, host, sizeof(host), &port) == 0);
+	fd = pm_bind(pm, host, port);
+	if (fd < 0) {
+		err = fd;
+		goto err_free;
+	}
+	rgaps_require(uv_tcp_init(loop, &pm->listener) == 0);
+	pm->listener.data = pm;
+	pm->refs = 1;
+	err = uv_tcp_open(&pm->listener, fd);
+	if (err) {
+		close(fd);
+	} else {
+		err = uv_listen((uv_stream_t *)&pm->listener, SOMAXCONN, pm_on_connection);
+	}
+	if (err) {
+		/* The handle exists: pm goes in its close callback, on the caller's next uv_run. */
+		rgaps_error("peers: cannot listen on %s: %s", pm->name, uv_strerror(err));
+		uv_close((uv_handle_t *)&pm->listener, pm_on_handle_closed);
+		return err;
+	}
+
+	/* First attempts from the loop, so that daemons started together see each other listen. */
+	for (uint32_t i = 0; i < pm->npeers; i++) {
+		struct rgapsd_peer *p = &pm->peers[i];
+
+		rgaps_require(uv_timer_init(loop, &p->timer) == 0);
+		p->timer.data = p;
+		pm->refs++;
+		p->next_attempt_ms = uv_now(loop);
+		peer_schedule(p);
+	}
+	rgaps_info("peers: listening on %s, %u peer(s), keepalive %u ms", pm->name, pm->npeers,
+		   pm->keepalive_ms);
+	*pm_p = pm;
+	return 0;
+
+err_free:
+	if (pm->key)
+		sodium_free(pm->key);
+	free(pm->peers);
+	free(pm);
+	return err;
+}
+
+void rgapsd_peers_stop(struct rgapsd_peers *pm)
+{
+	if (!pm || pm->stopping)
+		return;
+	pm->stopping = true;
+	rgaps_info("peers: stopping (%s)", pm->name);
+	uv_close((uv_handle_t *)&pm->listener, pm_on_handle_closed);
+	for (uint32_t i = 0; i < pm->npeers; i++) {
+		struct rgapsd_peer *p = &pm->peers[i];
+
+		uv_timer_stop(&p->timer);
+		if (p->resolving)
+			uv_cancel((uv_req_t *)&p->gai);
+		peer_flush_down(p);
+		if (p->session)
+			conn_end(p->session, PF_BYE, 0, true, "shutting down");
+	}
+	/* Handshakes in progress just close: the other side sees EOF, not a protocol error. */
+	for (struct peer_conn *c = pm->conns; c; c = c->next)
+		if (c->state < CONN_CLOSING)
+			conn_end(c, 0, 0, true, "shutting down");
+	for (uint32_t i = 0; i < pm->npeers; i++)
+		uv_close((uv_handle_t *)&pm->peers[i].timer, peer_on_timer_closed);
+}
+
+/* ---- the core's calls ------------------------------------------------------------------------ */
+
+int rgapsd_peer_send(struct rgapsd_peer *p, const char *json, size_t len)
+{
+	struct peer_conn *conn;
+	int rc;
+
+	if (!p || !json || len == 0 || len > RGAPSD_PEER_MSG_MAX)
+		return -EMSGSIZE;
+	conn = p->session;
+	if (!conn || conn->state != CONN_UP)
+		return -ENOTCONN;
+	rc = conn_send(conn, PF_MSG, json, len, NULL, 0);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc) {
+		/* Over the queue cap, or the stream broke: the session goes, peer_down posted. */
+		conn_send_failed(conn, "a MSG", rc, false);
+		return -ENOTCONN;
+	}
+	p->st.msgs_sent++;
+	p->st.bytes_sent += len;
+	return 0;
+}
+
+void rgapsd_peer_disconnect(struct rgapsd_peer *p, const char *why)
+{
+	char reason[PEERS_REASON_MAX + 1];
+
+	if (!p || !p->session || p->session->state != CONN_UP)
+		return;
+	snprintf(reason, sizeof(reason), "%s", why && why[0] ? why : "disconnected");
+	conn_end(p->session, PF_BYE, 0, false, reason);
+}
+
+const char *rgapsd_peer_name(const struct rgapsd_peer *p)
+{
+	return p->name;
+}
+
+const char *rgapsd_peer_host(const struct rgapsd_peer *p)
+{
+	return p->host;
+}
+
+bool rgapsd_peer_is_up(const struct rgapsd_peer *p)
+{
+	return p->session != NULL;
+}
+
+void rgapsd_peer_set_data(struct rgapsd_peer *p, void *data)
+{
+	p->data = data;
+}
+
+void *rgapsd_peer_get_data(const struct rgapsd_peer *p)
+{
+	return p->data;
+}
+
+void rgapsd_peer_get_stats(const struct rgapsd_peer *p, struct rgapsd_peer_stats *st)
+{
+	*st = p->st;
+}
+
+void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_stats *st)
+{
+	*st = pm->st;
+}
+
+struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev)
+{
+	size_t i = prev ? (size_t)(prev - pm->peers) + 1 : 0;
+
+	return i < pm->npeers ? &pm->peers[i] : NULL;
+}

@@ -1,0 +1,99 @@
+/*
+ * The peer control plane of rgapsd (DESIGN.md section 7, docs/PROTOCOL.md
+ * section 2): authenticated TCP sessions with the other daemons, on the loop
+ * (libuv). It listens on "listen", connects to every configured peer with
+ * back-off, runs the versioned handshake and the pre-shared-key
+ * challenge-response (HMAC, libsodium), keeps sessions alive with pings, and
+ * carries JSON control messages for the core (topic set-up, subscriptions,
+ * data-link tokens). It knows nothing of topics.
+ *
+ * Identity: a daemon is named by its listen address "HOST:PORT" as written in
+ * the others' "peers" lists. A session is accepted only from a daemon that
+ * proves the key and whose name is in our peers list; between two daemons
+ * that list each other only one session survives (the one initiated by the
+ * smaller name).
+ *
+ * Lifecycle: rgapsd_peers_start() -> peer_up / peer_msg / peer_down (any
+ * number of times per peer: a peer that returns comes up again) ->
+ * rgapsd_peers_stop() (peer_down for each live session, then handles close
+ * asynchronously; memory freed when the loop has closed them).
+ */
+#ifndef RGAPSD_PEERS_H
+#define RGAPSD_PEERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define RGAPSD_PEER_KEY_MIN 32
+#define RGAPSD_PEER_KEY_MAX 4096
+#define RGAPSD_PEER_MSG_MAX (1024 * 1024) /* one control message */
+
+struct rgapsd_peers;
+struct rgapsd_peer;
+
+struct rgapsd_peers_ops {
+	/* Authenticated session established. initiator: we connected. */
+	void (*peer_up)(void *ctx, struct rgapsd_peer *p, bool initiator);
+	/* Session gone (closed, keepalive timeout, protocol error); why is for the log.
+	 * The peer object stays valid (it is reused when the peer returns). */
+	void (*peer_down)(void *ctx, struct rgapsd_peer *p, const char *why);
+	/* One control message (JSON text, not NUL-terminated) from an up peer. */
+	void (*peer_msg)(void *ctx, struct rgapsd_peer *p, const char *json, size_t len);
+};
+
+struct rgapsd_peers_config {
+	const char *listen;	      /* "HOST:PORT": our name and where we listen */
+	const char *const *peers;     /* "HOST:PORT" of the other daemons */
+	uint32_t npeers;
+	const uint8_t *key;	      /* pre-shared key */
+	size_t keylen;
+	uint32_t keepalive_ms;	      /* ping interval; dead after 3 silent intervals */
+};
+
+struct rgapsd_peer_stats {
+	uint64_t sessions;     /* times this peer came up */
+	uint64_t reconnects;   /* connect attempts after the first */
+	uint64_t msgs_sent, msgs_received, bytes_sent, bytes_received;
+	uint64_t pings_sent, pongs_received;
+	double rtt_ms;	       /* last ping round trip */
+	bool up;
+};
+
+struct rgapsd_peers_stats {
+	uint64_t accepted, auth_failures, unknown_peers, protocol_errors, duplicates_closed;
+};
+
+/*
+ * Read the key file: at least 32 bytes of any content, refused when group- or
+ * world-readable (mode & 077) or not a regular file. Returns the length or a
+ * negative errno, with the reason in err.
+ */
+int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,
+			  size_t errlen);
+
+/* Parse "HOST:PORT" / "[v6]:PORT". 0 or -EINVAL. */
+int rgapsd_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p);
+
+/* Bind the listener and start connecting. 0 or -errno (e.g. address in use). */
+int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
+		       const struct rgapsd_peers_ops *ops, void *ctx, struct rgapsd_peers **pm_p);
+void rgapsd_peers_stop(struct rgapsd_peers *pm);
+
+/* Queue one control message to an up peer (copied). 0, -ENOTCONN, -EMSGSIZE, -ENOMEM. */
+int rgapsd_peer_send(struct rgapsd_peer *p, const char *json, size_t len);
+/* Drop the session (e.g. the core found the peer hostile); peer_down follows. */
+void rgapsd_peer_disconnect(struct rgapsd_peer *p, const char *why);
+
+const char *rgapsd_peer_name(const struct rgapsd_peer *p); /* "HOST:PORT" */
+const char *rgapsd_peer_host(const struct rgapsd_peer *p); /* HOST, for data links */
+bool rgapsd_peer_is_up(const struct rgapsd_peer *p);
+void rgapsd_peer_set_data(struct rgapsd_peer *p, void *data);
+void *rgapsd_peer_get_data(const struct rgapsd_peer *p);
+void rgapsd_peer_get_stats(const struct rgapsd_peer *p, struct rgapsd_peer_stats *st);
+void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_stats *st);
+/* Iterate over every known peer (configured or accepted). */
+struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev);
+
+#endif
