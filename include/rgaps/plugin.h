@@ -102,6 +102,124 @@ struct rgaps_memory_ops {
 };
 
 /* ------------------------------------------------------------------ */
+/* transport                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A transport moves records from a sender daemon into a receive ring of a
+ * receiver daemon (DESIGN.md section 4; docs/PROTOCOL.md section 3). The core
+ * decides every offset (Tail/Head/Delayed Head arithmetic, src/common/ring.h);
+ * the transport only writes bytes where it is told and reports completions.
+ * Everything runs on the daemon's loop thread (the plugin puts its fds under
+ * uv_poll handles on env->uv_loop); callbacks are called on that thread, never
+ * from inside the operation that caused them (no re-entrance).
+ *
+ * Links are data connections to one peer daemon. The peer control plane
+ * (authenticated, src/daemon/peers.c) tells the listener which 16-byte token
+ * to expect; the connector presents it (tcp: first bytes on the stream; verbs:
+ * rdma_cm private data). A link whose token the core does not know is closed.
+ */
+
+struct rgaps_link; /* transport-owned, opaque to the core */
+
+#define RGAPS_LINK_TOKEN_LEN 16
+#define RGAPS_RING_DESC_MAX 64 /* bytes of an opaque ring / head-word descriptor */
+#define RGAPS_RECORD_SG_MAX 4
+
+/* Where a record's bytes come from: pieces of locally registered memory. */
+struct rgaps_sg {
+	void *mr;     /* from reg_local() */
+	void *addr;   /* inside that registration */
+	uint64_t len;
+};
+
+struct rgaps_transport_cbs {
+	void *arg;
+	/* Accepted link presenting token (listener side). */
+	void (*link_accepted)(void *arg, struct rgaps_link *link,
+			      const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
+	/* A connect() finished: status 0 (up) or a negative errno. */
+	void (*link_connected)(void *arg, struct rgaps_link *link, int status);
+	/* The link failed or was closed by the peer; why is for the log. The link is
+	 * freed after this returns; the core must not use it again. */
+	void (*link_down)(void *arg, struct rgaps_link *link, int err, const char *why);
+	/*
+	 * Receiver: a record of len bytes landed in ring ring_id. off is the ring
+	 * offset the sender claims (tcp) or UINT64_MAX when the transport cannot
+	 * know it (verbs: the immediate carries only ring and length; the core
+	 * computes the placement). The bytes are in ring memory already.
+	 */
+	void (*record_landed)(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			      uint64_t len);
+	/* Sender: the record posted with cookie is out of the source memory (status < 0: failed). */
+	void (*record_sent)(void *arg, struct rgaps_link *link, uint64_t cookie, int status);
+	/* Sender: the receiver advanced Head of ring ring_id (the Delayed Head). */
+	void (*head_update)(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head);
+};
+
+/* Counters a transport keeps per link (stats). */
+struct rgaps_link_stats {
+	uint64_t records_sent, bytes_sent, records_landed, bytes_landed;
+	uint64_t head_updates_sent, head_updates_received;
+	uint64_t send_credit_stalls; /* post_record refused for lack of send credits */
+	uint64_t cq_events, cq_polls_busy; /* completion-channel wake-ups, busy-poll rounds */
+	uint64_t cq_overflows;	    /* must stay 0 */
+};
+
+struct rgaps_transport_ops {
+	int (*init)(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,
+		    void **ctx_p);
+	/* Close every link (no callbacks), release everything. */
+	void (*fini)(void *ctx);
+	/* 0 if usable here; else -ENODEV and why (verbs: no active RDMA port). */
+	int (*probe)(void *ctx, char *why, size_t whylen);
+	/* Accept data links on host:port (host may be "0.0.0.0"). */
+	int (*listen)(void *ctx, const char *host, uint16_t port);
+	/* Open a data link to host:port presenting token; completion via link_connected. */
+	int (*connect)(void *ctx, const char *host, uint16_t port,
+		       const uint8_t token[RGAPS_LINK_TOKEN_LEN], struct rgaps_link **link_p);
+	/* Tear a link down (QP to error, drain, destroy): no link_down callback follows. */
+	void (*close)(void *ctx, struct rgaps_link *link);
+
+	/* Register local memory as a source of records (staging pool, header buffers). */
+	int (*reg_local)(void *ctx, void *addr, uint64_t len, void **mr_p);
+	void (*dereg_local)(void *ctx, void *mr);
+
+	/*
+	 * Ring set-up, in the order of the topic initialisation sequence:
+	 * 1. sender:   sender_ring_prepare() -> descriptor of its Delayed Head word;
+	 * 2. receiver: receiver_ring_attach() with that descriptor and its ring
+	 *              memory -> descriptor of the ring (address, key, size);
+	 * 3. sender:   sender_ring_connect() with the ring's descriptor.
+	 * Descriptors are opaque bytes (<= RGAPS_RING_DESC_MAX) the core carries
+	 * over the peer control plane. ring_id is chosen by the sender, < 128.
+	 */
+	int (*sender_ring_prepare)(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+				   uint8_t *desc, size_t *desc_len_p);
+	int (*receiver_ring_attach)(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+				    void *ring, uint64_t size, const uint8_t *peer_desc,
+				    size_t peer_desc_len, uint8_t *desc, size_t *desc_len_p);
+	int (*sender_ring_connect)(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+				   const uint8_t *desc, size_t desc_len);
+	void (*ring_detach)(void *ctx, struct rgaps_link *link, uint32_t ring_id);
+
+	/*
+	 * Sender: write the gathered pieces (total len bytes) into ring ring_id at
+	 * offset off, contiguously, and tell the receiver (RDMA WRITE WITH
+	 * IMMEDIATE / a framed write). -EAGAIN when out of send credits: retry
+	 * after a record_sent. cookie comes back in record_sent. Posts may be
+	 * batched: the transport rings the doorbell at the latest in flush().
+	 */
+	int (*post_record)(void *ctx, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			   const struct rgaps_sg *sg, uint32_t nsg, uint64_t cookie);
+	/* Receiver: publish a new Head of ring_id to the sender's Delayed Head word. */
+	int (*post_head)(void *ctx, struct rgaps_link *link, uint32_t ring_id, uint64_t head);
+	/* Ring the doorbell for everything posted since the last flush. */
+	void (*flush)(void *ctx, struct rgaps_link *link);
+	void (*link_stats)(void *ctx, struct rgaps_link *link, struct rgaps_link_stats *st);
+};
+
+/* ------------------------------------------------------------------ */
 /* the one exported object                                             */
 /* ------------------------------------------------------------------ */
 

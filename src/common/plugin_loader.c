@@ -100,6 +100,109 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.host_unregister = mem_stub_host_unregister,
 };
 
+static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,
+			void **ctx_p)
+{
+	*ctx_p = NULL;
+	return 0;
+}
+
+static void tr_stub_fini(void *ctx)
+{
+}
+
+static int tr_stub_probe(void *ctx, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "plugin has no probe operation");
+	return -ENOTSUP;
+}
+
+static int tr_stub_listen(void *ctx, const char *host, uint16_t port)
+{
+	return -ENOTSUP;
+}
+
+static int tr_stub_connect(void *ctx, const char *host, uint16_t port,
+			   const uint8_t token[RGAPS_LINK_TOKEN_LEN], struct rgaps_link **link_p)
+{
+	return -ENOTSUP;
+}
+
+static void tr_stub_close(void *ctx, struct rgaps_link *link)
+{
+}
+
+static int tr_stub_reg_local(void *ctx, void *addr, uint64_t len, void **mr_p)
+{
+	return -ENOTSUP;
+}
+
+static void tr_stub_dereg_local(void *ctx, void *mr)
+{
+}
+
+static int tr_stub_sender_ring_prepare(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+				       uint8_t *desc, size_t *desc_len_p)
+{
+	return -ENOTSUP;
+}
+
+static int tr_stub_receiver_ring_attach(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+					void *ring, uint64_t size, const uint8_t *peer_desc,
+					size_t peer_desc_len, uint8_t *desc, size_t *desc_len_p)
+{
+	return -ENOTSUP;
+}
+
+static int tr_stub_sender_ring_connect(void *ctx, struct rgaps_link *link, uint32_t ring_id,
+				       const uint8_t *desc, size_t desc_len)
+{
+	return -ENOTSUP;
+}
+
+static void tr_stub_ring_detach(void *ctx, struct rgaps_link *link, uint32_t ring_id)
+{
+}
+
+static int tr_stub_post_record(void *ctx, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			       const struct rgaps_sg *sg, uint32_t nsg, uint64_t cookie)
+{
+	return -ENOTSUP;
+}
+
+static int tr_stub_post_head(void *ctx, struct rgaps_link *link, uint32_t ring_id, uint64_t head)
+{
+	return -ENOTSUP;
+}
+
+static void tr_stub_flush(void *ctx, struct rgaps_link *link)
+{
+}
+
+static void tr_stub_link_stats(void *ctx, struct rgaps_link *link, struct rgaps_link_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+}
+
+static const struct rgaps_transport_ops tr_stubs = {
+	.init = tr_stub_init,
+	.fini = tr_stub_fini,
+	.probe = tr_stub_probe,
+	.listen = tr_stub_listen,
+	.connect = tr_stub_connect,
+	.close = tr_stub_close,
+	.reg_local = tr_stub_reg_local,
+	.dereg_local = tr_stub_dereg_local,
+	.sender_ring_prepare = tr_stub_sender_ring_prepare,
+	.receiver_ring_attach = tr_stub_receiver_ring_attach,
+	.sender_ring_connect = tr_stub_sender_ring_connect,
+	.ring_detach = tr_stub_ring_detach,
+	.post_record = tr_stub_post_record,
+	.post_head = tr_stub_post_head,
+	.flush = tr_stub_flush,
+	.link_stats = tr_stub_link_stats,
+};
+
 /* Copy the plugin's table over the stubs, slot by slot, for the part it has. */
 static void fill_ops(void *dst, const void *stubs, size_t full, const void *src, size_t src_size)
 {
@@ -167,6 +270,9 @@ int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
 	switch (kind) {
 	case RGAPS_PLUGIN_MEMORY:
 		fill_ops(&lp->ops.memory, &mem_stubs, sizeof(mem_stubs), d->ops, d->ops_size);
+		break;
+	case RGAPS_PLUGIN_TRANSPORT:
+		fill_ops(&lp->ops.transport, &tr_stubs, sizeof(tr_stubs), d->ops, d->ops_size);
 		break;
 	default:
 		snprintf(err, errlen, "%s: %s plugins are not loadable by this build", lp->path,

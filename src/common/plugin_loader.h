@@ -20,6 +20,7 @@ struct rgaps_loaded_plugin {
 	char path[512];
 	union {
 		struct rgaps_memory_ops memory;
+		struct rgaps_transport_ops transport;
 	} ops;
 	void *ctx; /* from ops.init, if the caller ran it */
 };
