@@ -2,14 +2,23 @@
 # The README's two commands: `tools/quickstart.sh demo` and `tools/quickstart.sh test`.
 # Both install what a fresh Debian 12 machine lacks, build, then run the demo
 # (a daemon, a publisher and verifying subscribers on the embedded defaults)
-# or every test suite (unit, integration, the same under ASan+UBSan, and the
-# RDMA suite in a Soft-RoCE VM when tests/rdma exists).
+# or every test suite: unit, integration, transport and gpu (which skips
+# without a GPU), the unit and integration suites again under ASan+UBSan, and
+# the RDMA suite in a Soft-RoCE VM (which skips with its reason where the VM
+# cannot run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
-case "$what" in demo|test|build) ;; *) echo "usage: $0 demo|test|build" >&2; exit 2;; esac
+case "$what" in
+demo | test | build) ;;
+*)
+	echo "usage: $0 demo|test|build" >&2
+	exit 2
+	;;
+esac
 
-SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
       libibverbs-dev librdmacm-dev libsodium-dev procps iproute2"
 missing=()
@@ -23,10 +32,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # CUDA is optional: the cuda plugin and the gpu suite are built when nvcc is there.
-[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
 build() { # build DIR [meson options...]
-	local dir=$1; shift
+	local dir=$1
+	shift
 	[ -f "$dir/build.ninja" ] || meson setup "$dir" -Dwerror=true "$@"
 	ninja -C "$dir"
 }
@@ -37,15 +47,13 @@ case "$what" in
 build) ;;
 demo) exec tools/demo.sh build ;;
 test)
-	echo "== unit and integration tests"
-	meson test -C build --print-errorlogs --no-rebuild
-	echo "== the same under ASan+UBSan"
+	echo "== unit, integration, transport and gpu suites"
+	meson test -C build --print-errorlogs --no-rebuild --no-suite rdma
+	echo "== unit and integration under ASan+UBSan"
 	build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 	meson test -C build-asan --print-errorlogs --no-rebuild --suite unit --suite integration
-	if [ -d tests/rdma ] && [ -f build/tests/rdma/rdma_suite.sh ] || [ -f tests/rdma/rdma_suite.sh ]; then
-		echo "== RDMA (verbs over Soft-RoCE in a VM)"
-		bash tests/rdma/run.sh build
-	fi
+	echo "== RDMA: the verbs transport over Soft-RoCE, in a VM"
+	meson test -C build --print-errorlogs --no-rebuild --suite rdma
 	echo "== all suites passed"
 	;;
 esac

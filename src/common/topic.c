@@ -558,9 +558,9 @@ static bool drop_loan(struct rgaps_topic *t, struct rgaps_topic_pub *p, uint32_t
 	return freed;
 }
 
-int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token, uint64_t size,
-		       uint64_t ts_ns, int timeout_ms, rgaps_topic_alive_fn alive, void *alive_arg,
-		       uint64_t *seq_p)
+static int commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token, uint64_t size,
+		  uint64_t ts_ns, uint32_t flags, uint32_t gap, int timeout_ms,
+		  rgaps_topic_alive_fn alive, void *alive_arg, uint64_t *seq_p)
 {
 	struct rgaps_topic_hdr *h = t->hdr;
 	struct rgaps_topic_pub *p;
@@ -602,6 +602,11 @@ int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token,
 			topic_unlock(t);
 			continue;
 		}
+		if (timeout_ms == 0 && (flags & RGAPS_ENTRY_REMOTE)) {
+			/* rgapsd cannot wait on its loop: it keeps the loan and retries. */
+			topic_unlock(t);
+			return -EAGAIN;
+		}
 		if (timeout_ms == 0) {
 			r = -EAGAIN;
 			goto out_drop;
@@ -632,6 +637,8 @@ int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token,
 	rgaps_j64(&e->ts_ns, ts_ns);
 	rgaps_j32(&e->block, block);
 	rgaps_j32(&e->pending, h->nsubs);
+	rgaps_j32(&e->flags, flags);
+	rgaps_j32(&e->gap, gap);
 	/* The loan's reference becomes the queue's. */
 	rgaps_j32(&p->loans[token], RGAPS_TLSF_NIL);
 	rgaps_j32(&p->nloans, p->nloans - 1);
@@ -657,6 +664,20 @@ out_drop:
 	if (freed)
 		wake_space(t);
 	return r;
+}
+
+int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token, uint64_t size,
+		       uint64_t ts_ns, int timeout_ms, rgaps_topic_alive_fn alive, void *alive_arg,
+		       uint64_t *seq_p)
+{
+	return commit(t, pub_slot, token, size, ts_ns, 0, 0, timeout_ms, alive, alive_arg, seq_p);
+}
+
+int rgaps_topic_commit_remote(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token,
+			      uint64_t size, uint64_t ts_ns, uint32_t gap, uint64_t *seq_p)
+{
+	return commit(t, pub_slot, token, size, ts_ns, RGAPS_ENTRY_REMOTE, gap, 0, NULL, NULL,
+		      seq_p);
 }
 
 int rgaps_topic_cancel(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token)
@@ -745,8 +766,9 @@ int rgaps_topic_take(struct rgaps_topic *t, uint32_t sub_slot, int timeout_ms, u
 			msg_p->off = e->off;
 			msg_p->size = e->size;
 			msg_p->ts_ns = e->ts_ns;
-			msg_p->gap = s->pending_gap;
+			msg_p->gap = s->pending_gap + e->gap;
 			msg_p->token = k;
+			msg_p->flags = e->flags;
 			rgaps_j64(&s->holds[k].seq, e->seq);
 			rgaps_j32(&s->holds[k].block, e->block);
 			rgaps_j32(&s->nholds, s->nholds + 1);

@@ -109,6 +109,9 @@ struct rgaps_topic_hdr {
 	struct rgaps_journal journal __attribute__((aligned(RGAPS_CACHELINE)));
 };
 
+/* Entry flags. */
+#define RGAPS_ENTRY_REMOTE 0x1u /* landed from a peer daemon: never forwarded again */
+
 struct rgaps_topic_entry {
 	uint64_t seq;
 	uint64_t off;
@@ -116,6 +119,8 @@ struct rgaps_topic_entry {
 	uint64_t ts_ns;
 	uint32_t block;	  /* TLSF block id */
 	uint32_t pending; /* active subscribers that have not passed it yet */
+	uint32_t flags;	  /* RGAPS_ENTRY_* */
+	uint32_t gap;	  /* messages lost upstream just before this one (remote path) */
 };
 
 struct rgaps_topic_hold {
@@ -160,8 +165,9 @@ struct rgaps_topic_msg {
 	uint64_t off;
 	uint64_t size;
 	uint64_t ts_ns;
-	uint64_t gap;
+	uint64_t gap; /* dropped for this subscriber + lost upstream */
 	uint32_t token;
+	uint32_t flags; /* RGAPS_ENTRY_* */
 };
 
 struct rgaps_topic_stats {
@@ -203,6 +209,13 @@ int rgaps_topic_loan(struct rgaps_topic *t, uint32_t pub_slot, uint64_t size, in
 int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token, uint64_t size,
 		       uint64_t ts_ns, int timeout_ms, rgaps_topic_alive_fn alive, void *alive_arg,
 		       uint64_t *seq_p);
+/*
+ * Commit on behalf of a peer daemon (flags RGAPS_ENTRY_REMOTE, gap = messages
+ * lost upstream). Never waits: -EAGAIN when the queue is full under the block
+ * policy, and then the loan is kept so the caller can retry.
+ */
+int rgaps_topic_commit_remote(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token,
+			      uint64_t size, uint64_t ts_ns, uint32_t gap, uint64_t *seq_p);
 int rgaps_topic_cancel(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token);
 
 /* Subscriber: take the next message (timeout as above) and release it. */

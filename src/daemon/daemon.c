@@ -12,6 +12,7 @@
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "../common/shm.h"
+#include "remote.h"
 
 /* Instance name from the socket path, so two daemons on two sockets never share segments. */
 static void derive_instance(const char *path, char *out, size_t len)
@@ -62,6 +63,12 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	if (n)
 		rgaps_warn("removed %d stale shared-memory segments of instance %s", n, d->instance);
 
+	r = rgapsd_remote_start(d);
+	if (r) {
+		rgapsd_control_stop(d->ctl);
+		d->ctl = NULL;
+		return r;
+	}
 	uv_signal_init(loop, &d->sig_term);
 	uv_signal_init(loop, &d->sig_int);
 	d->sig_term.data = d->sig_int.data = d;
@@ -80,6 +87,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	/* Clients first (each on_close detaches), then topics, then our own handles. */
 	rgapsd_control_stop(d->ctl);
 	d->ctl = NULL;
+	rgapsd_remote_stop(d);
 	rgapsd__topics_destroy(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
@@ -88,4 +96,5 @@ void rgapsd_shutdown(struct rgapsd *d)
 void rgapsd_fini(struct rgapsd *d)
 {
 	rgapsd__topics_destroy(d);
+	rgapsd_remote_free(d);
 }

@@ -27,6 +27,10 @@ struct rgapsd_topic {
 	struct rgaps_loaded_plugin *mem; /* shared, owned by struct rgapsd */
 	struct rgaps_mem_region pool;
 	uint32_t attachments;
+	uint32_t local_subs;  /* client subscribers (advertised to peers when > 0) */
+	bool publishers_seen; /* a local publisher attached once: send to interested peers */
+	uint64_t landed_msgs, landed_bytes; /* received from peers and published here */
+	uint64_t refused_msgs;		    /* received from peers, refused here (counted gaps) */
 };
 
 struct rgapsd {
@@ -43,6 +47,8 @@ struct rgapsd {
 	uint64_t start_ns;
 	uint64_t requests, request_errors, connections;
 	bool stopping;
+	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
+	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 };
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg);

@@ -17,6 +17,7 @@
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "daemon.h"
+#include "remote.h"
 #include "rgaps/rgaps.h"
 #include "rgaps_build_config.h"
 
@@ -28,10 +29,13 @@ enum client_role {
 
 /* Per-connection state (rgapsd_conn_set_data). */
 struct client {
+	struct rgapsd *d;
+	struct rgapsd_conn *conn;
 	bool hello;
 	enum client_role role;
 	struct rgapsd_topic *topic;
 	uint32_t slot;
+	cJSON *pending_reply; /* publisher attach waiting for the peers' topic set-up */
 };
 
 static void send_json(struct rgapsd_conn *conn, cJSON *reply, const int *fds, int nfds)
@@ -97,14 +101,35 @@ static const char *str_field(const cJSON *req, const char *key)
 
 static void detach(struct client *c)
 {
-	if (c->role == CLIENT_SUB)
+	if (c->pending_reply) {
+		rgapsd_remote_cancel_attach(c->d, c);
+		cJSON_Delete(c->pending_reply);
+		c->pending_reply = NULL;
+	}
+	if (c->role == CLIENT_SUB) {
 		rgaps_topic_sub_close(&c->topic->t, c->slot);
-	else if (c->role == CLIENT_PUB)
+		if (--c->topic->local_subs == 0)
+			rgapsd_remote_subscribers_changed(c->d, c->topic);
+	} else if (c->role == CLIENT_PUB) {
 		rgaps_topic_pub_close(&c->topic->t, c->slot);
+	}
 	if (c->topic)
 		c->topic->attachments--;
 	c->role = CLIENT_NONE;
 	c->topic = NULL;
+}
+
+/* The peers answered (or the wait timed out): complete a publisher's attach. */
+static void attach_done(void *arg, int status)
+{
+	struct client *c = arg;
+	struct rgapsd_topic *t = c->topic;
+	cJSON *r = c->pending_reply;
+	int fds[2] = { t->meta_fd, t->pool.fd };
+
+	c->pending_reply = NULL;
+	send_json(c->conn, r, fds, 2);
+	cJSON_Delete(r);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -196,11 +221,18 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	cJSON_AddStringToObject(r, "memory", t->mem->name);
 	cJSON_AddNumberToObject(r, "device", t->pool.device);
 	cJSON_AddNumberToObject(r, "mem_flags", t->pool.flags);
+	rgaps_debug("pid %d attached to '%s' as %s slot %u", (int)cred->pid, name, role, slot);
+	if (sub && t->local_subs++ == 0)
+		rgapsd_remote_subscribers_changed(d, t);
+	/* DESIGN.md 7: a publisher's attach completes once interested peers set the topic up. */
+	if (!sub && rgapsd_remote_publisher_attach(d, t, attach_done, c)) {
+		c->pending_reply = r;
+		return;
+	}
 	fds[0] = t->meta_fd;
 	fds[1] = t->pool.fd;
 	send_json(conn, r, fds, 2);
 	cJSON_Delete(r);
-	rgaps_debug("pid %d attached to '%s' as %s slot %u", (int)cred->pid, name, role, slot);
 }
 
 static void do_detach(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c,
@@ -235,6 +267,10 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(o, "pool_used", (double)st.pool.used_bytes);
 	if (!full)
 		return o;
+	cJSON *rem = cJSON_AddObjectToObject(o, "from_peers");
+	cJSON_AddNumberToObject(rem, "messages", (double)t->landed_msgs);
+	cJSON_AddNumberToObject(rem, "bytes", (double)t->landed_bytes);
+	cJSON_AddNumberToObject(rem, "refused", (double)t->refused_msgs);
 
 	cJSON *pool = cJSON_AddObjectToObject(o, "pool");
 	cJSON_AddNumberToObject(pool, "size", (double)st.pool.pool_size);
@@ -337,6 +373,8 @@ static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *r
 		reply_error(d, conn, req, -ENOENT, "no topic '%s'", only);
 		return;
 	}
+	if (stats)
+		rgapsd_remote_stats(d, r, only);
 	send_json(conn, r, NULL, 0);
 	cJSON_Delete(r);
 }
@@ -374,6 +412,8 @@ void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, 
 			rgapsd_conn_close_after_send(conn);
 			return;
 		}
+		c->d = d;
+		c->conn = conn;
 		rgapsd_conn_set_data(conn, c);
 		d->connections++;
 	}

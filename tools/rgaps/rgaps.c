@@ -44,6 +44,13 @@ static int parse_size_arg(const char *opt, const char *s, uint64_t *v)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* min * (max/min)^f: sizes spread evenly over orders of magnitude */
 static double pow_ratio(uint64_t max, uint64_t min, double f)
 {
@@ -56,7 +63,7 @@ static void usage(FILE *f)
 		"usage: rgaps COMMAND [options]\n"
 		"  pub TOPIC --count N --size BYTES[-MAXBYTES] [--rate HZ] [--wait-subscribers N]\n"
 		"            [--timeout SEC] [--loan]\n"
-		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
+		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS] [--latency]\n"
 		"  topics [--json]\n"
 		"  stats [TOPIC] [--json]\n"
 		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
@@ -273,6 +280,17 @@ static int cmd_pub(int argc, char **argv)
 			rgaps_strerror(errno));
 		return 1;
 	}
+	{
+		rgaps_topic_info_t info = { .struct_size = sizeof(info) };
+
+		/* This tool touches payloads from the CPU: loans on a GPU pool are device memory. */
+		if (loan && rgaps_publisher_info(pub, &info) == 0 && info.memory == RGAPS_MEMORY_CUDA) {
+			fprintf(stderr, "rgaps pub: topic '%s' lives in GPU memory: --loan would write "
+					"device memory from the CPU; use push (default)\n", topic);
+			rgaps_publisher_destroy(pub);
+			return 2;
+		}
+	}
 	buf = malloc(smax);
 	if (!buf) {
 		rgaps_publisher_destroy(pub);
@@ -343,8 +361,11 @@ static int cmd_sub(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 't' },
 		{ "allow-gaps", no_argument, NULL, 'g' },
 		{ "hold-ms", required_argument, NULL, 'H' },
+		{ "latency", no_argument, NULL, 'T' },
 		{ 0 },
 	};
+	bool latency = false;
+	double *lat = NULL;
 	uint64_t count = 1, received = 0, verified = 0, bad = 0, gaps = 0, drops = 0, bytes = 0;
 	uint64_t last_seq = UINT64_MAX;
 	double timeout = 30, deadline, t0 = 0;
@@ -376,16 +397,36 @@ static int cmd_sub(int argc, char **argv)
 		case 'H':
 			hold_ms = atoi(optarg);
 			break;
+		case 'T':
+			latency = true;
+			break;
 		default:
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (latency) {
+		lat = calloc(count ? count : 1, sizeof(*lat));
+		if (!lat)
+			return 1;
 	}
 	sub = rgaps_subscriber_init(topic);
 	if (!sub) {
 		fprintf(stderr, "rgaps sub: cannot attach to '%s': %s\n", topic,
 			rgaps_strerror(errno));
 		return 1;
+	}
+	{
+		rgaps_topic_info_t info = { .struct_size = sizeof(info) };
+
+		if ((verify || hold_ms) && rgaps_subscriber_info(sub, &info) == 0 &&
+		    info.memory == RGAPS_MEMORY_CUDA && verify) {
+			fprintf(stderr, "rgaps sub: topic '%s' lives in GPU memory: --verify reads "
+					"payloads from the CPU; use tests/gpu/gpu-sub to verify on the GPU\n",
+				topic);
+			rgaps_subscriber_destroy(sub);
+			return 2;
+		}
 	}
 	printf("subscribed to %s\n", topic);
 	fflush(stdout);
@@ -406,6 +447,13 @@ static int cmd_sub(int argc, char **argv)
 		if (r) {
 			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
 			break;
+		}
+		if (lat && received < count) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			lat[received] = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec -
+					 (double)m.ts_ns) / 1e3;
 		}
 		if (!received)
 			t0 = now_s();
@@ -436,6 +484,16 @@ static int cmd_sub(int argc, char **argv)
 	printf("received %" PRIu64 " verified %" PRIu64 " mismatched %" PRIu64 " gaps %" PRIu64
 	       " drops %" PRIu64 " bytes %" PRIu64 " in %.3f s\n",
 	       received, verified, bad, gaps, drops, bytes, received ? now_s() - t0 : 0.0);
+	if (lat && received) {
+		uint64_t n = received < count ? received : count;
+
+		qsort(lat, n, sizeof(*lat), cmp_double);
+		printf("latency_us p50 %.1f p99 %.1f min %.1f max %.1f (publish to take, %" PRIu64
+		       " messages)\n",
+		       lat[n / 2], lat[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], lat[0], lat[n - 1],
+		       n);
+	}
+	free(lat);
 	rgaps_subscriber_destroy(sub);
 	rc = 0;
 	if (bad)

@@ -1,0 +1,32 @@
+/*
+ * The 64-byte header at the start of every DP2 record (docs/PROTOCOL.md,
+ * section 3). Written by the sending rgapsd into a registered header buffer
+ * and gathered in front of the chunk; read by the receiving rgapsd from its
+ * ring after the transport reports the landing.
+ */
+#ifndef RGAPS_COMMON_RECORD_H
+#define RGAPS_COMMON_RECORD_H
+
+#include <stdint.h>
+
+#define RGAPS_RECORD_MAGIC 0x31524752u /* "RGR1" */
+#define RGAPS_RECORD_HDR 64u
+#define RGAPS_RECORD_FIRST 0x1u
+#define RGAPS_RECORD_LAST 0x2u
+
+struct rgaps_record_hdr {
+	uint32_t magic;
+	uint32_t flags;
+	uint64_t msg_seq;
+	uint64_t msg_size;
+	uint64_t chunk_off;
+	uint32_t chunk_len;
+	uint32_t ring_id;
+	uint64_t ts_ns;
+	uint64_t record_seq;
+	uint64_t reserved;
+};
+
+_Static_assert(sizeof(struct rgaps_record_hdr) == RGAPS_RECORD_HDR, "record header is 64 bytes");
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * Mailbox and FIFO worker thread (see worker.h).
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <string.h>
+
+static void on_async(uv_async_t *a)
+{
+	struct rgapsd_mailbox *mb = a->data;
+	struct rgapsd_msg *m;
+
+	pthread_mutex_lock(&mb->lock);
+	m = mb->head;
+	mb->head = mb->tail = NULL;
+	pthread_mutex_unlock(&mb->lock);
+	while (m) {
+		struct rgapsd_msg *next = m->next;
+
+		m->fn(m);
+		m = next;
+	}
+}
+
+int rgapsd_mailbox_init(uv_loop_t *loop, struct rgapsd_mailbox *mb)
+{
+	int r;
+
+	memset(mb, 0, sizeof(*mb));
+	pthread_mutex_init(&mb->lock, NULL);
+	r = uv_async_init(loop, &mb->async, on_async);
+	if (r) {
+		pthread_mutex_destroy(&mb->lock);
+		return r;
+	}
+	mb->async.data = mb;
+	return 0;
+}
+
+void rgapsd_mailbox_post(struct rgapsd_mailbox *mb, struct rgapsd_msg *m)
+{
+	m->next = NULL;
+	pthread_mutex_lock(&mb->lock);
+	if (mb->tail)
+		mb->tail->next = m;
+	else
+		mb->head = m;
+	mb->tail = m;
+	pthread_mutex_unlock(&mb->lock);
+	uv_async_send(&mb->async);
+}
+
+static void mailbox_closed(uv_handle_t *h)
+{
+	struct rgapsd_mailbox *mb = h->data;
+
+	pthread_mutex_destroy(&mb->lock);
+}
+
+void rgapsd_mailbox_close(struct rgapsd_mailbox *mb)
+{
+	if (mb->closing)
+		return;
+	mb->closing = true;
+	on_async(&mb->async);
+	uv_close((uv_handle_t *)&mb->async, mailbox_closed);
+}
+
+static void *worker_main(void *arg)
+{
+	struct rgapsd_worker *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct rgapsd_job *j;
+
+		while (!w->head && !w->stop)
+			pthread_cond_wait(&w->cond, &w->lock);
+		j = w->head;
+		if (!j)
+			break; /* stop, and nothing left to do */
+		w->head = j->next_job;
+		if (!w->head)
+			w->tail = NULL;
+		pthread_mutex_unlock(&w->lock);
+		j->run(j);
+		rgapsd_mailbox_post(w->mb, &j->done);
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name)
+{
+	int r;
+
+	memset(w, 0, sizeof(*w));
+	w->mb = mb;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	r = pthread_create(&w->thread, NULL, worker_main, w);
+	if (r)
+		return -r;
+	pthread_setname_np(w->thread, name);
+	w->started = true;
+	return 0;
+}
+
+void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job)
+{
+	job->next_job = NULL;
+	pthread_mutex_lock(&w->lock);
+	if (w->tail)
+		w->tail->next_job = job;
+	else
+		w->head = job;
+	w->tail = job;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void rgapsd_worker_stop(struct rgapsd_worker *w)
+{
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	w->started = false;
+}

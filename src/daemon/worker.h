@@ -1,0 +1,61 @@
+/*
+ * Threads and the loop (DESIGN.md section 2, STYLE.md item 7). Only the loop
+ * thread touches uv handles and daemon state; other threads hand work back as
+ * messages {fn, ctx} on a mailbox: a multi-producer queue plus uv_async_send,
+ * whose handler drains the whole queue (several sends may give one wake-up).
+ *
+ * A worker is one thread running jobs in FIFO order (the copy stage of the
+ * receive pipeline: ring -> pool); each job's completion is posted back to
+ * the loop through a mailbox. FIFO order is what keeps a ring's records
+ * consumed in order.
+ *
+ * Lifecycle: init -> post/submit -> close (the worker is joined; messages
+ * still queued run before the async handle closes).
+ */
+#ifndef RGAPSD_WORKER_H
+#define RGAPSD_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct rgapsd_msg {
+	struct rgapsd_msg *next;
+	void (*fn)(struct rgapsd_msg *m); /* runs on the loop thread */
+};
+
+struct rgapsd_mailbox {
+	uv_async_t async;
+	pthread_mutex_t lock;
+	struct rgapsd_msg *head, *tail;
+	bool closing;
+};
+
+int rgapsd_mailbox_init(uv_loop_t *loop, struct rgapsd_mailbox *mb);
+/* Any thread. */
+void rgapsd_mailbox_post(struct rgapsd_mailbox *mb, struct rgapsd_msg *m);
+/* Loop thread: run what is queued, then close the async handle. */
+void rgapsd_mailbox_close(struct rgapsd_mailbox *mb);
+
+struct rgapsd_job {
+	struct rgapsd_msg done; /* posted to the mailbox after run() */
+	struct rgapsd_job *next_job;
+	void (*run)(struct rgapsd_job *job); /* runs on the worker thread */
+};
+
+struct rgapsd_worker {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct rgapsd_job *head, *tail;
+	struct rgapsd_mailbox *mb;
+	bool stop;
+	bool started;
+};
+
+int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name);
+void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job);
+/* Finish the queued jobs (their completions are posted), then join. */
+void rgapsd_worker_stop(struct rgapsd_worker *w);
+
+#endif

@@ -1,0 +1,50 @@
+# Several daemons on one machine standing for several hosts (distinct loopback
+# ports, sockets and shm instances). Sourced after lib.sh.
+KEY="$T/psk"
+head -c 48 /dev/urandom > "$KEY"; chmod 600 "$KEY"
+BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
+declare -A DPID SOCK PORT
+
+# host NAME INDEX: define a host (its control port is BASE + 10*INDEX; data ports +1, +2)
+host() {
+	PORT[$1]=$((BASE + 10 * $2)); SOCK[$1]="$T/$1.sock"
+}
+
+# start_host NAME [extra JSON for the topic defaults]: start its daemon with every other host as peer
+start_host() {
+	local name=$1 defaults=${2:-} peers=""
+	for h in "${!PORT[@]}"; do
+		[ "$h" = "$name" ] && continue
+		peers="$peers${peers:+, }\"127.0.0.1:${PORT[$h]}\""
+	done
+	cat > "$T/$name.json" <<JSON
+{ "listen": "127.0.0.1:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
+  "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
+JSON
+	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
+		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
+	DPID[$name]=$!
+	PIDS+=(${DPID[$name]})
+	for _ in $(seq 100); do
+		RGAPS_SOCKET=${SOCK[$name]} "$RGAPS" topics >/dev/null 2>&1 && return 0
+		kill -0 "${DPID[$name]}" 2>/dev/null || fail "$name exited at start: $(tail -n 5 "$T/$name.log")"
+		sleep 0.05
+	done
+	fail "$name did not come up"
+}
+
+stop_host() { # stop_host NAME [signal]
+	local sig=${2:-TERM}
+	kill -"$sig" "${DPID[$1]}" 2>/dev/null
+	for _ in $(seq 100); do kill -0 "${DPID[$1]}" 2>/dev/null || break; sleep 0.05; done
+	kill -0 "${DPID[$1]}" 2>/dev/null && fail "$1 did not stop on SIG$sig"
+	wait "${DPID[$1]}" 2>/dev/null; local rc=$?
+	[ "$sig" = TERM ] && [ $rc -ne 0 ] && fail "$1 exited $rc after SIGTERM"
+	return 0
+}
+
+on() { local h=$1; shift; RGAPS_SOCKET=${SOCK[$h]} "$@"; }
+flat() { tr -d ' \t\n'; }
+# knows_sub A B TOPIC: host A has heard that B subscribes to TOPIC
+knows_sub() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"127.0.0.1:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\""; }
+peer_up() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"127.0.0.1:${PORT[$2]}\",\"up\":true"; }
