@@ -99,6 +99,14 @@ struct rgaps_memory_ops {
 	/** Pin host memory so the device can DMA from/to it (the DP1 staging pool). */
 	int (*host_register)(void *ctx, void *ptr, size_t n);
 	int (*host_unregister)(void *ctx, void *ptr);
+	/**
+	 * Start a copy and return at once; done(arg, status) is called exactly once
+	 * when it completed, possibly before this returns and from any thread (a
+	 * CUDA host callback): it must only signal. Copies started on one context
+	 * complete in the order they were started. -ENOTSUP: use copy() instead.
+	 */
+	int (*copy_async)(void *ctx, void *dst, const void *src, size_t n, uint32_t dir,
+			  void (*done)(void *arg, int status), void *arg);
 };
 
 /* ------------------------------------------------------------------ */

@@ -865,6 +865,72 @@ out:
 	return r;
 }
 
+/*
+ * The remote path's copies (ring -> GPU pool, GPU pool -> staging): queued on
+ * the device's copy stream, completion reported by a stream host function that
+ * only calls done(), which only signals the daemon's loop (STYLE.md item 9).
+ * One stream per device keeps completions in start order.
+ */
+struct copy_cb {
+	void (*done)(void *arg, int status);
+	void *arg;
+};
+
+static void CUDART_CB copy_host_fn(void *p)
+{
+	struct copy_cb cb = *(struct copy_cb *)p;
+
+	free(p);
+	cb.done(cb.arg, 0);
+}
+
+static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uint32_t dir,
+			   void (*done)(void *arg, int status), void *arg)
+{
+	struct cuda_ctx *ctx = vctx;
+	struct copy_cb *cb;
+	cudaStream_t s;
+	cudaError_t e;
+	int dev, old, r;
+
+	dev = copy_device(ctx, dst, src, dir);
+	if (dev < 0 || dev >= CUDA_MAX_DEVICES)
+		return -ENODEV;
+	cb = malloc(sizeof(*cb));
+	if (!cb)
+		return -ENOMEM;
+	cb->done = done;
+	cb->arg = arg;
+	r = enter_device(ctx, dev, &old);
+	if (r) {
+		free(cb);
+		return r;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	s = ctx->stream[dev];
+	if (!s) {
+		e = cudaStreamCreateWithFlags(&ctx->stream[dev], cudaStreamNonBlocking);
+		s = e == cudaSuccess ? ctx->stream[dev] : NULL;
+		if (!s)
+			ctx->stream[dev] = NULL;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!s) {
+		free(cb);
+		leave_device(dev, old);
+		return -ENOMEM;
+	}
+	e = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s) : cudaSuccess;
+	if (e == cudaSuccess)
+		e = cudaLaunchHostFunc(s, copy_host_fn, cb);
+	if (e != cudaSuccess) {
+		free(cb);
+		r = rt_fail(ctx, "asynchronous copy into/out of the pool", e);
+	}
+	leave_device(dev, old);
+	return r;
+}
+
 /* ---------------------------------------------------------------- pinning */
 
 static int cuda_host_register(void *vctx, void *ptr, size_t n)
@@ -891,6 +957,7 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.copy = cuda_copy,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
+	.copy_async = cuda_copy_async,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

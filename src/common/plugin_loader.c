@@ -88,6 +88,12 @@ static int mem_stub_host_unregister(void *ctx, void *ptr)
 	return -ENOTSUP;
 }
 
+static int mem_stub_copy_async(void *ctx, void *dst, const void *src, size_t n, uint32_t dir,
+			       void (*done)(void *arg, int status), void *arg)
+{
+	return -ENOTSUP;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -98,6 +104,7 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.copy = mem_stub_copy,
 	.host_register = mem_stub_host_register,
 	.host_unregister = mem_stub_host_unregister,
+	.copy_async = mem_stub_copy_async,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,

@@ -109,9 +109,27 @@ struct rt_omsg {
 	enum rt_out_state state;
 };
 
+/*
+ * A chunk of a message whose pool is device memory, copied once (D2H) into a
+ * slot of the topic's pinned staging buffer and sent from there to every
+ * interested ring (DP1). Chunk k+1 is staged while chunk k is on the wire.
+ */
+struct rt_stage {
+	struct rgapsd_job job; /* worker fallback; job.done is the completion message */
+	struct rt_stage *next;
+	struct rt_topic *tt;
+	struct rt_omsg *m;
+	uint64_t off, len;
+	uint32_t slot;
+	uint32_t refs; /* ring chunks that send from it */
+	int status;
+	bool ready;
+};
+
 struct rt_chunk {
 	struct rt_chunk *next;
 	struct rt_omsg *m;
+	struct rt_stage *stage; /* NULL: sent straight from the (host) pool */
 	struct rt_out *o;
 	uint64_t off, len;
 	uint32_t flags;
@@ -179,6 +197,7 @@ struct rt_in {
 	bool blocked;
 	bool dead;
 	uint32_t pending_gap; /* refused here: reported with the next published message */
+	bool pinned;	      /* ring registered with the memory plugin (device pools) */
 	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries;
 };
 
@@ -223,6 +242,16 @@ struct rt_topic {
 	uint32_t fwd_slot;
 	bool fwd_slot_open;
 	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large;
+	/* staging (device-memory pools only) */
+	bool staged;
+	uint8_t *stg;
+	uint64_t stg_slot, stg_size;
+	uint32_t stg_nslots, stg_nfree;
+	uint32_t *stg_free;
+	bool stg_pinned;
+	void *stg_mr[TR_NUM];
+	struct rt_stage *stage_head, *stage_tail; /* waiting for a slot */
+	uint64_t staged_chunks, staged_bytes;
 };
 
 /*
@@ -256,6 +285,7 @@ struct rgapsd_remote {
 	uint64_t out_trans[OUT_NUM_STATES][OUT_NUM_STATES];
 	uint64_t in_trans[IN_NUM_STATES][IN_NUM_STATES];
 	uint64_t unknown_tokens;
+	bool mem_async_missing; /* the memory plugin has no copy_async: use the worker */
 };
 
 
@@ -451,12 +481,186 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 	free(m);
 }
 
+static void stage_put(struct rt_stage *st);
+static void out_pump(struct rt_out *o);
+
 static void chunk_free(struct rgapsd_remote *rt, struct rt_chunk *c, bool dropped)
 {
 	if (dropped)
 		c->m->dropped = true;
+	if (c->stage)
+		stage_put(c->stage);
 	omsg_put(rt, c->m);
 	free(c);
+}
+
+/* ---------------------------------------------------------------- copies */
+
+struct rt_copy {
+	struct rgapsd_remote *rt;
+	struct rgapsd_msg *done;
+	int *status;
+};
+
+static void copy_signal(void *arg, int status)
+{
+	struct rt_copy *c = arg;
+	struct rgapsd_remote *rt = c->rt;
+	struct rgapsd_msg *done = c->done;
+
+	*c->status = status;
+	free(c);
+	rgapsd_mailbox_post(&rt->mb, done); /* only signal: the loop does the work */
+}
+
+/*
+ * Copy between a pool and host memory off the loop thread: on the memory
+ * plugin's own stream (cuda: completion by a stream host function), else on
+ * the worker. done runs on the loop either way, in start order.
+ */
+static void start_copy(struct rgapsd_remote *rt, struct rgaps_loaded_plugin *mem,
+		       struct rgapsd_job *job, int *status, void *dst, const void *src, uint64_t n,
+		       uint32_t dir)
+{
+	if (!rt->mem_async_missing) {
+		struct rt_copy *c = malloc(sizeof(*c));
+		int e = -ENOMEM;
+
+		if (c) {
+			c->rt = rt;
+			c->done = &job->done;
+			c->status = status;
+			e = mem->ops.memory.copy_async(mem->ctx, dst, src, n, dir, copy_signal, c);
+			if (e == 0)
+				return;
+			free(c);
+		}
+		if (e != -ENOTSUP) {
+			*status = e;
+			rgapsd_mailbox_post(&rt->mb, &job->done);
+			return;
+		}
+		rt->mem_async_missing = true;
+	}
+	rgapsd_worker_submit(&rt->worker, job);
+}
+
+/* ---------------------------------------------------------------- staging */
+
+static void stage_run(struct rgapsd_job *job)
+{
+	struct rt_stage *st = RGAPS_CONTAINER_OF(job, struct rt_stage, job);
+	struct rgapsd_topic *t = st->tt->t;
+
+	st->status = t->mem->ops.memory.copy(t->mem->ctx, st->tt->stg + st->slot * st->tt->stg_slot,
+					     t->t.pool + st->m->msg.off + st->off, st->len,
+					     RGAPS_COPY_FROM_POOL);
+}
+
+static void stage_done(struct rgapsd_msg *m)
+{
+	struct rt_stage *st = RGAPS_CONTAINER_OF(m, struct rt_stage, job.done);
+	struct rt_topic *tt = st->tt;
+
+	st->ready = true;
+	if (st->status) {
+		/* Ring space is reserved for it already: restart the sessions, never send garbage. */
+		rgaps_error("topic '%s': staging copy failed: %s; restarting its peer sessions",
+			    tt->t->cfg.name, strerror(-st->status));
+		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+			rgapsd_peer_disconnect(o->p->peer, "local staging copy failed");
+	} else {
+		tt->staged_chunks++;
+		tt->staged_bytes += st->len;
+		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+			out_pump(o);
+	}
+	stage_put(st); /* the copy's reference */
+}
+
+static void stage_pump(struct rt_topic *tt)
+{
+	while (tt->stage_head && tt->stg_nfree) {
+		struct rt_stage *st = tt->stage_head;
+
+		tt->stage_head = st->next;
+		if (!tt->stage_head)
+			tt->stage_tail = NULL;
+		st->slot = tt->stg_free[--tt->stg_nfree];
+		st->refs++; /* held by the copy until stage_done */
+		st->job.run = stage_run;
+		st->job.done.fn = stage_done;
+		start_copy(tt->rt, tt->t->mem, &st->job, &st->status,
+			   tt->stg + st->slot * tt->stg_slot, tt->t->t.pool + st->m->msg.off + st->off,
+			   st->len, RGAPS_COPY_FROM_POOL);
+	}
+}
+
+static void stage_put(struct rt_stage *st)
+{
+	struct rt_topic *tt = st->tt;
+
+	if (--st->refs)
+		return;
+	if (st->slot == UINT32_MAX) {
+		/* Never started: take it off the queue. */
+		for (struct rt_stage **sp = &tt->stage_head; *sp; sp = &(*sp)->next) {
+			if (*sp == st) {
+				*sp = st->next;
+				break;
+			}
+		}
+		tt->stage_tail = NULL;
+		for (struct rt_stage *x = tt->stage_head; x; x = x->next)
+			tt->stage_tail = x;
+	} else {
+		tt->stg_free[tt->stg_nfree++] = st->slot;
+	}
+	omsg_put(tt->rt, st->m);
+	free(st);
+	stage_pump(tt);
+}
+
+/* Device-memory pools are staged through a pinned host buffer the transports can read. */
+static int staging_setup(struct rt_topic *tt, int tr_idx)
+{
+	struct rgapsd_topic *t = tt->t;
+	struct rt_transport *tr = &tt->rt->tr[tr_idx];
+	int e;
+
+	if (!tt->stg) {
+		tt->stg_slot = t->cfg.chunking ? t->cfg.chunk_size : t->cfg.max_message_size;
+		tt->stg_nslots = (uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (256ull << 20) / tt->stg_slot));
+		tt->stg_size = tt->stg_slot * tt->stg_nslots;
+		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		tt->stg_free = calloc(tt->stg_nslots, sizeof(*tt->stg_free));
+		if (tt->stg == MAP_FAILED || !tt->stg_free) {
+			if (tt->stg != MAP_FAILED)
+				munmap(tt->stg, tt->stg_size);
+			tt->stg = NULL;
+			free(tt->stg_free);
+			tt->stg_free = NULL;
+			return -ENOMEM;
+		}
+		for (uint32_t i = 0; i < tt->stg_nslots; i++)
+			tt->stg_free[tt->stg_nfree++] = tt->stg_nslots - 1 - i;
+		e = t->mem->ops.memory.host_register(t->mem->ctx, tt->stg, tt->stg_size);
+		tt->stg_pinned = e == 0;
+		if (e)
+			rgaps_warn("topic '%s': staging buffer not pinned (%s): D2H copies run slower",
+				   t->cfg.name, strerror(-e));
+		tt->staged = true;
+		rgaps_info("topic '%s': device pool; staging %u x %llu bytes of pinned host memory",
+			   t->cfg.name, tt->stg_nslots, (unsigned long long)tt->stg_slot);
+	}
+	if (!tt->stg_mr[tr_idx]) {
+		e = tr->lp->ops.transport.reg_local(tr->ctx, tt->stg, tt->stg_size,
+						    &tt->stg_mr[tr_idx]);
+		if (e)
+			return e;
+	}
+	return 0;
 }
 
 static void out_pump(struct rt_out *o)
@@ -477,6 +681,8 @@ static void out_pump(struct rt_out *o)
 
 		if (o->hdr_used == RT_HDR_SLOTS)
 			break;
+		if (c->stage && (!c->stage->ready || c->stage->status))
+			break; /* D2H of this chunk still running: resumes in stage_done */
 		if (!c->reserved) {
 			r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len, &c->slot);
 			if (r == -EAGAIN) {
@@ -536,9 +742,15 @@ static void out_pump(struct rt_out *o)
 		}
 		h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
 		sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = h, .len = RGAPS_RECORD_HDR };
-		sg[1] = (struct rgaps_sg){ .mr = o->tt->pool_mr[o->tr],
-					   .addr = pool + c->m->msg.off + c->off,
-					   .len = c->len };
+		if (c->stage) {
+			sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
+						   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
+						   .len = c->len };
+		} else {
+			sg[1] = (struct rgaps_sg){ .mr = o->tt->pool_mr[o->tr],
+						   .addr = pool + c->m->msg.off + c->off,
+						   .len = c->len };
+		}
 		r = tr->lp->ops.transport.post_record(tr->ctx, l->link, o->id, c->slot.off, sg, 2,
 						      (uint64_t)(uintptr_t)c);
 		if (r == -EAGAIN) {
@@ -694,7 +906,14 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 			    rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
 		return;
 	}
-	if (!tt->pool_mr[tr_idx]) {
+	if (tt->t->pool.kind != RGAPS_MEM_HOST) {
+		r = staging_setup(tt, tr_idx);
+		if (r) {
+			rgaps_error("topic '%s': %s cannot use a staging buffer: %s", tt->t->cfg.name,
+				    tr_names[tr_idx], strerror(-r));
+			return;
+		}
+	} else if (!tt->pool_mr[tr_idx]) {
 		r = tr->lp->ops.transport.reg_local(tr->ctx, tt->t->t.pool, tt->t->pool.size,
 						    &tt->pool_mr[tr_idx]);
 		if (r) {
@@ -794,6 +1013,8 @@ static void on_forwarded(struct rgapsd_msg *mm)
 	struct rgapsd_remote *rt = tt->rt;
 	struct rt_omsg *m = calloc(1, sizeof(*m));
 	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : f->msg.size;
+	struct rt_stage **stages = NULL;
+	uint64_t nstages = 0;
 	uint32_t rings = 0;
 
 	if (!m) {
@@ -817,12 +1038,40 @@ static void on_forwarded(struct rgapsd_msg *mm)
 			m->dropped = true;
 			continue;
 		}
-		for (uint64_t off = 0; off < m->msg.size; off += chunk) {
+		for (uint64_t off = 0, k = 0; off < m->msg.size; off += chunk, k++) {
 			struct rt_chunk *c = calloc(1, sizeof(*c));
 
 			if (!c) {
 				m->dropped = true;
 				break;
+			}
+			if (tt->staged) {
+				/* One D2H per chunk, shared by every ring that sends it. */
+				if (k >= nstages) {
+					struct rt_stage **ns = realloc(stages, (k + 1) * sizeof(*ns));
+
+					if (!ns) {
+						free(c);
+						m->dropped = true;
+						break;
+					}
+					stages = ns;
+					stages[k] = calloc(1, sizeof(**stages));
+					if (!stages[k]) {
+						free(c);
+						m->dropped = true;
+						break;
+					}
+					stages[k]->tt = tt;
+					stages[k]->m = m;
+					stages[k]->off = off;
+					stages[k]->len = RGAPS_MIN(chunk, m->msg.size - off);
+					stages[k]->slot = UINT32_MAX;
+					m->refs++;
+					nstages = k + 1;
+				}
+				c->stage = stages[k];
+				c->stage->refs++;
 			}
 			c->m = m;
 			c->o = o;
@@ -841,6 +1090,22 @@ static void on_forwarded(struct rgapsd_msg *mm)
 	}
 	if (!rings)
 		tt->unsent_no_peer++;
+	for (uint64_t k = 0; k < nstages; k++) {
+		struct rt_stage *st = stages[k];
+
+		if (!st->refs) { /* no ring took it (allocation failure) */
+			omsg_put(rt, m);
+			free(st);
+			continue;
+		}
+		if (tt->stage_tail)
+			tt->stage_tail->next = st;
+		else
+			tt->stage_head = st;
+		tt->stage_tail = st;
+	}
+	free(stages);
+	stage_pump(tt);
 	out_set(rt, m, OUT_QUEUED);
 	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
 		out_pump(o);
@@ -1014,7 +1279,10 @@ again:
 				in->jobs++;
 				r->job.run = copy_run;
 				r->job.done.fn = copy_done;
-				rgapsd_worker_submit(&rt->worker, &r->job);
+				start_copy(rt, in->topic->mem, &r->job, &r->copy_status,
+					   in->topic->t.pool + r->loan_off + r->h.chunk_off,
+					   in->mem + r->slot.off + RGAPS_RECORD_HDR, r->h.chunk_len,
+					   RGAPS_COPY_TO_POOL);
 				break;
 			case IN_COPYING: /* async: copy_done moves it on */
 			case IN_COPIED:
@@ -1102,6 +1370,8 @@ static void in_free(struct rt_in *in)
 	drop_assembly(in);
 	if (in->pub_open)
 		rgaps_topic_pub_close(&in->topic->t, in->pub_slot);
+	if (in->pinned)
+		in->topic->mem->ops.memory.host_unregister(in->topic->mem->ctx, in->mem);
 	if (in->mem)
 		munmap(in->mem, in->size);
 	free(in);
@@ -1526,6 +1796,12 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 		{ refuse_setup(p, id, "cannot allocate a %llu-byte ring",
 				    (unsigned long long)t->cfg.ring_size); return; }
 	}
+	if (t->pool.kind != RGAPS_MEM_HOST) {
+		/* DP3 copies ring -> GPU pool: a pinned ring lets them run at full speed. */
+		in->pinned = t->mem->ops.memory.host_register(t->mem->ctx, in->mem, in->size) == 0;
+		if (!in->pinned)
+			rgaps_warn("topic '%s': receive ring not pinned: H2D copies run slower", name);
+	}
 	e = rgaps_topic_pub_open(&t->t, 0, getpid(), &in->pub_slot);
 	if (e) {
 		munmap(in->mem, in->size);
@@ -1809,9 +2085,18 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 	while (tt->outs)
 		out_free(tt->outs, false);
 	waiters_check(tt, true);
-	for (int i = 0; i < TR_NUM; i++)
+	for (int i = 0; i < TR_NUM; i++) {
 		if (tt->pool_mr[i])
 			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, tt->pool_mr[i]);
+		if (tt->stg_mr[i])
+			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, tt->stg_mr[i]);
+	}
+	if (tt->stg) {
+		if (tt->stg_pinned)
+			t->mem->ops.memory.host_unregister(t->mem->ctx, tt->stg);
+		munmap(tt->stg, tt->stg_size);
+		free(tt->stg_free);
+	}
 	/* Flush messages the forwarder posted before it stopped. */
 	for (struct rt_topic **tp = &rt->topics; *tp; tp = &(*tp)->next) {
 		if (*tp == tt) {
@@ -2155,6 +2440,9 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(fo, "skipped_remote_origin", (double)tt->skipped_remote);
 		cJSON_AddNumberToObject(fo, "no_interested_peer", (double)tt->unsent_no_peer);
 		cJSON_AddNumberToObject(fo, "too_large_for_ring", (double)tt->too_large);
+		cJSON_AddBoolToObject(fo, "staged", tt->staged);
+		cJSON_AddNumberToObject(fo, "staged_chunks", (double)tt->staged_chunks);
+		cJSON_AddNumberToObject(fo, "staged_bytes", (double)tt->staged_bytes);
 		cJSON_AddItemToArray(fw, fo);
 	}
 }
