@@ -198,6 +198,8 @@ struct rt_in {
 	bool dead;
 	uint32_t pending_gap; /* refused here: reported with the next published message */
 	bool pinned;	      /* ring registered with the memory plugin (device pools) */
+	bool have_pub_seq;    /* the sender's sequence number of the last message published */
+	uint64_t pub_seq;
 	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries;
 };
 
@@ -212,6 +214,13 @@ struct rt_peer {
 	struct rt_out *out[RT_RINGS];
 	struct rt_in *in[RT_RINGS];
 	uint32_t next_ring; /* round-robin cursor in our half of the ring ids */
+	/* Last sequence number landed per topic, kept across rings and sessions, so
+	 * messages lost while a link was down reach subscribers as a gap. */
+	struct rt_seen {
+		char topic[RGAPS_TOPIC_NAME_MAX + 1];
+		uint64_t last_seq;
+	} *seen;
+	uint32_t nseen;
 	uint64_t hostile, link_downs;
 };
 
@@ -1318,6 +1327,8 @@ again:
 				in_set(rt, r, IN_DROPPED);
 			} else {
 				in->messages++;
+				in->have_pub_seq = true;
+				in->pub_seq = r->h.msg_seq;
 				in->topic->landed_msgs++;
 				in->topic->landed_bytes += r->h.msg_size;
 				in->pending_gap = 0;
@@ -1348,10 +1359,36 @@ again:
 		arm_retry(rt);
 }
 
+static struct rt_seen *seen_of(struct rt_peer *p, const char *topic, bool create)
+{
+	struct rt_seen *n;
+
+	for (uint32_t i = 0; i < p->nseen; i++)
+		if (strcmp(p->seen[i].topic, topic) == 0)
+			return &p->seen[i];
+	if (!create)
+		return NULL;
+	n = realloc(p->seen, (p->nseen + 1) * sizeof(*n));
+	if (!n)
+		return NULL;
+	p->seen = n;
+	n = &p->seen[p->nseen++];
+	snprintf(n->topic, sizeof(n->topic), "%s", topic);
+	n->last_seq = 0;
+	return n;
+}
+
 static void in_free(struct rt_in *in)
 {
 	struct rgapsd_remote *rt = in->p->rt;
 	struct rt_rec *r;
+
+	if (in->have_pub_seq && !in->dead) {
+		struct rt_seen *sn = seen_of(in->p, in->topic->cfg.name, true);
+
+		if (sn)
+			sn->last_seq = in->pub_seq;
+	}
 
 	in->dead = true;
 	if (in->p->in[in->id] == in)
@@ -1472,6 +1509,10 @@ static void on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_i
 		if (in->have_last_seq && h.msg_seq > in->last_msg_seq + 1) {
 			r->gap = (uint32_t)RGAPS_MIN(h.msg_seq - in->last_msg_seq - 1, UINT32_MAX);
 			in->upstream_gaps += r->gap;
+		} else if (in->have_last_seq && h.msg_seq <= in->last_msg_seq) {
+			/* The sender's topic started over (its daemon restarted): no gap to count. */
+			rgaps_info("topic '%s': %s restarted its sequence at %llu", in->topic->cfg.name,
+				   rgapsd_peer_name(p->peer), (unsigned long long)h.msg_seq);
 		}
 		in->have_last_seq = true;
 		in->last_msg_seq = h.msg_seq;
@@ -1817,6 +1858,14 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 				    strerror(-e)); return; }
 	}
 	p->in[in->id] = in;
+	{
+		struct rt_seen *sn = seen_of(p, name, false);
+
+		if (sn) { /* a ring for this topic existed before: continue its sequence */
+			in->have_last_seq = true;
+			in->last_msg_seq = sn->last_seq;
+		}
+	}
 	to_hex(desc, dlen, hex);
 	r = msg_new("topic_ready");
 	cJSON_AddNumberToObject(r, "ring_id", in->id);
@@ -2281,6 +2330,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 
 		rt->peers = p->next;
 		free(p->subs);
+		free(p->seen);
 		free(p);
 	}
 	uv_close((uv_handle_t *)&rt->tick, NULL);

@@ -1,13 +1,15 @@
-# Several daemons on one machine standing for several hosts (distinct loopback
-# ports, sockets and shm instances). Sourced after lib.sh.
+# Several daemons on one machine standing for several hosts (distinct ports,
+# sockets and shm instances; addresses 127.0.0.1 unless a host is given its
+# own, e.g. the Soft-RoCE addresses in tests/rdma/e2e_verbs.sh). Sourced after lib.sh.
 KEY="$T/psk"
 head -c 48 /dev/urandom > "$KEY"; chmod 600 "$KEY"
 BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
-declare -A DPID SOCK PORT
+declare -A DPID SOCK PORT ADDR
 
-# host NAME INDEX: define a host (its control port is BASE + 10*INDEX; data ports +1, +2)
+# host NAME INDEX [ADDR]: define a host (its control port is BASE + 10*INDEX; data ports +1,
+# +2) listening on ADDR (default $HOST_ADDR, else 127.0.0.1); its peers reach it there.
 host() {
-	PORT[$1]=$((BASE + 10 * $2)); SOCK[$1]="$T/$1.sock"
+	PORT[$1]=$((BASE + 10 * $2)); SOCK[$1]="$T/$1.sock"; ADDR[$1]=${3:-${HOST_ADDR:-127.0.0.1}}
 }
 
 # start_host NAME [extra JSON for the topic defaults]: start its daemon with every other host as peer
@@ -15,10 +17,10 @@ start_host() {
 	local name=$1 defaults=${2:-} peers=""
 	for h in "${!PORT[@]}"; do
 		[ "$h" = "$name" ] && continue
-		peers="$peers${peers:+, }\"127.0.0.1:${PORT[$h]}\""
+		peers="$peers${peers:+, }\"${ADDR[$h]}:${PORT[$h]}\""
 	done
 	cat > "$T/$name.json" <<JSON
-{ "listen": "127.0.0.1:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
+{ "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
   "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
 JSON
 	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
@@ -46,5 +48,5 @@ stop_host() { # stop_host NAME [signal]
 on() { local h=$1; shift; RGAPS_SOCKET=${SOCK[$h]} "$@"; }
 flat() { tr -d ' \t\n'; }
 # knows_sub A B TOPIC: host A has heard that B subscribes to TOPIC
-knows_sub() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"127.0.0.1:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\""; }
-peer_up() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"127.0.0.1:${PORT[$2]}\",\"up\":true"; }
+knows_sub() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\""; }
+peer_up() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true"; }
