@@ -729,13 +729,28 @@ static void spin_for(const uint32_t *word, uint32_t seen, uint32_t spin_us)
 	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
 }
 
+static long online_cpus(void)
+{
+	static long n;
+
+	if (!n)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? n : 1;
+}
+
 int rgaps_topic_take(struct rgaps_topic *t, uint32_t sub_slot, int timeout_ms, uint32_t spin_us,
 		     rgaps_topic_alive_fn alive, void *alive_arg, struct rgaps_topic_msg *msg_p)
 {
 	struct rgaps_topic_hdr *h = t->hdr;
 	struct rgaps_topic_sub *s;
 	uint64_t deadline = deadline_of(timeout_ms);
-	bool spun = spin_us == 0;
+	/*
+	 * Spinning only pays while every subscriber can have a CPU: with more
+	 * subscribers than CPUs the spinners delay the publisher and each other
+	 * (docs/BENCHMARKS.md: 4 KiB p50 58-85 us spinning vs 22-30 us sleeping,
+	 * 8 subscribers on 2 CPUs), so they go straight to the futex.
+	 */
+	bool spun = spin_us == 0 || __atomic_load_n(&h->nsubs, __ATOMIC_RELAXED) >= online_cpus();
 	int r;
 
 	if (sub_slot >= h->max_subscribers)

@@ -19,6 +19,12 @@
  *   f  (tcp only) hostile raw connections: unknown token, bad preamble, records
  *      outside the ring or over unconsumed bytes, garbage frames, a silent peer
  *
+ * record_landed's length: tcp reports the record's exact length; verbs reports
+ * its ring footprint, ALIGN_UP(len, 64), all its immediate can carry (the
+ * exact length is 64 + chunk_len from the record header, docs/VERBS.md). The
+ * receiver checks the reported length against the one the sender posted (the
+ * footprint of it for verbs) and every byte of the record at its exact length.
+ *
  * --bench runs only the throughput measurement, with sender and receiver in two
  * processes (as two daemons would be), for tests/transport/bench_tcp.sh. Every
  * wait is bounded by a watchdog timer. Exit 0 when every check passed, 77 when
@@ -126,6 +132,7 @@ static const struct rgaps_transport_ops *T;
 static struct rgaps_plugin_env env;
 static struct side A = { .name = "A" }, B = { .name = "B" };
 static bool is_tcp;
+static bool footprint_lengths; /* record_landed reports ALIGN_UP(len, 64) (verbs) */
 static int n_pass, n_fail;
 static uint64_t unknown_tokens, stray_callbacks, accepted_total;
 static bool allow_send_errors; /* case e: records failed by a link going down */
@@ -441,6 +448,7 @@ struct flow {
 	uint64_t t_first_land, t_last_land, first_len;
 	struct rgaps_ring_slot *q;
 	uint64_t q_head, q_tail, q_cap;
+	uint64_t *lens; /* in-process flows: exact length of record seq at [seq % q_cap] */
 	uv_timer_t consume_timer;
 	bool timer_open;
 	uint64_t head_eagain, verify_errors;
@@ -609,6 +617,8 @@ static void flow_pump(struct flow *f)
 				  f->next_seq, f->cur_slot.off, f->cur_len, strerror(-r));
 			break;
 		}
+		if (f->lens)
+			f->lens[f->next_seq % f->q_cap] = f->cur_len;
 		if (!f->posted) {
 			f->t_first_post = now_ns();
 			if (f->seconds > 0)
@@ -669,16 +679,42 @@ static void flow_report(struct flow *f)
 	T->flush(B.ctx, f->rl->link);
 }
 
+/*
+ * The exact length of record seq as the sender posted it: the flow's only
+ * length, or (both ends in this process) the one logged at post time. A
+ * record's slot stays reserved until it is consumed, so at most q_cap - 2
+ * records are between post and landing: the log of q_cap entries is enough.
+ */
+static uint64_t flow_exact_len(const struct flow *f, uint64_t seq, uint64_t reported)
+{
+	if (f->min_len == f->max_len)
+		return f->min_len;
+	if (f->lens)
+		return f->lens[seq % f->q_cap];
+	return reported;
+}
+
 static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 {
 	struct rgaps_ring_slot slot;
-	uint64_t seq = f->expect_seq, plen;
+	uint64_t seq = f->expect_seq, plen, exact, want_len;
 	uint8_t want[REC_HDR];
 	const uint8_t *buf, *p;
 	int r;
 
 	if (f->failed)
 		return;
+	/* tcp: the exact length; verbs: the footprint (the header has the exact one). */
+	exact = flow_exact_len(f, seq, len);
+	want_len = footprint_lengths ? RGAPS_ALIGN_UP(exact, RGAPS_RING_ALIGN) : exact;
+	if (len != want_len) {
+		flow_fail(f,
+			  "record %" PRIu64 " of %" PRIu64 " bytes reported as %" PRIu64
+			  " bytes, expected %" PRIu64 "%s",
+			  seq, exact, len, want_len,
+			  footprint_lengths ? " (its 64-byte footprint)" : "");
+		return;
+	}
 	if (off != UINT64_MAX) {
 		r = rgaps_ring_receiver_verify(&f->r, off, len);
 		if (r) {
@@ -705,21 +741,22 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 		return;
 	}
 	buf = f->ring + slot.off;
-	build_hdr(want, seq, len, f->ring_id);
-	if (memcmp(buf, want, RGAPS_MIN(len, REC_HDR)) != 0) {
+	/* Every byte the sender wrote, at the exact length (past it: padding, not checked). */
+	build_hdr(want, seq, exact, f->ring_id);
+	if (memcmp(buf, want, RGAPS_MIN(exact, REC_HDR)) != 0) {
 		uint64_t got_seq = 0;
 
-		if (len >= 56)
+		if (exact >= 56)
 			memcpy(&got_seq, buf + 48, 8);
 		flow_fail(f,
 			  "record %" PRIu64 " (%" PRIu64 " bytes at %" PRIu64 "): header differs"
 			  " (record_seq there: %" PRIu64 ")",
-			  seq, len, slot.off, got_seq);
+			  seq, exact, slot.off, got_seq);
 		f->verify_errors++;
 		return;
 	}
-	if (len > REC_HDR) {
-		plen = len - REC_HDR;
+	if (exact > REC_HDR) {
+		plen = exact - REC_HDR;
 		p = src + src_off(seq, f->src_align);
 		if (f->verify_all || plen <= 2 * SAMPLE) {
 			if (memcmp(buf + REC_HDR, p, plen) != 0) {
@@ -731,17 +768,17 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 					  "record %" PRIu64 " (%" PRIu64
 					  " bytes at ring offset %" PRIu64
 					  "): payload byte %" PRIu64 " differs",
-					  seq, len, slot.off, i);
+					  seq, exact, slot.off, i);
 				f->verify_errors++;
 				return;
 			}
 		} else if (memcmp(buf + REC_HDR, p, SAMPLE) != 0 ||
-			   memcmp(buf + len - SAMPLE, p + plen - SAMPLE, SAMPLE) != 0 ||
+			   memcmp(buf + exact - SAMPLE, p + plen - SAMPLE, SAMPLE) != 0 ||
 			   memcmp(buf + REC_HDR + plen / 2, p + plen / 2, 64) != 0) {
 			flow_fail(f,
 				  "record %" PRIu64 " (%" PRIu64 " bytes at %" PRIu64
 				  "): sampled payload differs",
-				  seq, len, slot.off);
+				  seq, exact, slot.off);
 			f->verify_errors++;
 			return;
 		}
@@ -867,7 +904,9 @@ static int flow_init(struct flow *f, const struct flow_cfg *c, struct tlink *sl,
 		f->ring = ring_alloc(c->ring_size, &f->ring_mem);
 		f->q_cap = c->ring_size / RGAPS_ALIGN_UP(c->min_len, RGAPS_RING_ALIGN) + 2;
 		f->q = calloc(f->q_cap, sizeof(*f->q));
-		if (!f->ring || !f->q) {
+		if (sl && c->min_len != c->max_len)
+			f->lens = calloc(f->q_cap, sizeof(*f->lens));
+		if (!f->ring || !f->q || (sl && c->min_len != c->max_len && !f->lens)) {
 			flow_fail(f, "out of memory for a %" PRIu64 "-byte ring", c->ring_size);
 			return -ENOMEM;
 		}
@@ -904,8 +943,10 @@ static void flow_fini(struct flow *f)
 	flows[f->ring_id] = NULL;
 	free(f->ring_mem);
 	free(f->q);
+	free(f->lens);
 	f->ring_mem = f->ring = NULL;
 	f->q = NULL;
+	f->lens = NULL;
 }
 
 /* The ABI's set-up order: sender prepare -> receiver attach -> sender connect. */
@@ -2157,6 +2198,7 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv))
 		return 2;
 	is_tcp = strcmp(opt.transport, "tcp") == 0;
+	footprint_lengths = strcmp(opt.transport, "verbs") == 0;
 	/* The plugin's own warnings (a link down and why) show, except in the benchmark. */
 	rgaps__log_level = opt.verbose ? 3 : opt.bench ? 0 : 1;
 	if (load_plugin())

@@ -1,0 +1,189 @@
+#!/bin/bash
+# tests/rdma/e2e_verbs.sh BUILD_DIR
+#
+# rgapsd end to end over the verbs transport, INSIDE the Soft-RoCE VM (run by
+# tests/rdma/rdma_suite.sh): two daemons as two hosts on rxe0, A on $RXE_ADDR
+# and B on $RXE_ADDR2, their peer control plane (TCP) on those addresses too
+# (rdma_cm cannot use 127.0.0.1). Topic defaults say "transport": "verbs".
+#
+#  1. 4 verifying subscribers on B, a publisher on A: E2E_COUNT (default 80)
+#     messages of 4 KiB to 16 MiB (log-uniform), every byte verified, no gap,
+#     no drop; A's stats show the verbs link up and carrying the records, the
+#     tcp link carrying none; B landed exactly E2E_COUNT messages, over verbs.
+#  2. peer restart: B is killed (-9) while a publisher on A streams to it; the
+#     publisher neither hangs nor fails; B restarted: the session and the verbs
+#     link come back without restarting A or its publisher, and a subscriber on
+#     the new B receives that publisher's messages intact.
+#  3. after the restart, 4 new verifying subscribers on B get new messages of
+#     4 KiB to 16 MiB intact, no gap, no drop, over the new verbs link.
+#
+# Reuses tests/integration/lib.sh and remote_lib.sh (hosts with their own
+# addresses). E2E_TRANSPORT=tcp runs the same test over tcp (with RXE_ADDR=
+# RXE_ADDR2=127.0.0.1: a check of the test itself on a machine without RDMA).
+set -u
+[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
+RGAPS_BUILD=$(cd "$1" && pwd -P) || exit 2
+export RGAPS_BUILD
+here=$(cd "$(dirname "$0")" && pwd -P)
+TR=${E2E_TRANSPORT:-verbs}
+OTHER=$([ "$TR" = verbs ] && echo tcp || echo verbs)
+if [ ! -e "$RGAPS_BUILD/plugins/transport-$TR.so" ]; then
+	echo "SKIP: $RGAPS_BUILD/plugins/transport-$TR.so is not built"
+	exit 77
+fi
+. "$here/../integration/lib.sh"
+. "$here/../integration/remote_lib.sh"
+
+# Every process this test started goes, pass or fail: bg jobs run under
+# timeout(1), which passes a SIGTERM on to its command; lib.sh's cleanup then
+# SIGKILLs what is left. On failure, the daemons' logs are shown.
+eval "lib_$(declare -f cleanup)"
+cleanup() {
+	local rc=$? p
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for h in A B; do
+		if [ $rc -ne 0 ] && [ -f "$T/$h.log" ]; then
+			echo "---- $h log (last 25 lines) ----"
+			tail -n 25 "$T/$h.log"
+		fi
+	done
+	(exit $rc)
+	lib_cleanup
+}
+
+COUNT=${E2E_COUNT:-80}
+COUNT3=${E2E_COUNT3:-20}
+TOPIC=far
+TRANSPORT=$TR
+# Small enough for the VM's 2 GiB (A registers its whole pool); a long block
+# timeout because Soft-RoCE under TCG moves ~30-60 MB/s.
+DEFAULTS=', "pool_size": "128MiB", "max_message_size": "16MiB", "ring_size": "32MiB",
+  "block_timeout_ms": 60000'
+host A 0 "${RXE_ADDR:-169.254.77.1}"
+host B 1 "${RXE_ADDR2:-169.254.77.2}"
+
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+t0=$(ms)
+note() { echo "# $(printf '%5.1f' "$(awk -v a="$(ms)" -v b="$t0" 'BEGIN { print (a - b) / 1000 }')") s  $*"; }
+
+# session HOST PEER: PEER's session object in HOST's stats (flat JSON): name, up, counters,
+# subscribes [...], links { tcp {...}, verbs {...} }
+session() {
+	on "$1" "$RGAPS" stats --json | flat |
+		grep -o "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",[^[]*\[[^]]*\],\"links\":{\"tcp\":{[^}]*},\"verbs\":{[^}]*}"
+}
+# link_field SESSION TRANSPORT FIELD
+link_field() { grep -o "\"$2\":{[^}]*}" <<< "$1" | grep -o "\"$3\":[0-9a-z\"]*" | cut -d: -f2 | tr -d '"'; }
+link_up() { [ "$(link_field "$(session "$1" "$2")" "$TR" state)" = up ]; }
+# ring HOST DIRECTION: the topic's ring object in HOST's stats
+ring() { on "$1" "$RGAPS" stats "$TOPIC" --json | flat | grep -o "{\"topic\":\"$TOPIC\",\"direction\":\"$2\"[^}]*}"; }
+field() { grep -o "\"$2\":[0-9a-z\"]*" <<< "$1" | head -1 | cut -d: -f2 | tr -d '"'; }
+last() { tail -n 1 "$T/$1.out"; }
+strict() { # strict JOB N: the subscriber got N messages, all verified, no gap, no drop
+	wait_ok "$1"
+	grep -q "received $2 verified $2 mismatched 0 gaps 0 drops 0" "$T/$1.out" ||
+		fail "$1: $(last "$1")"
+}
+
+start_host A "$DEFAULTS"
+start_host B "$DEFAULTS"
+wait_until 20 peer_up A B || fail "the A-B session did not come up"
+wait_until 30 link_up A B || fail "the $TR data link A-B did not come up"
+note "A (${ADDR[A]}:${PORT[A]}) and B (${ADDR[B]}:${PORT[B]}): session and $TR link up"
+
+# ---- 1. 4 verifying subscribers on B, COUNT messages of 4 KiB..16 MiB from A
+for i in 1 2 3 4; do
+	BG_TIMEOUT=400 bg "sub$i" env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub $TOPIC --count "$COUNT" \
+		--verify --timeout 300
+done
+wait_until 20 on B subs_are $TOPIC 4 || fail "the 4 subscribers did not attach on B"
+wait_until 20 knows_sub A B $TOPIC || fail "A never learned that B subscribes to '$TOPIC'"
+s=$(ms)
+BG_TIMEOUT=400 bg pub env RGAPS_SOCKET="${SOCK[A]}" "$RGAPS" pub $TOPIC --count "$COUNT" \
+	--size 4KiB-16MiB
+wait_ok pub
+for i in 1 2 3 4; do strict "sub$i" "$COUNT"; done
+el=$(( $(ms) - s ))
+bytes=$(grep -o 'bytes [0-9]*' "$T/sub1.out" | tr -dc 0-9)
+note "1. $COUNT messages, 4 KiB..16 MiB ($(( bytes / 1048576 )) MiB) A -> B over $TR, 4 subscribers:" \
+	"$(last sub1 | sed 's/ bytes.*//') each, in $(( el / 1000 )).$(( el % 1000 / 100 )) s" \
+	"($(awk -v b="$bytes" -v t="$el" 'BEGIN { printf "%.1f", b / 1048576 / (t / 1000) }') MiB/s end to end)"
+
+sa=$(session A B)
+[ -n "$sa" ] || fail "no session for B in A's stats"
+[ "$(link_field "$sa" "$TR" state)" = up ] || fail "A's $TR link to B is not up: $sa"
+sent=$(link_field "$sa" "$TR" records_sent)
+[ "${sent:-0}" -ge "$COUNT" ] || fail "A's $TR link sent ${sent:-0} records for $COUNT messages: $sa"
+[ "$(link_field "$sa" "$TR" cq_overflows)" = "0" ] || [ "$TR" = tcp ] || fail "CQ overflows: $sa"
+other=$(link_field "$sa" "$OTHER" records_sent)
+[ "${other:-0}" = 0 ] || fail "the $OTHER link carried ${other} records of a '$TR' topic: $sa"
+ro=$(ring A out)
+[ "$(field "$ro" transport)" = "$TR" ] || fail "A's ring for '$TOPIC' is not on $TR: $ro"
+ri=$(ring B in)
+[ "$(field "$ri" transport)" = "$TR" ] && [ "$(field "$ri" messages)" = "$COUNT" ] ||
+	fail "B's ring for '$TOPIC' is not on $TR or did not land $COUNT messages: $ri"
+n=$(on B "$RGAPS" stats $TOPIC --json | flat | grep -o '"from_peers":{"messages":[0-9]*' | tr -dc 0-9)
+[ "$n" = "$COUNT" ] || fail "B landed $n messages, expected $COUNT (one transfer per message)"
+note "   A's stats: $TR link up, records_sent $sent, bytes_sent $(link_field "$sa" "$TR" bytes_sent)," \
+	"$OTHER link records_sent ${other:-0} ($(link_field "$sa" "$OTHER" state));" \
+	"B landed $n messages on its $TR ring"
+
+# ---- 2. kill -9 B while a publisher on A streams to it; restart B
+BG_TIMEOUT=200 bg subk env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub $TOPIC --count 100000 --verify \
+	--allow-gaps --timeout 150
+wait_until 20 on B subs_are $TOPIC 1 || fail "subscriber on B did not attach"
+wait_until 20 knows_sub A B $TOPIC || fail "A never learned that B subscribes again"
+RATE=${E2E_RATE:-25}
+COUNT2=${E2E_COUNT2:-300}
+BG_TIMEOUT=300 bg pub2 env RGAPS_SOCKET="${SOCK[A]}" "$RGAPS" pub $TOPIC --count "$COUNT2" \
+	--size 4KiB-2MiB --rate "$RATE"
+got() { grep -c . "$T/$1.out" >/dev/null; n=$(on B "$RGAPS" stats $TOPIC --json | flat |
+	grep -o '"from_peers":{"messages":[0-9]*' | tr -dc 0-9); [ "${n:-0}" -ge "$2" ]; }
+wait_until 30 got subk $((COUNT + 10)) || fail "B is not receiving the second publisher's messages"
+sessions0=$(field "$(session A B)" sessions)
+stop_host B KILL
+note "2. B killed (-9) mid-stream, after $((n - COUNT)) messages of the second publisher"
+kill -INT $(pgrep -P "$PID_subk") 2>/dev/null
+wait "$PID_subk"
+grep -q "mismatched 0" "$T/subk.out" || fail "subscriber on B before the kill: $(last subk)"
+sleep 1
+kill -0 "$PID_pub2" 2>/dev/null || { wait "$PID_pub2"; fail "the publisher on A died with B: $(last pub2)"; }
+wait_until 10 eval '! peer_up A B' || fail "A did not notice B's death"
+start_host B "$DEFAULTS"
+wait_until 20 peer_up A B || fail "A did not reconnect to the restarted B"
+wait_until 30 link_up A B || fail "the $TR link did not come back after B's restart"
+sessions1=$(field "$(session A B)" sessions)
+[ "${sessions1:-0}" -gt "${sessions0:-0}" ] || fail "A counts no new session with B ($sessions0 -> $sessions1)"
+note "   B restarted: session ($sessions1 so far) and $TR link back, A and its publisher untouched"
+BG_TIMEOUT=120 bg subr env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub $TOPIC --count 20 --verify \
+	--allow-gaps --timeout 60
+wait_ok subr
+grep -q "received 20 verified 20 mismatched 0" "$T/subr.out" || fail "subr: $(last subr)"
+note "   the surviving publisher's messages reach the new B intact: $(last subr | sed 's/ bytes.*//')"
+wait_ok pub2
+grep -q "failures 0" "$T/pub2.out" || fail "publisher across the restart: $(last pub2)"
+note "   publisher on A across the restart: $(last pub2)"
+
+# ---- 3. new subscribers on the new B, new messages 4 KiB..16 MiB
+for i in 1 2 3 4; do
+	BG_TIMEOUT=300 bg "new$i" env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub $TOPIC --count "$COUNT3" \
+		--verify --timeout 200
+done
+wait_until 20 on B subs_are $TOPIC 4 || fail "the new subscribers did not attach on B"
+wait_until 20 knows_sub A B $TOPIC || fail "A never learned that the new B subscribes"
+BG_TIMEOUT=300 bg pub3 env RGAPS_SOCKET="${SOCK[A]}" "$RGAPS" pub $TOPIC --count "$COUNT3" \
+	--size 4KiB-16MiB
+wait_ok pub3
+for i in 1 2 3 4; do strict "new$i" "$COUNT3"; done
+sa=$(session A B)
+sent=$(link_field "$sa" "$TR" records_sent)
+other=$(link_field "$sa" "$OTHER" records_sent)
+[ "${sent:-0}" -ge "$COUNT3" ] && [ "${other:-0}" = 0 ] ||
+	fail "after the restart: $TR link records_sent ${sent:-0}, $OTHER ${other:-0}: $sa"
+[ "$(field "$(ring A out)" transport)" = "$TR" ] || fail "A's new ring is not on $TR: $(ring A out)"
+note "3. 4 new subscribers on the new B: $(last new1 | sed 's/ bytes.*//') each;" \
+	"new $TR link records_sent $sent, $OTHER ${other:-0}"
+
+for h in A B; do stop_host "$h"; done
+note "both daemons stopped cleanly"
+echo "ok: e2e over $TR"
