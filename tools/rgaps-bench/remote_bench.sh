@@ -34,7 +34,7 @@ iperf_gib=$(awk -v b="$ibps" 'BEGIN { printf "%.2f", b / 8 / 1073741824 }')
 # rgaps, 64 MiB messages, chunked (default), one subscriber on B
 bg thr env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub thr --count $N64 --timeout 120
 wait_until 10 knows_sub A B thr || fail "subscription not advertised"
-on A "$RGAPS" pub thr --count $N64 --size 64MiB > "$T/thrpub.out" || fail "publish"
+on A "$RGAPS" pub thr --count $N64 --size 64MiB --fixed-payload > "$T/thrpub.out" || fail "publish"
 wait_ok thr
 secs=$(grep -o 'in [0-9.]* s' "$T/thr.out" | tr -dc '0-9.')
 rg_gib=$(awk -v n=$N64 -v s="$secs" 'BEGIN { printf "%.2f", (n - 1) * 64 / 1024 / s }')

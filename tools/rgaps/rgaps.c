@@ -62,7 +62,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: rgaps COMMAND [options]\n"
 		"  pub TOPIC --count N --size BYTES[-MAXBYTES] [--rate HZ] [--wait-subscribers N]\n"
-		"            [--timeout SEC] [--loan]\n"
+		"            [--timeout SEC] [--loan] [--fixed-payload]\n"
 		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS] [--latency]\n"
 		"  topics [--json]\n"
 		"  stats [TOPIC] [--json]\n"
@@ -216,8 +216,10 @@ static int cmd_pub(int argc, char **argv)
 		{ "wait-subscribers", required_argument, NULL, 'w' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "loan", no_argument, NULL, 'L' },
+		{ "fixed-payload", no_argument, NULL, 'F' },
 		{ 0 },
 	};
+	bool fixed = false;
 	uint64_t count = 1, smin = 4096, smax = 4096, failures = 0, bytes = 0;
 	double rate = 0, timeout = 30, t0, t1;
 	int want_subs = 0, c, r = 0;
@@ -263,6 +265,9 @@ static int cmd_pub(int argc, char **argv)
 			break;
 		case 'L':
 			loan = true;
+			break;
+		case 'F':
+			fixed = true;
 			break;
 		default:
 			usage(stderr);
@@ -322,7 +327,11 @@ static int cmd_pub(int argc, char **argv)
 				r = rgaps_publisher_commit(pub, &l, size);
 			}
 		} else {
-			rgaps_pattern_fill(buf, size, i);
+			/* --fixed-payload: fill once (throughput runs; not verifiable after the first) */
+			if (!fixed)
+				rgaps_pattern_fill(buf, size, i);
+			else if (i == 0)
+				rgaps_pattern_fill(buf, smax, 0);
 			r = rgaps_publisher_push(pub, size, buf);
 		}
 		if (r) {
