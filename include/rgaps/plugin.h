@@ -126,6 +126,24 @@ struct rgaps_memory_ops {
  * (authenticated, src/daemon/peers.c) tells the listener which 16-byte token
  * to expect; the connector presents it (tcp: first bytes on the stream; verbs:
  * rdma_cm private data). A link whose token the core does not know is closed.
+ *
+ * Guarantees every transport gives (the core relies on them):
+ * - record_sent comes once per posted record, in posting order per ring.
+ * - When a link fails, every outstanding record gets its record_sent (status 0
+ *   if it completed, else the error) before link_down; after link_down the
+ *   link is freed. After link_connected(link, err < 0) the link is freed too
+ *   and no link_down follows.
+ * - close(), ring_detach() and fini() make no callbacks; after ring_detach()
+ *   the transport writes nothing more into that ring's memory.
+ * - record_landed's len is the record's exact length (tcp) or its 64-byte
+ *   aligned footprint (verbs: the immediate carries 64-byte units); the exact
+ *   length is 64 + the header's chunk_len.
+ * - A ring id names one ring per link: the core gives each direction its own
+ *   half of the ids (docs/PROTOCOL.md section 4).
+ * - Descriptor buffers hold RGAPS_RING_DESC_MAX bytes; *desc_len_p is output.
+ * - Plugins with uv handles are linked -z nodelete: fini() leaves handle
+ *   closes to the loop, whose callbacks live in the plugin (the daemon also
+ *   unloads transports only after its loop has closed every handle).
  */
 
 struct rgaps_link; /* transport-owned, opaque to the core */
