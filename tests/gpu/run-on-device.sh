@@ -19,7 +19,12 @@ if [ "${1:-}" != --no-build ]; then
 	fi
 	# Only what the GPU runs need, so that a half-edited tool elsewhere does not stop it.
 	ninja -C .device/build src/daemon/rgapsd tools/rgaps plugins/memory-host.so \
-		plugins/memory-cuda.so tests/gpu/gpu-pub tests/gpu/gpu-sub tests/gpu/gpu-bench
+		plugins/memory-cuda.so plugins/transport-tcp/transport-tcp.so \
+		tests/gpu/gpu-pub tests/gpu/gpu-sub tests/gpu/gpu-bench tests/gpu/gpu-e2e
+	# The loader wants every plugin in one folder; the build links the tcp one there
+	# with a symbolic link, which the carry to the device may not keep: copy it.
+	cp --remove-destination .device/build/plugins/transport-tcp/transport-tcp.so \
+		.device/build/plugins/transport-tcp.so
 fi
 [ -x .device/build/tests/gpu/gpu-pub ] || { echo "gpu programs not built: is nvcc in PATH?" >&2; exit 1; }
 
@@ -49,5 +54,7 @@ run(carry=[".device"], timeout_s=600, command=
    RGAPS_PLUGIN_DIR=$PWD/.device/build/plugins;
    timeout 60 .device/build/tests/gpu/gpu-pub --selftest;
    timeout 200 bash tests/gpu/gpu_suite.sh > $OUT/suite.log 2>&1; echo suite rc=$?; cat $OUT/suite.log;
-   BENCH_TIMEOUT=170 timeout 180 bash tests/gpu/gpu_bench.sh > $OUT/bench.log 2>&1; echo bench rc=$?")
+   BENCH_TIMEOUT=170 timeout 180 bash tests/gpu/gpu_bench.sh > $OUT/bench.log 2>&1; echo bench rc=$?;
+   timeout 200 bash tests/gpu/gpu_remote.sh > $OUT/remote.log 2>&1; echo remote rc=$?;
+   BENCH_TIMEOUT=330 timeout 345 bash tests/gpu/gpu_e2e.sh > $OUT/e2e.log 2>&1; echo e2e rc=$?")
 EOF

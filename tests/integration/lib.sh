@@ -28,11 +28,16 @@ cleanup() {
 		grep -h -A12 -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" $(sanitizer_reports) | head -60
 		rc=1
 	fi
-	if [ $rc -ne 0 ] && [ -f "$T/rgapsd.log" ]; then
-		echo "---- rgapsd log (last 30 lines) ----"; tail -n 30 "$T/rgapsd.log"
+	if [ $rc -ne 0 ]; then
+		for f in "$T"/*.log; do
+			[ -f "$f" ] || continue
+			echo "---- $(basename "$f") (warnings and the last 15 lines) ----"
+			grep -E " (warn|error): " "$f" | tail -n 15
+			tail -n 15 "$f"
+		done
 	fi
-	rm -f /dev/shm/rgaps-"$INSTANCE"-* 2>/dev/null
-	rm -rf "$T"
+	rm -f /dev/shm/rgaps-"$INSTANCE"* 2>/dev/null
+	if [ -n "${RGAPS_TEST_KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
 	exit $rc
 }
 trap cleanup EXIT

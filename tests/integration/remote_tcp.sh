@@ -5,6 +5,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 COUNT=${REMOTE_COUNT:-1000}
+# A volume test on a loaded 2-CPU machine: do not let a stalled loop look like a dead peer.
+KEEPALIVE_MS=${KEEPALIVE_MS:-1000}
 host A 0; host B 1; host C 2
 for h in A B C; do start_host $h ', "pool_size": "512MiB", "ring_size": "64MiB"'; done
 wait_until 10 peer_up A B || fail "A-B session did not come up: $(tail -5 "$T/A.log")"

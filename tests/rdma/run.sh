@@ -36,7 +36,7 @@ esac
 cd "$root" || exit 2
 log=$(mktemp /tmp/rgaps-rdma.XXXXXX)
 trap 'rm -f "$log"' EXIT
-RDMA_VM_SHARE=$share RDMA_VM_TIMEOUT=${RDMA_VM_TIMEOUT:-1500} \
+RDMA_VM_SHARE=$share RDMA_VM_TIMEOUT=${RDMA_VM_TIMEOUT:-780} \
 	bash "$vm" bash tests/rdma/rdma_suite.sh "$build" "$@" 2> >(tee "$log" >&2)
 rc=$?
 wait
