@@ -1,16 +1,18 @@
 #!/bin/bash
-# Three daemons as three hosts over the TCP transport: a publisher on A sends
+# Four daemons as four hosts over the TCP transport: a publisher on A sends
 # 1000 messages of 4 KiB to 64 MiB; 4 verifying subscribers on B and 4 on C
-# receive every message intact, B and C each getting one transfer per message.
+# receive every message intact, B and C each getting one transfer per
+# message, and D, with no subscriber, gets nothing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 COUNT=${REMOTE_COUNT:-1000}
 # A volume test on a loaded 2-CPU machine: do not let a stalled loop look like a dead peer.
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000}
-host A 0; host B 1; host C 2
-for h in A B C; do start_host $h ', "pool_size": "512MiB", "ring_size": "64MiB"'; done
+host A 0; host B 1; host C 2; host D 3
+for h in A B C D; do start_host $h ', "pool_size": "512MiB", "ring_size": "64MiB"'; done
 wait_until 10 peer_up A B || fail "A-B session did not come up: $(tail -5 "$T/A.log")"
 wait_until 10 peer_up A C || fail "A-C session did not come up"
+wait_until 10 peer_up A D || fail "A-D session did not come up"
 for h in B C; do
 	for i in 1 2 3 4; do
 		BG_TIMEOUT=400 bg "sub$h$i" env RGAPS_SOCKET=${SOCK[$h]} "$RGAPS" sub far --count $COUNT --verify --timeout 300
@@ -36,4 +38,7 @@ for h in B C; do
 	[ "$n" = "$COUNT" ] || fail "$h landed $n messages, expected $COUNT (one transfer per message)"
 done
 ok "B and C each landed exactly $COUNT messages (one transfer per host)"
-for h in A B C; do stop_host $h; done
+on D "$RGAPS" stats --json | flat | grep -q '"from_peers":{"messages":[1-9]' && fail "D, with no subscriber, received messages"
+on A "$RGAPS" stats --json | flat | grep -q "\"peer\":\"127.0.0.1:${PORT[D]}\"" && fail "A set up a ring to D, which has no subscriber"
+ok "D, with no subscriber, received nothing and got no ring"
+for h in A B C D; do stop_host $h; done
