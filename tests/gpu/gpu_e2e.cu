@@ -26,6 +26,7 @@
  * Subscribers are this program re-executed with --child.
  *   gpu-e2e --sub-socket B.sock --topic-on T --topic-off T [--sizes L] [--subs L]
  *           [--reps L] [--schemes pipelined,whole,baseline] [--no-dp1]
+ *   gpu-e2e --dp1-only [--sizes L] [--reps L]   (physical limits and DP1 alone)
  * The publisher attaches through $RGAPS_SOCKET (daemon A); the cuda plugin
  * for DP1 is found in $RGAPS_PLUGIN_DIR. tests/gpu/gpu_e2e.sh sets it all up.
  */
@@ -524,6 +525,39 @@ static double evq_run(evq *e, cudaStream_t s, std::vector<cudaEvent_t> &evs, uin
 	return (gpu_now_ns() - t0) / 1e6;
 }
 
+/*
+ * Second prototype, keeping the stream host function of the design: the copy
+ * stream records an event after each copy; a second stream waits for that
+ * event and runs the host function. Completions stay in order (one callback
+ * stream), and the copy stream never waits for host code.
+ */
+static void CUDART_CB hf2_fn(void *arg)
+{
+	dp1_done(arg, 0);
+}
+
+static double hf2_run(cudaStream_t cs, cudaStream_t cbs, std::vector<cudaEvent_t> &evs,
+		      dp1_sig *sig, uint8_t *dst, const uint8_t *src, uint64_t n, uint64_t chunk)
+{
+	uint64_t k_n = (n + chunk - 1) / chunk, want = k_n, got, t0 = gpu_now_ns();
+
+	for (uint64_t k = 0; k < k_n; k++) {
+		uint64_t off = k * chunk;
+
+		CK(cudaMemcpyAsync(dst + off, src + off, std::min(chunk, n - off),
+				   cudaMemcpyDeviceToHost, cs));
+		CK(cudaEventRecord(evs[k], cs));
+		CK(cudaStreamWaitEvent(cbs, evs[k], 0));
+		CK(cudaLaunchHostFunc(cbs, hf2_fn, sig));
+	}
+	while (want) {
+		if (read(sig->efd, &got, sizeof(got)) != sizeof(got))
+			die("DP1", "eventfd read");
+		want -= std::min(want, got);
+	}
+	return (gpu_now_ns() - t0) / 1e6;
+}
+
 static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint64_t> &reps)
 {
 	const char *dir = getenv("RGAPS_PLUGIN_DIR");
@@ -568,6 +602,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 	evq eq[2];
 	pthread_t eth[2];
 	std::vector<cudaEvent_t> evs[2];
+	cudaStream_t cbs;
 	uint64_t max_chunks = (max + CHUNK - 1) / CHUNK;
 
 	for (int m = 0; m < 2; m++) {
@@ -582,18 +617,23 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 		if (pthread_create(&eth[m], NULL, evq_main, &eq[m]))
 			die("DP1", "pthread_create");
 	}
+	CK(cudaStreamCreateWithFlags(&cbs, cudaStreamNonBlocking));
 	printf("rates: median ms and GB/s per message; ratios: raw cudaMemcpy time / this time.\n"
 	       "plugin = cuda_copy_async (cudaMemcpyAsync + cudaLaunchHostFunc per copy), what "
 	       "rgapsd runs;\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
-	       "thread waiting in order; spinning / blocking-sync events), not in rgapsd.\n");
-	printf("%-7s %21s %21s %21s %21s %21s %21s %21s | %6s %6s %6s %6s %6s\n", "size",
-	       "raw cudaMemcpy", "raw async 4MiB x k", "plugin whole", "plugin 4MiB x k",
-	       "event-spin whole", "event-spin 4MiB x k", "event-block 4MiB x k", "pl-w", "pl-4M",
-	       "es-w", "es-4M", "eb-4M");
+	       "thread waiting in order; spinning / blocking-sync events), not in rgapsd;\n"
+	       "hostfn-2nd = prototype: the same host function, launched on a second stream "
+	       "after an event of the copy stream, not in rgapsd.\n");
+	printf("%-7s %21s %21s %21s %21s %21s %21s %21s %21s %21s | %6s %6s %6s %6s %6s %6s "
+	       "%6s\n",
+	       "size", "raw cudaMemcpy", "raw async 4MiB x k", "plugin whole", "plugin 4MiB x k",
+	       "event-spin whole", "event-spin 4MiB x k", "event-block 4MiB x k",
+	       "hostfn-2nd whole", "hostfn-2nd 4MiB x k", "pl-w", "pl-4M", "es-w", "es-4M",
+	       "eb-4M", "h2-w", "h2-4M");
 	for (size_t i = 0; i < sizes.size(); i++) {
 		uint64_t n = sizes[i];
 		uint64_t nchunks = (n + CHUNK - 1) / CHUNK;
-		std::vector<double> t[7];
+		std::vector<double> t[9];
 
 		for (uint64_t rep = 0; rep < reps[i] + 1; rep++) {
 			uint64_t t0, got;
@@ -642,20 +682,27 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 				double c = evq_run(&eq[1], s, evs[1], stg, (uint8_t *)region.base, n,
 						   CHUNK);
 
+				double d = hf2_run(s, cbs, evs[0], &sig, stg, (uint8_t *)region.base,
+						   n, n);
+				double e = hf2_run(s, cbs, evs[0], &sig, stg, (uint8_t *)region.base,
+						   n, CHUNK);
+
 				if (rep) {
 					t[4].push_back(a);
 					t[5].push_back(b);
 					t[6].push_back(c);
+					t[7].push_back(d);
+					t[8].push_back(e);
 				}
 			}
 		}
 		if (sig.status)
 			die("DP1", "a copy reported an error");
 		printf("%-7s", size_str(n, sb, sizeof(sb)));
-		for (int k = 0; k < 7; k++)
+		for (int k = 0; k < 9; k++)
 			printf(" %8.3f ms %5.1f GB/s", median(t[k]), n / (median(t[k]) * 1e6));
 		printf(" |");
-		for (int k : { 2, 3, 4, 5, 6 })
+		for (int k : { 2, 3, 4, 5, 6, 7, 8 })
 			printf(" %6.3f", median(t[0]) / median(t[k]));
 		printf("\n");
 		fflush(stdout);
@@ -679,6 +726,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 			CK(cudaEventDestroy(ev));
 		close(eq[m].efd);
 	}
+	CK(cudaStreamDestroy(cbs));
 	ops->host_unregister(ctx, stg);
 	munmap(stg, max);
 	ops->pool_release(ctx, &region);
@@ -804,12 +852,13 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "schemes", required_argument, NULL, 'S' },
 		{ "no-dp1", no_argument, NULL, 'D' },
+		{ "dp1-only", no_argument, NULL, 'O' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *sub_socket = NULL, *topics[2] = { NULL, NULL }, *only = NULL;
 	std::vector<uint64_t> sizes = { 4ull << 20, 64ull << 20, 1ull << 30 };
 	std::vector<uint64_t> subs = { 1, 2, 4, 8 }, reps = { 30, 20, 6 };
-	bool dp1 = true;
+	bool dp1 = true, dp1_only = false;
 	uint64_t max_size;
 	uint8_t *dbuf, *pinned, *pageable;
 	char sb[32];
@@ -854,13 +903,17 @@ int main(int argc, char **argv)
 		case 'D':
 			dp1 = false;
 			break;
+		case 'O':
+			dp1_only = true;
+			break;
 		default:
 			fprintf(stderr, "usage: gpu-e2e --sub-socket B.sock --topic-on T --topic-off T "
-					"[--sizes L] [--subs L] [--reps L] [--schemes L] [--no-dp1]\n");
+					"[--sizes L] [--subs L] [--reps L] [--schemes L] [--no-dp1]\n"
+					"       gpu-e2e --dp1-only [--sizes L] [--reps L]\n");
 			return 2;
 		}
 	}
-	if (!sub_socket || !topics[S_PIPE] || !topics[S_WHOLE])
+	if (!dp1_only && (!sub_socket || !topics[S_PIPE] || !topics[S_WHOLE]))
 		die("--sub-socket, --topic-on and --topic-off are required", NULL);
 	while (reps.size() < sizes.size())
 		reps.push_back(reps.back());
@@ -905,8 +958,10 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	/* 2. DP1 */
-	if (dp1)
+	if (dp1 || dp1_only)
 		dp1_bench(sizes, reps);
+	if (dp1_only)
+		return 0;
 
 	/* 3. end to end */
 	rgaps_publisher_t *pubs[2];
