@@ -79,6 +79,7 @@ struct cuda_ctx {
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 	pthread_mutex_t lock;		       /* guards streams, pools, numa_logged */
 	cudaStream_t stream[CUDA_MAX_DEVICES]; /* created on first copy to/from a device */
+	cudaStream_t cb_stream[CUDA_MAX_DEVICES]; /* completion host functions (copy_async) */
 	uint64_t numa_logged;		       /* bit per device: placement reported */
 	struct cuda_pool *pools;	       /* regions this context mapped */
 };
@@ -415,6 +416,8 @@ static void cuda_fini(void *vctx)
 		if (!ctx->stream[d] || enter_device(ctx, d, &old))
 			continue;
 		cudaStreamDestroy(ctx->stream[d]);
+		if (ctx->cb_stream[d])
+			cudaStreamDestroy(ctx->cb_stream[d]);
 		leave_device(d, old);
 	}
 	if (ctx->pools)
@@ -869,7 +872,11 @@ out:
  * The remote path's copies (ring -> GPU pool, GPU pool -> staging): queued on
  * the device's copy stream, completion reported by a stream host function that
  * only calls done(), which only signals the daemon's loop (STYLE.md item 9).
- * One stream per device keeps completions in start order.
+ * The host function runs on a second stream that waits on an event recorded
+ * after the copy: a host function on the copy stream itself holds every later
+ * copy until it has run (measured on an H200: DP1 staging at 0.54-0.66 of raw
+ * pinned D2H with 4 MiB chunks, 0.93-0.955 with the second stream). Both
+ * streams are FIFO, so completions still come in start order.
  */
 struct copy_cb {
 	void (*done)(void *arg, int status);
@@ -889,7 +896,8 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 {
 	struct cuda_ctx *ctx = vctx;
 	struct copy_cb *cb;
-	cudaStream_t s;
+	cudaStream_t s, cs;
+	cudaEvent_t ev;
 	cudaError_t e;
 	int dev, old, r;
 
@@ -920,9 +928,31 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 		leave_device(dev, old);
 		return -ENOMEM;
 	}
+	pthread_mutex_lock(&ctx->lock);
+	cs = ctx->cb_stream[dev];
+	if (!cs) {
+		e = cudaStreamCreateWithFlags(&ctx->cb_stream[dev], cudaStreamNonBlocking);
+		cs = e == cudaSuccess ? ctx->cb_stream[dev] : NULL;
+		if (!cs)
+			ctx->cb_stream[dev] = NULL;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!cs) {
+		free(cb);
+		leave_device(dev, old);
+		return -ENOMEM;
+	}
 	e = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s) : cudaSuccess;
 	if (e == cudaSuccess)
-		e = cudaLaunchHostFunc(s, copy_host_fn, cb);
+		e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	if (e == cudaSuccess) {
+		e = cudaEventRecord(ev, s);
+		if (e == cudaSuccess)
+			e = cudaStreamWaitEvent(cs, ev, 0);
+		cudaEventDestroy(ev); /* released by CUDA once the wait is satisfied */
+	}
+	if (e == cudaSuccess)
+		e = cudaLaunchHostFunc(cs, copy_host_fn, cb);
 	if (e != cudaSuccess) {
 		free(cb);
 		r = rt_fail(ctx, "asynchronous copy into/out of the pool", e);
