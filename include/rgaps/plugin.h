@@ -107,6 +107,8 @@ struct rgaps_memory_ops {
 	 */
 	int (*copy_async)(void *ctx, void *dst, const void *src, size_t n, uint32_t dir,
 			  void (*done)(void *arg, int status), void *arg);
+	/** NUMA node nearest to device (host memory it DMAs to should live there), or -1. */
+	int (*numa_node)(void *ctx, int32_t device);
 };
 
 /* ------------------------------------------------------------------ */

@@ -977,6 +977,13 @@ static int cuda_host_unregister(void *vctx, void *ptr)
 	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaHostUnregister", e);
 }
 
+static int cuda_numa_node(void *vctx, int32_t device)
+{
+	char pci[32];
+
+	return gpu_numa_node(device, pci, sizeof(pci));
+}
+
 static const struct rgaps_memory_ops cuda_ops = {
 	.init = cuda_init,
 	.fini = cuda_fini,
@@ -988,6 +995,7 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
 	.copy_async = cuda_copy_async,
+	.numa_node = cuda_numa_node,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

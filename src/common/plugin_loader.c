@@ -94,6 +94,11 @@ static int mem_stub_copy_async(void *ctx, void *dst, const void *src, size_t n, 
 	return -ENOTSUP;
 }
 
+static int mem_stub_numa_node(void *ctx, int32_t device)
+{
+	return -1;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -105,6 +110,7 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.host_register = mem_stub_host_register,
 	.host_unregister = mem_stub_host_unregister,
 	.copy_async = mem_stub_copy_async,
+	.numa_node = mem_stub_numa_node,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,

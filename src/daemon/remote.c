@@ -28,6 +28,7 @@
 
 #include "../common/futex.h"
 #include "../common/log.h"
+#include "../common/numa.h"
 #include "../common/record.h"
 #include "../common/ring.h"
 #include "daemon.h"
@@ -630,6 +631,33 @@ static void stage_put(struct rt_stage *st)
 	stage_pump(tt);
 }
 
+/*
+ * Host memory a GPU copies to or from goes on the GPU's NUMA node (issue 4,
+ * "placement"): bind, fault in, verify, and say what happened.
+ */
+static void place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const char *what)
+{
+	int node = t->mem->ops.memory.numa_node(t->mem->ctx, t->cfg.device);
+	unsigned on = 0, n = 0;
+	int e;
+
+	if (node < 0) {
+		rgaps_info("topic '%s': %s: GPU %d reports no NUMA node (one-node host): no placement "
+			   "needed", t->cfg.name, what, t->cfg.device);
+		return;
+	}
+	e = rgaps_numa_place(addr, len, node, &on, &n);
+	if (e)
+		rgaps_warn("topic '%s': %s could not be placed on NUMA node %d (GPU %d's): %s",
+			   t->cfg.name, what, node, t->cfg.device, strerror(-e));
+	else if (on < n)
+		rgaps_warn("topic '%s': %s: only %u of %u sampled pages on NUMA node %d (GPU %d's)",
+			   t->cfg.name, what, on, n, node, t->cfg.device);
+	else
+		rgaps_info("topic '%s': %s on NUMA node %d, next to GPU %d (%u pages checked)",
+			   t->cfg.name, what, node, t->cfg.device, n);
+}
+
 /* Device-memory pools are staged through a pinned host buffer the transports can read. */
 static int staging_setup(struct rt_topic *tt, int tr_idx)
 {
@@ -641,8 +669,8 @@ static int staging_setup(struct rt_topic *tt, int tr_idx)
 		tt->stg_slot = t->cfg.chunking ? t->cfg.chunk_size : t->cfg.max_message_size;
 		tt->stg_nslots = (uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (256ull << 20) / tt->stg_slot));
 		tt->stg_size = tt->stg_slot * tt->stg_nslots;
-		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
 		tt->stg_free = calloc(tt->stg_nslots, sizeof(*tt->stg_free));
 		if (tt->stg == MAP_FAILED || !tt->stg_free) {
 			if (tt->stg != MAP_FAILED)
@@ -654,6 +682,7 @@ static int staging_setup(struct rt_topic *tt, int tr_idx)
 		}
 		for (uint32_t i = 0; i < tt->stg_nslots; i++)
 			tt->stg_free[tt->stg_nfree++] = tt->stg_nslots - 1 - i;
+		place_near_device(t, tt->stg, tt->stg_size, "staging buffer");
 		e = t->mem->ops.memory.host_register(t->mem->ctx, tt->stg, tt->stg_size);
 		tt->stg_pinned = e == 0;
 		if (e)
@@ -1349,7 +1378,7 @@ again:
 	/* A publish returned loans: records that waited for one may go on now. */
 	if (in->blocked && progress)
 		goto again;
-	if (released && l->state == LINK_UP && rgaps_ring_receiver_should_report(&in->ring, &head)) {
+	if (released && l->link && rgaps_ring_receiver_should_report(&in->ring, &head)) {
 		if (tr->lp->ops.transport.post_head(tr->ctx, l->link, in->id, head) == 0) {
 			rgaps_ring_receiver_reported(&in->ring, head);
 			tr->lp->ops.transport.flush(tr->ctx, l->link);
@@ -1419,7 +1448,7 @@ static void in_teardown(struct rt_in *in)
 	struct rgapsd_remote *rt = in->p->rt;
 	struct rt_link *l = &in->p->links[in->tr];
 
-	if (l->state == LINK_UP)
+	if (l->link) /* up, or (receiver rings only) still connecting: see do_topic_setup */
 		rt->tr[in->tr].lp->ops.transport.ring_detach(rt->tr[in->tr].ctx, l->link, in->id);
 	in_free(in);
 }
@@ -1658,8 +1687,7 @@ static void on_link_connected(void *arg, struct rgaps_link *link, int status)
 	if (status) {
 		rgaps_warn("peer %s: %s data link failed: %s (retrying)", rgapsd_peer_name(p->peer),
 			   tr_names[tr->idx], strerror(-status));
-		p->links[tr->idx].state = LINK_NONE;
-		p->links[tr->idx].link = NULL;
+		link_lost(p, tr->idx); /* and the rings attached while it was connecting */
 		return;
 	}
 	p->links[tr->idx].state = LINK_UP;
@@ -1805,7 +1833,14 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	    from_hex(jstr(m, "head_desc"), peer_desc, sizeof(peer_desc), &pdlen))
 		{ hostile(p, "bad topic_setup"); return; }
 	tr = &rt->tr[i];
-	if (p->links[i].state != LINK_UP)
+	/*
+	 * The listener end of a data link is up at link_accepted, which for verbs comes at
+	 * the connect request, before the connector's link_connected: a sender that
+	 * accepted the link may ask before this end (the connector) has heard that it is
+	 * up. The link exists and accepts rings and Head writes (they wait for it), so a
+	 * connecting link is enough; a refusal here would leave the topic unsent.
+	 */
+	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING)
 		{ refuse_setup(p, id, "no %s data link", tr_names[i]); return; }
 	if (p->in[(uint32_t)id])
 		in_teardown(p->in[(uint32_t)id]); /* the sender re-uses an id it gave up */
@@ -1838,7 +1873,8 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 				    (unsigned long long)t->cfg.ring_size); return; }
 	}
 	if (t->pool.kind != RGAPS_MEM_HOST) {
-		/* DP3 copies ring -> GPU pool: a pinned ring lets them run at full speed. */
+		/* DP3 copies ring -> GPU pool: a pinned ring next to the GPU runs at full speed. */
+		place_near_device(t, in->mem, in->size, "receive ring");
 		in->pinned = t->mem->ops.memory.host_register(t->mem->ctx, in->mem, in->size) == 0;
 		if (!in->pinned)
 			rgaps_warn("topic '%s': receive ring not pinned: H2D copies run slower", name);
@@ -1932,8 +1968,17 @@ static void do_topic_teardown(struct rgapsd_remote *rt, struct rt_peer *p, const
 
 	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS)
 		{ hostile(p, "bad topic_teardown"); return; }
-	if (p->in[(uint32_t)id])
-		in_teardown(p->in[(uint32_t)id]);
+	if (p->in[(uint32_t)id]) {
+		struct rt_in *in = p->in[(uint32_t)id];
+		struct rt_seen *sn = seen_of(p, in->topic->cfg.name, false);
+
+		/* The sender stopped on purpose (nobody here subscribes any more): what it
+		 * publishes from now on is lost to no one, so a later ring counts no gap. */
+		in->have_pub_seq = false;
+		if (sn)
+			*sn = p->seen[--p->nseen]; /* forget the topic's sequence */
+		in_teardown(in);
+	}
 }
 
 /* ================================================================ peer sessions */

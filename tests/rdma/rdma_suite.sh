@@ -67,7 +67,7 @@ t() {
 	grep -E '^(FAIL|SKIP|#)|passed, .* failed' "$work/out" | sed 's/^/    /'
 	if [ $rc != 0 ] && [ $rc != 77 ]; then
 		echo "    --- last lines:"
-		tail -n 40 "$work/out" | sed 's/^/    /'
+		tail -n 60 "$work/out" | sed 's/^/    /'
 	fi
 }
 
