@@ -27,12 +27,15 @@ JSON
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!
 	PIDS+=(${DPID[$name]})
-	for _ in $(seq 100); do
+	# Bounded by the clock, not a count of polls: under TCG (the rdma VM) or a loaded
+	# machine one poll takes far longer than its 50 ms sleep.
+	local end=$((SECONDS + ${START_TIMEOUT:-20}))
+	while [ $SECONDS -lt $end ]; do
 		RGAPS_SOCKET=${SOCK[$name]} "$RGAPS" topics >/dev/null 2>&1 && return 0
 		kill -0 "${DPID[$name]}" 2>/dev/null || fail "$name exited at start: $(tail -n 5 "$T/$name.log")"
 		sleep 0.05
 	done
-	fail "$name did not come up"
+	fail "$name did not come up in ${START_TIMEOUT:-20} s: $(tail -n 5 "$T/$name.log")"
 }
 
 stop_host() { # stop_host NAME [signal]
