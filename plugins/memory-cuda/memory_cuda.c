@@ -830,6 +830,19 @@ static int copy_device(struct cuda_ctx *ctx, const void *dst, const void *src, u
 	return dev;
 }
 
+/* The device's stream in *slot, created on first use (copy or completion stream). NULL: failed. */
+static cudaStream_t lazy_stream(struct cuda_ctx *ctx, cudaStream_t *slot)
+{
+	cudaStream_t s;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (!*slot && cudaStreamCreateWithFlags(slot, cudaStreamNonBlocking) != cudaSuccess)
+		*slot = NULL;
+	s = *slot;
+	pthread_mutex_unlock(&ctx->lock);
+	return s;
+}
+
 static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t dir)
 {
 	struct cuda_ctx *ctx = vctx;
@@ -845,15 +858,7 @@ static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t 
 	r = enter_device(ctx, dev, &old);
 	if (r)
 		return r;
-	pthread_mutex_lock(&ctx->lock);
-	s = ctx->stream[dev];
-	if (!s) {
-		e = cudaStreamCreateWithFlags(&ctx->stream[dev], cudaStreamNonBlocking);
-		s = e == cudaSuccess ? ctx->stream[dev] : NULL;
-		if (!s)
-			ctx->stream[dev] = NULL;
-	}
-	pthread_mutex_unlock(&ctx->lock);
+	s = lazy_stream(ctx, &ctx->stream[dev]);
 	if (!s) {
 		r = -ENOMEM;
 		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream on GPU %d", dev);
@@ -914,30 +919,10 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 		free(cb);
 		return r;
 	}
-	pthread_mutex_lock(&ctx->lock);
-	s = ctx->stream[dev];
-	if (!s) {
-		e = cudaStreamCreateWithFlags(&ctx->stream[dev], cudaStreamNonBlocking);
-		s = e == cudaSuccess ? ctx->stream[dev] : NULL;
-		if (!s)
-			ctx->stream[dev] = NULL;
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	if (!s) {
-		free(cb);
-		leave_device(dev, old);
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&ctx->lock);
-	cs = ctx->cb_stream[dev];
+	s = lazy_stream(ctx, &ctx->stream[dev]);
+	cs = s ? lazy_stream(ctx, &ctx->cb_stream[dev]) : NULL;
 	if (!cs) {
-		e = cudaStreamCreateWithFlags(&ctx->cb_stream[dev], cudaStreamNonBlocking);
-		cs = e == cudaSuccess ? ctx->cb_stream[dev] : NULL;
-		if (!cs)
-			ctx->cb_stream[dev] = NULL;
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	if (!cs) {
+		plog(ctx, LOG_ERROR, "cuda: cannot create copy streams on GPU %d", dev);
 		free(cb);
 		leave_device(dev, old);
 		return -ENOMEM;

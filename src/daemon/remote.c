@@ -1494,40 +1494,59 @@ static void on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_i
 	}
 	memcpy(&h, in->mem + slot.off, sizeof(h));
 	need = RGAPS_RECORD_HDR + (uint64_t)h.chunk_len;
-	if (h.magic != RGAPS_RECORD_MAGIC || h.ring_id != ring_id)
-		{ hostile(p, "ring %u: bad record header", ring_id); return; }
-	if (h.record_seq != in->next_record_seq)
-		{ hostile(p, "ring %u: record %llu arrived, %llu expected", ring_id,
-			       (unsigned long long)h.record_seq,
-			       (unsigned long long)in->next_record_seq); return; }
-	if (need > len || RGAPS_ALIGN_UP(need, 64) != RGAPS_ALIGN_UP(len, 64))
-		{ hostile(p, "ring %u: chunk of %u bytes in a %llu-byte record", ring_id,
-			       h.chunk_len, (unsigned long long)len); return; }
+	if (h.magic != RGAPS_RECORD_MAGIC || h.ring_id != ring_id) {
+		hostile(p, "ring %u: bad record header", ring_id);
+		return;
+	}
+	if (h.record_seq != in->next_record_seq) {
+		hostile(p, "ring %u: record %llu arrived, %llu expected", ring_id,
+			(unsigned long long)h.record_seq,
+			(unsigned long long)in->next_record_seq);
+		return;
+	}
+	if (need > len || RGAPS_ALIGN_UP(need, 64) != RGAPS_ALIGN_UP(len, 64)) {
+		hostile(p, "ring %u: chunk of %u bytes in a %llu-byte record", ring_id,
+			h.chunk_len, (unsigned long long)len);
+		return;
+	}
 	if (h.msg_size == 0 || h.chunk_len == 0 || h.chunk_off > h.msg_size ||
-	    h.chunk_len > h.msg_size - h.chunk_off)
-		{ hostile(p, "ring %u: chunk [%llu, +%u) outside a %llu-byte message", ring_id,
-			       (unsigned long long)h.chunk_off, h.chunk_len,
-			       (unsigned long long)h.msg_size); return; }
-	if (h.msg_size > in->topic->cfg.max_message_size)
-		{ hostile(p, "ring %u: message of %llu bytes over topic '%s' maximum %llu",
-			       ring_id, (unsigned long long)h.msg_size, in->topic->cfg.name,
-			       (unsigned long long)in->topic->cfg.max_message_size); return; }
+	    h.chunk_len > h.msg_size - h.chunk_off) {
+		hostile(p, "ring %u: chunk [%llu, +%u) outside a %llu-byte message", ring_id,
+			(unsigned long long)h.chunk_off, h.chunk_len,
+			(unsigned long long)h.msg_size);
+		return;
+	}
+	if (h.msg_size > in->topic->cfg.max_message_size) {
+		hostile(p, "ring %u: message of %llu bytes over topic '%s' maximum %llu",
+			ring_id, (unsigned long long)h.msg_size, in->topic->cfg.name,
+			(unsigned long long)in->topic->cfg.max_message_size);
+		return;
+	}
 	if (h.flags & RGAPS_RECORD_FIRST) {
-		if (in->land_in_msg || h.chunk_off != 0)
-			{ hostile(p, "ring %u: a message starts before the last one ended",
-				       ring_id); return; }
+		if (in->land_in_msg || h.chunk_off != 0) {
+			hostile(p, "ring %u: a message starts before the last one ended",
+				ring_id);
+			return;
+		}
 	} else if (!in->land_in_msg || h.msg_seq != in->land_msg_seq ||
 		   h.msg_size != in->land_msg_size || h.chunk_off != in->land_next_off) {
-		{ hostile(p, "ring %u: chunk out of order", ring_id); return; }
+		hostile(p, "ring %u: chunk out of order", ring_id);
+		return;
 	}
-	if ((h.flags & RGAPS_RECORD_LAST) != 0 && h.chunk_off + h.chunk_len != h.msg_size)
-		{ hostile(p, "ring %u: last chunk ends before the message", ring_id); return; }
-	if (!(h.flags & RGAPS_RECORD_LAST) && h.chunk_off + h.chunk_len == h.msg_size)
-		{ hostile(p, "ring %u: message complete without a last chunk", ring_id); return; }
+	if ((h.flags & RGAPS_RECORD_LAST) != 0 && h.chunk_off + h.chunk_len != h.msg_size) {
+		hostile(p, "ring %u: last chunk ends before the message", ring_id);
+		return;
+	}
+	if (!(h.flags & RGAPS_RECORD_LAST) && h.chunk_off + h.chunk_len == h.msg_size) {
+		hostile(p, "ring %u: message complete without a last chunk", ring_id);
+		return;
+	}
 
 	r = calloc(1, sizeof(*r));
-	if (!r)
-		{ hostile(p, "out of memory"); return; }
+	if (!r) {
+		hostile(p, "out of memory");
+		return;
+	}
 	r->in = in;
 	r->slot = slot;
 	r->h = h;
@@ -1617,11 +1636,15 @@ static void on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id,
 	o = ring_id < RT_RINGS ? p->out[ring_id] : NULL;
 	if (o && o->state == OUT_RING_CLOSING)
 		return; /* late, harmless */
-	if (!o || o->state != OUT_RING_READY)
-		{ hostile(p, "Head update for ring %u, which is not ours", ring_id); return; }
-	if (rgaps_ring_sender_update_dhead(&o->ring, head) != 0)
-		{ hostile(p, "ring %u: Head %llu goes backwards or past Tail", ring_id,
-			       (unsigned long long)head); return; }
+	if (!o || o->state != OUT_RING_READY) {
+		hostile(p, "Head update for ring %u, which is not ours", ring_id);
+		return;
+	}
+	if (rgaps_ring_sender_update_dhead(&o->ring, head) != 0) {
+		hostile(p, "ring %u: Head %llu goes backwards or past Tail", ring_id,
+			(unsigned long long)head);
+		return;
+	}
 	out_pump(o);
 }
 
@@ -1736,8 +1759,10 @@ static void do_link_offer(struct rgapsd_remote *rt, struct rt_peer *p, const cJS
 	cJSON *r;
 
 	if (i < 0 || from_hex(jstr(m, "token"), p->links[i].token, RGAPS_LINK_TOKEN_LEN, &n) ||
-	    n != RGAPS_LINK_TOKEN_LEN)
-		{ hostile(p, "bad link_offer"); return; }
+	    n != RGAPS_LINK_TOKEN_LEN) {
+		hostile(p, "bad link_offer");
+		return;
+	}
 	r = msg_new(rt->tr[i].usable ? "link_accept" : "link_refuse");
 	cJSON_AddStringToObject(r, "transport", tr_names[i]);
 	if (rt->tr[i].usable) {
@@ -1757,8 +1782,10 @@ static void do_link_accept(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	struct rgaps_link *link = NULL;
 	int e;
 
-	if (i < 0 || p->links[i].state != LINK_OFFERED)
-		{ hostile(p, "unexpected link_accept"); return; }
+	if (i < 0 || p->links[i].state != LINK_OFFERED) {
+		hostile(p, "unexpected link_accept");
+		return;
+	}
 	if (rgapsd_parse_hostport(rgapsd_peer_name(p->peer), host, sizeof(host), &port) != 0)
 		return;
 	e = rt->tr[i].lp->ops.transport.connect(rt->tr[i].ctx, host,
@@ -1779,15 +1806,19 @@ static void do_subs(struct rgapsd_remote *rt, struct rt_peer *p, const cJSON *m)
 	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(m, "topics"), *it;
 	uint32_t n = 0;
 
-	if (!cJSON_IsArray(arr))
-		{ hostile(p, "bad subs message"); return; }
+	if (!cJSON_IsArray(arr)) {
+		hostile(p, "bad subs message");
+		return;
+	}
 	free(p->subs);
 	p->subs = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof(*p->subs));
 	p->nsubs = 0;
 	cJSON_ArrayForEach(it, arr)
 	{
-		if (!cJSON_IsString(it) || !rgaps_topic_name_valid(it->valuestring))
-			{ hostile(p, "bad topic name in subs"); return; }
+		if (!cJSON_IsString(it) || !rgaps_topic_name_valid(it->valuestring)) {
+			hostile(p, "bad topic name in subs");
+			return;
+		}
 		snprintf(p->subs[n++], sizeof(p->subs[0]), "%s", it->valuestring);
 	}
 	p->nsubs = n;
@@ -1830,8 +1861,10 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	if (!name || !rgaps_topic_name_valid(name) || i < 0 || !jnum(m, "ring_id", &id) || id < 0 ||
 	    id >= RT_RINGS || id != (uint32_t)id ||
 	    (id < RT_RINGS / 2) == p->initiator /* the sender's half is the other one */ ||
-	    from_hex(jstr(m, "head_desc"), peer_desc, sizeof(peer_desc), &pdlen))
-		{ hostile(p, "bad topic_setup"); return; }
+	    from_hex(jstr(m, "head_desc"), peer_desc, sizeof(peer_desc), &pdlen)) {
+		hostile(p, "bad topic_setup");
+		return;
+	}
 	tr = &rt->tr[i];
 	/*
 	 * The listener end of a data link is up at link_accepted, which for verbs comes at
@@ -1840,17 +1873,23 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	 * up. The link exists and accepts rings and Head writes (they wait for it), so a
 	 * connecting link is enough; a refusal here would leave the topic unsent.
 	 */
-	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING)
-		{ refuse_setup(p, id, "no %s data link", tr_names[i]); return; }
+	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING) {
+		refuse_setup(p, id, "no %s data link", tr_names[i]);
+		return;
+	}
 	if (p->in[(uint32_t)id])
 		in_teardown(p->in[(uint32_t)id]); /* the sender re-uses an id it gave up */
 	/* First arrival: the topic is created here if nobody used it yet. */
 	e = rgapsd__topic_get(rt->d, name, &t, err, sizeof(err));
-	if (e)
-		{ refuse_setup(p, id, "topic '%s': %s", name, err); return; }
+	if (e) {
+		refuse_setup(p, id, "topic '%s': %s", name, err);
+		return;
+	}
 	in = calloc(1, sizeof(*in));
-	if (!in)
-		{ refuse_setup(p, id, "out of memory"); return; }
+	if (!in) {
+		refuse_setup(p, id, "out of memory");
+		return;
+	}
 	in->p = p;
 	in->topic = t;
 	in->id = (uint32_t)id;
@@ -1862,15 +1901,17 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 		e = rgaps_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
 	if (e) {
 		free(in);
-		{ refuse_setup(p, id, "topic '%s': ring of %llu bytes refused", name,
-				    (unsigned long long)t->cfg.ring_size); return; }
+		refuse_setup(p, id, "topic '%s': ring of %llu bytes refused", name,
+			     (unsigned long long)t->cfg.ring_size);
+		return;
 	}
 	in->mem = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (in->mem == MAP_FAILED) {
 		in->mem = NULL;
 		free(in);
-		{ refuse_setup(p, id, "cannot allocate a %llu-byte ring",
-				    (unsigned long long)t->cfg.ring_size); return; }
+		refuse_setup(p, id, "cannot allocate a %llu-byte ring",
+			     (unsigned long long)t->cfg.ring_size);
+		return;
 	}
 	if (t->pool.kind != RGAPS_MEM_HOST) {
 		/* DP3 copies ring -> GPU pool: a pinned ring next to the GPU runs at full speed. */
@@ -1883,15 +1924,17 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	if (e) {
 		munmap(in->mem, in->size);
 		free(in);
-		{ refuse_setup(p, id, "topic '%s': no publisher slot", name); return; }
+		refuse_setup(p, id, "topic '%s': no publisher slot", name);
+		return;
 	}
 	in->pub_open = true;
 	e = tr->lp->ops.transport.receiver_ring_attach(tr->ctx, p->links[i].link, in->id, in->mem,
 						       in->size, peer_desc, pdlen, desc, &dlen);
 	if (e) {
 		in_free(in);
-		{ refuse_setup(p, id, "%s cannot attach the ring: %s", tr_names[i],
-				    strerror(-e)); return; }
+		refuse_setup(p, id, "%s cannot attach the ring: %s", tr_names[i],
+			     strerror(-e));
+		return;
 	}
 	p->in[in->id] = in;
 	{
@@ -1922,8 +1965,10 @@ static void do_topic_ready(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	int e;
 
 	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS || !jnum(m, "ring_size", &size) ||
-	    from_hex(jstr(m, "ring_desc"), desc, sizeof(desc), &dlen))
-		{ hostile(p, "bad topic_ready"); return; }
+	    from_hex(jstr(m, "ring_desc"), desc, sizeof(desc), &dlen)) {
+		hostile(p, "bad topic_ready");
+		return;
+	}
 	o = p->out[(uint32_t)id];
 	if (!o || o->state != OUT_RING_PREPARING)
 		return; /* torn down meanwhile */
@@ -1952,8 +1997,10 @@ static void do_topic_refused(struct rgapsd_remote *rt, struct rt_peer *p, const 
 	double id;
 	struct rt_out *o;
 
-	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS)
-		{ hostile(p, "bad topic_refused"); return; }
+	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
+		hostile(p, "bad topic_refused");
+		return;
+	}
 	o = p->out[(uint32_t)id];
 	if (!o)
 		return;
@@ -1966,8 +2013,10 @@ static void do_topic_teardown(struct rgapsd_remote *rt, struct rt_peer *p, const
 {
 	double id;
 
-	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS)
-		{ hostile(p, "bad topic_teardown"); return; }
+	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
+		hostile(p, "bad topic_teardown");
+		return;
+	}
 	if (p->in[(uint32_t)id]) {
 		struct rt_in *in = p->in[(uint32_t)id];
 		struct rt_seen *sn = seen_of(p, in->topic->cfg.name, false);
@@ -2050,7 +2099,8 @@ static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, s
 	}
 	if (!type) {
 		cJSON_Delete(m);
-		{ hostile(p, "control message without a type"); return; }
+		hostile(p, "control message without a type");
+		return;
 	}
 	if (strcmp(type, "subs") == 0)
 		do_subs(rt, p, m);
