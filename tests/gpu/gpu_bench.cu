@@ -1,6 +1,6 @@
 /*
  * gpu-bench: the local-path GPU numbers of rgaps in one run, with the
- * physical limits of the same card measured alongside (docs/BENCHMARKS-GPU.md).
+ * physical limits of the same card measured alongside (docs/BENCHMARKS.md (GPU sections)).
  *
  *  1. Physical limits: cudaMemcpy D2H and H2D with pinned and with pageable
  *     host memory, and D2D, at each size.

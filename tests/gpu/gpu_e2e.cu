@@ -1,6 +1,6 @@
 /*
  * gpu-e2e: the remote-path GPU numbers of rgaps in one run, with the physical
- * limits of the same machine measured alongside (docs/BENCHMARKS-GPU.md).
+ * limits of the same machine measured alongside (docs/BENCHMARKS.md (GPU sections)).
  *
  *  1. Physical limits: cudaMemcpy D2H and H2D, pinned and pageable.
  *  2. DP1, the sender daemon's staging copy: the cuda plugin's copy_async

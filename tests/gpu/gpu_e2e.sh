@@ -1,5 +1,5 @@
 #!/bin/bash
-# End-to-end GPU benchmark of the remote path (docs/BENCHMARKS-GPU.md): two
+# End-to-end GPU benchmark of the remote path (docs/BENCHMARKS.md (GPU sections)): two
 # rgapsd on this machine as two hosts over the TCP transport on 127.0.0.1,
 # every topic on "memory": "cuda", and gpu-e2e (tests/gpu/gpu_e2e.cu)
 # publishing on A to subscribers on B:
