@@ -249,6 +249,7 @@ struct rt_topic {
 	pthread_t fwd_thread;
 	bool fwd_started;
 	uint32_t fwd_stop;
+	uint32_t fwd_released; /* futex word: bumped when the loop releases a forwarded hold */
 	uint32_t fwd_slot;
 	bool fwd_slot_open;
 	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large;
@@ -487,6 +488,9 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 		out_set(rt, m, m->dropped ? OUT_DROPPED : OUT_SENT);
 	if (m->tt->fwd_slot_open)
 		rgaps_topic_release(&m->tt->t->t, m->tt->fwd_slot, m->msg.token);
+	/* A forwarder with every hold in flight sleeps on this word. */
+	__atomic_fetch_add(&m->tt->fwd_released, 1, __ATOMIC_SEQ_CST);
+	rgaps_futex_wake_all(&m->tt->fwd_released);
 	out_set(rt, m, OUT_RELEASED);
 	free(m);
 }
@@ -1164,6 +1168,7 @@ static void *forwarder_main(void *arg)
 	snprintf(name, sizeof(name), "fwd-%.11s", tt->t->cfg.name);
 	pthread_setname_np(pthread_self(), name);
 	while (!__atomic_load_n(&tt->fwd_stop, __ATOMIC_ACQUIRE)) {
+		uint32_t released = __atomic_load_n(&tt->fwd_released, __ATOMIC_SEQ_CST);
 		struct rgaps_topic_msg msg;
 		struct rt_fwd_msg *f;
 		int r = rgaps_topic_take(&tt->t->t, tt->fwd_slot, 200, 0, NULL, NULL, &msg);
@@ -1171,8 +1176,9 @@ static void *forwarder_main(void *arg)
 		if (r == -ETIMEDOUT || r == -EAGAIN || r == -EINTR)
 			continue;
 		if (r == -ENOBUFS) {
-			/* Every hold is in flight to peers: wait for releases. */
-			usleep(200);
+			/* Every hold is in flight to peers: sleep until the loop releases one
+			 * (read before the take, so a release in between is not missed). */
+			rgaps_futex_wait(&tt->fwd_released, released, 200ll * 1000 * 1000);
 			continue;
 		}
 		if (r)
@@ -2207,6 +2213,8 @@ static void forwarder_stop(struct rt_topic *tt)
 {
 	if (tt->fwd_started) {
 		__atomic_store_n(&tt->fwd_stop, 1, __ATOMIC_RELEASE);
+		__atomic_fetch_add(&tt->fwd_released, 1, __ATOMIC_SEQ_CST);
+		rgaps_futex_wake_all(&tt->fwd_released);
 		pthread_join(tt->fwd_thread, NULL);
 		tt->fwd_started = false;
 	}
