@@ -40,6 +40,9 @@
 #define RT_SETUP_TIMEOUT_MS 5000 /* a publisher's attach waits at most this for peers */
 #define RT_TICK_MS 500
 #define RT_RETRY_MS 2 /* blocked receivers retry this often */
+#define RT_RESETUP_MIN_MS 500	/* a refused topic set-up is asked again after this, */
+#define RT_RESETUP_MAX_MS 8000	/* doubling up to this */
+#define RT_DEFERRED_MAX 64	/* set-ups held while the data link they need connects */
 
 enum { TR_TCP, TR_VERBS, TR_NUM };
 static const char *const tr_names[TR_NUM] = { "tcp", "verbs" };
@@ -222,7 +225,13 @@ struct rt_peer {
 		uint64_t last_seq;
 	} *seen;
 	uint32_t nseen;
-	uint64_t hostile, link_downs;
+	/* Receiver: set-ups that arrived before the data link they name (its connect
+	 * and the set-up race on two sockets); run when the link comes up. */
+	cJSON *deferred[TR_NUM];
+	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
+	uint64_t resetup_at_ns;
+	uint32_t resetup_ms;
+	uint64_t hostile, link_downs, setup_refusals, setups_deferred;
 };
 
 struct rt_waiter {
@@ -277,12 +286,23 @@ enum rt_fault {
 	FAULT_OFFSET,	 /* write at an offset the receiver does not expect */
 	FAULT_ORDER,	 /* record_seq skips one */
 	FAULT_OUTSIDE,	 /* claim an offset past the end of the ring */
+	/* Not a corruption: the receiver handles each accepted data link N ms late, so
+	 * a sender's topic set-up surely arrives before the link it names. */
+	FAULT_LATE_ACCEPT,
+};
+
+struct rt_late_accept { /* FAULT_LATE_ACCEPT: one accepted link, held back */
+	uv_timer_t timer;
+	struct rt_transport *tr;
+	struct rgaps_link *link;
+	uint8_t token[RGAPS_LINK_TOKEN_LEN];
 };
 
 struct rgapsd_remote {
 	struct rgapsd *d;
 	enum rt_fault fault;
 	uint64_t fault_after;
+	struct rt_late_accept *late; /* FAULT_LATE_ACCEPT, while one is held back */
 	struct rgapsd_peers *pm;
 	struct rt_transport tr[TR_NUM];
 	struct rt_peer *peers;
@@ -756,7 +776,8 @@ static void out_pump(struct rt_out *o)
 			h->ts_ns = c->m->msg.ts_ns;
 			h->record_seq = o->record_seq++;
 			o->hdr_used++;
-			if (rt->fault && o->records >= rt->fault_after) {
+			if (rt->fault && rt->fault < FAULT_LATE_ACCEPT &&
+			    o->records >= rt->fault_after) {
 				rgaps_warn("fault injection: corrupting record %llu to %s",
 					   (unsigned long long)h->record_seq,
 					   rgapsd_peer_name(o->p->peer));
@@ -777,6 +798,7 @@ static void out_pump(struct rt_out *o)
 					c->slot.off = o->geom.size - 64;
 					break;
 				case FAULT_NONE:
+				case FAULT_LATE_ACCEPT:
 					break;
 				}
 				rt->fault = FAULT_NONE;
@@ -1661,6 +1683,8 @@ static void link_lost(struct rt_peer *p, int tr_idx)
 	/* Rings over this link go first (the transport already dropped the link). */
 	l->state = LINK_NONE;
 	l->link = NULL;
+	cJSON_Delete(p->deferred[tr_idx]); /* their sender drops its rings over this link too */
+	p->deferred[tr_idx] = NULL;
 	for (uint32_t i = 0; i < RT_RINGS; i++) {
 		if (p->out[i] && p->out[i]->tr == tr_idx)
 			out_free(p->out[i], false);
@@ -1683,11 +1707,65 @@ static void on_link_down(void *arg, struct rgaps_link *link, int err, const char
 	reconcile_all(tr->rt); /* another transport may still carry the topics */
 }
 
+static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJSON *m);
+
+/* The data link that deferred set-ups wait for is up: answer them in arrival order. */
+static void run_deferred(struct rgapsd_remote *rt, struct rt_peer *p, int tr_idx)
+{
+	cJSON *list = p->deferred[tr_idx], *m;
+
+	p->deferred[tr_idx] = NULL;
+	cJSON_ArrayForEach(m, list)
+	{
+		if (p->links[tr_idx].state != LINK_UP)
+			break; /* the peer went away meanwhile: its sender forgot these rings */
+		do_topic_setup(rt, p, m);
+	}
+	cJSON_Delete(list);
+}
+
+static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
+			  const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
+
+static void on_late_accept_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_late_accept(uv_timer_t *t)
+{
+	struct rt_late_accept *la = t->data;
+
+	la->tr->rt->late = NULL;
+	link_accepted(la->tr, la->link, la->token);
+	uv_close((uv_handle_t *)&la->timer, on_late_accept_closed);
+}
+
 static void on_link_accepted(void *arg, struct rgaps_link *link,
 			     const uint8_t token[RGAPS_LINK_TOKEN_LEN])
 {
 	struct rt_transport *tr = arg;
+	struct rgapsd_remote *rt = tr->rt;
+	struct rt_late_accept *la;
 
+	if (rt->fault == FAULT_LATE_ACCEPT && !rt->late && (la = calloc(1, sizeof(*la)))) {
+		rgaps_warn("fault injection: %s data link accepted, handled in %llu ms",
+			   tr_names[tr->idx], (unsigned long long)rt->fault_after);
+		la->tr = tr;
+		la->link = link;
+		memcpy(la->token, token, sizeof(la->token));
+		uv_timer_init(rt->d->loop, &la->timer);
+		la->timer.data = la;
+		uv_timer_start(&la->timer, on_late_accept, rt->fault_after, 0);
+		rt->late = la;
+		return;
+	}
+	link_accepted(tr, link, token);
+}
+
+static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
+			  const uint8_t token[RGAPS_LINK_TOKEN_LEN])
+{
 	for (struct rt_peer *p = tr->rt->peers; p; p = p->next) {
 		struct rt_link *l = &p->links[tr->idx];
 
@@ -1697,6 +1775,7 @@ static void on_link_accepted(void *arg, struct rgaps_link *link,
 			l->state = LINK_UP;
 			rgaps_info("peer %s: %s data link up (accepted)", rgapsd_peer_name(p->peer),
 				   tr_names[tr->idx]);
+			run_deferred(tr->rt, p, tr->idx);
 			reconcile_all(tr->rt);
 			return;
 		}
@@ -1772,8 +1851,8 @@ static void do_link_offer(struct rgapsd_remote *rt, struct rt_peer *p, const cJS
 	r = msg_new(rt->tr[i].usable ? "link_accept" : "link_refuse");
 	cJSON_AddStringToObject(r, "transport", tr_names[i]);
 	if (rt->tr[i].usable) {
-		if (p->links[i].state == LINK_UP)
-			link_lost(p, i); /* a new session replaces the old link */
+		if (p->links[i].state != LINK_NONE)
+			link_lost(p, i); /* a new offer replaces the old link and what waited for it */
 		p->links[i].state = LINK_OFFERED;
 		p->links[i].link = NULL;
 	}
@@ -1878,7 +1957,29 @@ static void do_topic_setup(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	 * accepted the link may ask before this end (the connector) has heard that it is
 	 * up. The link exists and accepts rings and Head writes (they wait for it), so a
 	 * connecting link is enough; a refusal here would leave the topic unsent.
+	 *
+	 * The other way round, a sender that connected sends its set-up on the control
+	 * session as soon as its connect completes; this end may read that before it
+	 * accepts the data link (two sockets, no order between them). The set-up then
+	 * waits for the link it names (run_deferred), and is dropped with it.
 	 */
+	if (p->links[i].state == LINK_OFFERED) {
+		cJSON *copy;
+
+		if (!p->deferred[i])
+			p->deferred[i] = cJSON_CreateArray();
+		if (!p->deferred[i] || cJSON_GetArraySize(p->deferred[i]) >= RT_DEFERRED_MAX ||
+		    !(copy = cJSON_Duplicate(m, true))) {
+			refuse_setup(p, id, "too many set-ups wait for the %s data link",
+				     tr_names[i]);
+			return;
+		}
+		cJSON_AddItemToArray(p->deferred[i], copy);
+		p->setups_deferred++;
+		rgaps_debug("peer %s: topic '%s' set-up waits for the %s data link",
+			    rgapsd_peer_name(p->peer), name, tr_names[i]);
+		return;
+	}
 	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING) {
 		refuse_setup(p, id, "no %s data link", tr_names[i]);
 		return;
@@ -1992,6 +2093,7 @@ static void do_topic_ready(struct rgapsd_remote *rt, struct rt_peer *p, const cJ
 	}
 	rgaps_ring_sender_init(&o->ring, &o->geom);
 	o->state = OUT_RING_READY;
+	p->resetup_ms = 0; /* the peer answers again: the next refusal starts the back-off anew */
 	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
 		   rgapsd_peer_name(p->peer));
 	waiters_check(o->tt, false);
@@ -2010,8 +2112,13 @@ static void do_topic_refused(struct rgapsd_remote *rt, struct rt_peer *p, const 
 	o = p->out[(uint32_t)id];
 	if (!o)
 		return;
-	rgaps_warn("topic '%s': %s refused the set-up: %s", o->tt->t->cfg.name,
-		   rgapsd_peer_name(p->peer), jstr(m, "reason") ? jstr(m, "reason") : "?");
+	p->setup_refusals++;
+	p->resetup_ms = p->resetup_ms ? RGAPS_MIN(2 * p->resetup_ms, RT_RESETUP_MAX_MS)
+				      : RT_RESETUP_MIN_MS;
+	p->resetup_at_ns = rgaps_now_ns(CLOCK_MONOTONIC) + p->resetup_ms * 1000000ull;
+	rgaps_warn("topic '%s': %s refused the set-up: %s (asking again in %u ms)",
+		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer),
+		   jstr(m, "reason") ? jstr(m, "reason") : "?", p->resetup_ms);
 	out_free(o, false);
 }
 
@@ -2022,6 +2129,16 @@ static void do_topic_teardown(struct rgapsd_remote *rt, struct rt_peer *p, const
 	if (!jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
 		hostile(p, "bad topic_teardown");
 		return;
+	}
+	for (int i = 0; i < TR_NUM; i++) { /* given up before its data link came */
+		cJSON *it = p->deferred[i] ? p->deferred[i]->child : NULL, *next;
+		double did;
+
+		for (; it; it = next) {
+			next = it->next;
+			if (jnum(it, "ring_id", &did) && did == id)
+				cJSON_Delete(cJSON_DetachItemViaPointer(p->deferred[i], it));
+		}
 	}
 	if (p->in[(uint32_t)id]) {
 		struct rt_in *in = p->in[(uint32_t)id];
@@ -2143,8 +2260,18 @@ static void on_tick(uv_timer_t *t)
 {
 	struct rgapsd_remote *rt = t->data;
 
-	for (struct rt_peer *p = rt->peers; p; p = p->next)
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	bool resetup = false;
+
+	for (struct rt_peer *p = rt->peers; p; p = p->next) {
 		offer_links(rt, p);
+		if (p->resetup_at_ns && now >= p->resetup_at_ns) {
+			p->resetup_at_ns = 0;
+			resetup = true;
+		}
+	}
+	if (resetup)
+		reconcile_all(rt); /* creates again the rings that were refused */
 	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next)
 		waiters_check(tt, false);
 }
@@ -2337,7 +2464,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 	rt->d = d;
 	{
 		static const char *const names[] = { "", "magic", "oversize", "offset", "order",
-						     "outside" };
+						     "outside", "late_accept" };
 		const char *f = getenv("RGAPSD_FAULT");
 
 		for (int i = 1; f && i < (int)RGAPS_ARRAY_SIZE(names); i++) {
@@ -2345,8 +2472,8 @@ int rgapsd_remote_start(struct rgapsd *d)
 				rt->fault = (enum rt_fault)i;
 				if (f[strlen(names[i])] == ':')
 					rt->fault_after = strtoull(f + strlen(names[i]) + 1, NULL, 10);
-				rgaps_warn("RGAPSD_FAULT=%s: this daemon will corrupt a record on "
-					   "purpose (tests only)", f);
+				rgaps_warn("RGAPSD_FAULT=%s: this daemon misbehaves on purpose "
+					   "(tests only)", f);
 			}
 		}
 	}
@@ -2420,6 +2547,11 @@ void rgapsd_remote_stop(struct rgapsd *d)
 		forwarder_stop(tt);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the worker posted */
+	if (rt->late) { /* FAULT_LATE_ACCEPT: the link nobody took */
+		rt->late->tr->lp->ops.transport.close(rt->late->tr->ctx, rt->late->link);
+		uv_close((uv_handle_t *)&rt->late->timer, on_late_accept_closed);
+		rt->late = NULL;
+	}
 	rgapsd_peers_stop(rt->pm);     /* peer_down for each: rings and links go */
 	while (rt->topics)
 		rgapsd_remote_topic_gone(d, rt->topics->t);
@@ -2432,6 +2564,8 @@ void rgapsd_remote_stop(struct rgapsd *d)
 		struct rt_peer *p = rt->peers;
 
 		rt->peers = p->next;
+		for (int i = 0; i < TR_NUM; i++)
+			cJSON_Delete(p->deferred[i]);
 		free(p->subs);
 		free(p->seen);
 		free(p);
@@ -2504,6 +2638,8 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(po, "rtt_ms", st.rtt_ms);
 		cJSON_AddNumberToObject(po, "hostile", (double)p->hostile);
 		cJSON_AddNumberToObject(po, "link_downs", (double)p->link_downs);
+		cJSON_AddNumberToObject(po, "setup_refusals", (double)p->setup_refusals);
+		cJSON_AddNumberToObject(po, "setups_deferred", (double)p->setups_deferred);
 		cJSON *subs = cJSON_AddArrayToObject(po, "subscribes");
 		for (uint32_t i = 0; i < p->nsubs; i++)
 			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
