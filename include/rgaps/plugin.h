@@ -192,6 +192,7 @@ struct rgaps_link_stats {
 	uint64_t send_credit_stalls; /* post_record refused for lack of send credits */
 	uint64_t cq_events, cq_polls_busy; /* completion-channel wake-ups, busy-poll rounds */
 	uint64_t cq_overflows;	    /* must stay 0 */
+	uint64_t records_late;	    /* landed in a ring detached meanwhile: dropped */
 };
 
 struct rgaps_transport_ops {

@@ -663,6 +663,7 @@ static void frame_record(struct rgaps_link *l, uint32_t ring_id, uint64_t off, u
 	r = &l->rxr[ring_id];
 	if (r->state == RING_DETACHED) {
 		/* Sent before the sender heard of the detach: drop it quietly. */
+		l->st.records_late++;
 		l->rx = RX_DISCARD;
 		l->rx_ring = ring_id;
 		l->rx_len = len;

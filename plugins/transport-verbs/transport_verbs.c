@@ -725,7 +725,12 @@ static void verbs_ring_detach(void *vctx, struct rgaps_link *l, uint32_t ring_id
 	r = &l->rx[ring_id];
 	if (r->mr)
 		ibv_dereg_mr(r->mr);
-	memset(r, 0, sizeof(*r));
+	{
+		bool was = r->attached || r->retired;
+
+		memset(r, 0, sizeof(*r));
+		r->retired = was;
+	}
 	if (l->tx[ring_id].prepared) {
 		tx_ring_forget(ctx, l, ring_id);
 		/* A Head write already on its way for this ring is ignored, not an error. */

@@ -201,6 +201,10 @@ struct verbs_tx_ring {
 
 struct verbs_rx_ring {
 	bool attached;
+	/* Detached since it was attached: records whose completions are still queued
+	 * (the sender saw them acknowledged and then tore the ring down on the
+	 * session, which may be read first) are dropped quietly, not a failure. */
+	bool retired;
 	char *base;
 	uint64_t size;
 	struct ibv_mr *mr; /* REMOTE_WRITE */

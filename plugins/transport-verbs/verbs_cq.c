@@ -244,6 +244,10 @@ static void recv_done(struct rgaps_link *l, struct verbs_qp *qp, const struct ib
 			ctx->cbs.head_update(ctx->cbs.arg, l, ring, head);
 		return;
 	}
+	if (!l->rx[ring].attached && l->rx[ring].retired) {
+		l->st.records_late++; /* its receive is already reposted */
+		return;
+	}
 	if (!l->rx[ring].attached) {
 		rgaps__verbs_link_fail(l, -EPROTO, "record for ring %u, which is not attached", ring);
 		return;

@@ -2663,6 +2663,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 			cJSON_AddNumberToObject(lo, "cq_events", (double)lst.cq_events);
 			cJSON_AddNumberToObject(lo, "cq_polls_busy", (double)lst.cq_polls_busy);
 			cJSON_AddNumberToObject(lo, "cq_overflows", (double)lst.cq_overflows);
+			cJSON_AddNumberToObject(lo, "records_late", (double)lst.records_late);
 		}
 		cJSON_AddItemToArray(arr, po);
 	}
