@@ -16,8 +16,10 @@
 #ifndef RGAPS_PLUGIN_H
 #define RGAPS_PLUGIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +42,25 @@ enum rgaps_plugin_role {
 	RGAPS_ROLE_CLIENT = 1, /**< loaded by librgaps in an application */
 };
 
+/**
+ * One tunable a plugin declares (struct rgaps_plugin.options): an unsigned
+ * integer in [min, max]. The daemon takes values from its configuration
+ * (rgapsd.json "transport_options": { "<plugin name>": { "<option>": N } }),
+ * refuses unknown names and values out of range at start, and hands the
+ * plugin the ones that were set (struct rgaps_plugin_env.options).
+ */
+struct rgaps_plugin_option {
+	const char *name; /**< lower case, [a-z0-9_] */
+	uint64_t def, min, max;
+	const char *doc; /**< one line for `rgapsd --help-config` and docs */
+};
+
+/** A configured value of one option, checked by the host against its declaration. */
+struct rgaps_option_value {
+	const char *name;
+	uint64_t value;
+};
+
 /** What the host process offers a plugin. */
 struct rgaps_plugin_env {
 	uint32_t struct_size; /**< sizeof(struct rgaps_plugin_env) as the host built it */
@@ -47,7 +68,29 @@ struct rgaps_plugin_env {
 	/** Log one line at level (0 error .. 4 trace); printf format. */
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 	void *uv_loop; /**< the daemon's uv_loop_t (only touched on the loop thread); NULL in clients */
+	/** The plugin's options that the configuration sets (others keep their default). */
+	const struct rgaps_option_value *options;
+	uint32_t noptions;
 };
+
+/**
+ * The configured value of option name, if the host set it: true and *value.
+ * Safe with an env from a host built before options existed (struct_size).
+ */
+static inline bool rgaps_plugin_env_option(const struct rgaps_plugin_env *env, const char *name,
+					   uint64_t *value)
+{
+	if (!env || env->struct_size < offsetof(struct rgaps_plugin_env, noptions) +
+					       sizeof(env->noptions))
+		return false;
+	for (uint32_t i = 0; i < env->noptions; i++) {
+		if (strcmp(env->options[i].name, name) == 0) {
+			*value = env->options[i].value;
+			return true;
+		}
+	}
+	return false;
+}
 
 /* ------------------------------------------------------------------ */
 /* memory                                                              */
@@ -260,6 +303,9 @@ struct rgaps_plugin {
 	const char *name;     /**< "host", "cuda", "tcp", ... (matches the file name) */
 	const char *description;
 	const void *ops; /**< const struct rgaps_memory_ops * etc., per kind */
+	/** Tunables the plugin accepts (may be NULL / 0); see struct rgaps_plugin_option. */
+	const struct rgaps_plugin_option *options;
+	uint32_t noptions;
 };
 
 #ifdef __cplusplus

@@ -261,15 +261,41 @@ static void frame_encode(uint8_t *hdr, uint8_t type, uint8_t ring_id, uint64_t o
 	put_le64(hdr + 16, len);
 }
 
-static int env_int(const char *name)
-{
-	const char *s = getenv(name);
-	long v;
+/*
+ * Tunables: the daemon's "transport_options": { "tcp": { ... } }, else the
+ * environment variable RGAPS_TCP_<NAME> (programs without a daemon
+ * configuration), else the default. 0 leaves the kernel's autotuning alone.
+ */
+enum { OPT_SNDBUF, OPT_RCVBUF, OPT_NUM };
 
+static const struct rgaps_plugin_option tcp_options[OPT_NUM] = {
+	[OPT_SNDBUF] = { "sndbuf", 0, 0, 1u << 30,
+			 "SO_SNDBUF of data links in bytes; 0: the kernel autotunes" },
+	[OPT_RCVBUF] = { "rcvbuf", 0, 0, 1u << 30,
+			 "SO_RCVBUF of data links in bytes; 0: the kernel autotunes" },
+};
+
+static int opt_int(const struct rgaps_plugin_env *env, int i)
+{
+	const struct rgaps_plugin_option *o = &tcp_options[i];
+	const char *s = getenv(i == OPT_SNDBUF ? "RGAPS_TCP_SNDBUF" : "RGAPS_TCP_RCVBUF");
+	uint64_t v;
+	char *end;
+
+	if (rgaps_plugin_env_option(env, o->name, &v))
+		return (int)v; /* the daemon checked the bounds */
 	if (!s || !*s)
-		return 0;
-	v = strtol(s, NULL, 0);
-	return v > 0 && v < (1l << 30) ? (int)v : 0;
+		return (int)o->def;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || v > o->max) {
+		if (env->log)
+			env->log(1, "tcp: %s=%s is not a number in [0, %llu]; using the default",
+				 i == OPT_SNDBUF ? "RGAPS_TCP_SNDBUF" : "RGAPS_TCP_RCVBUF", s,
+				 (unsigned long long)o->max);
+		return (int)o->def;
+	}
+	return (int)v;
 }
 
 static void ctx_unref(struct tcp_ctx *c)
@@ -974,8 +1000,11 @@ static int tcp_init(const struct rgaps_plugin_env *env, const struct rgaps_trans
 	c->cbs = *cbs;
 	c->loop = env->uv_loop;
 	c->refs = 1;
-	c->sndbuf = env_int("RGAPS_TCP_SNDBUF");
-	c->rcvbuf = env_int("RGAPS_TCP_RCVBUF");
+	c->sndbuf = opt_int(env, OPT_SNDBUF);
+	c->rcvbuf = opt_int(env, OPT_RCVBUF);
+	if ((c->sndbuf || c->rcvbuf) && env->log)
+		env->log(2, "tcp: options: sndbuf %d, rcvbuf %d (0: autotuned)", c->sndbuf,
+			 c->rcvbuf);
 	uv_prepare_init(c->loop, &c->prepare);
 	c->prepare.data = c;
 	c->prepare_open = true;
@@ -1360,4 +1389,6 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.name = "tcp",
 	.description = "TCP data links (libuv): framed writes received straight into the ring",
 	.ops = &tcp_ops,
+	.options = tcp_options,
+	.noptions = OPT_NUM,
 };

@@ -11,6 +11,7 @@
  * decides every ring offset; this plugin writes where it is told and checks
  * what a peer announces against what is attached.
  */
+#include <ctype.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -106,43 +107,93 @@ uint32_t rgaps__verbs_lmr_index(struct verbs_ctx *ctx, struct verbs_dev *dev)
 
 /* ---------------------------------------------------------------- configuration */
 
-static uint32_t env_u32(struct verbs_ctx *ctx, const char *name, uint32_t def, uint32_t lo,
-			uint32_t hi)
+/*
+ * Tunables: the daemon's "transport_options": { "verbs": { ... } }, else the
+ * environment variable RGAPS_VERBS_<NAME> (for programs that load the plugin
+ * without a daemon configuration: tests, benchmarks), else the default.
+ * docs/VERBS.md explains each choice.
+ */
+enum {
+	OPT_QPS,
+	OPT_SQ_DEPTH,
+	OPT_SRQ_DEPTH,
+	OPT_SIGNAL_EVERY,
+	OPT_BUSY_ROUNDS,
+	OPT_CONNECT_TIMEOUT_MS,
+	OPT_ACK_TIMEOUT,
+	OPT_MIN_RNR_TIMER,
+	OPT_NUM,
+};
+
+static const struct rgaps_plugin_option verbs_options[OPT_NUM] = {
+	[OPT_QPS] = { "qps", 2, 1, VERBS_MAX_QPS,
+		      "RC QPs per link, sharing one CQ (the connecting side's value rules)" },
+	[OPT_SQ_DEPTH] = { "sq_depth", 256, 32, 16384, "send slots per QP" },
+	[OPT_SRQ_DEPTH] = { "srq_depth", 1024, 64, 65536,
+			    "receives posted per device (per QP without an SRQ)" },
+	[OPT_SIGNAL_EVERY] = { "signal_every", 16, 1, 1024,
+			       "one signalled send in this many (at most sq_depth / 4)" },
+	[OPT_BUSY_ROUNDS] = { "busy_rounds", 16, 0, 1u << 20,
+			      "most empty busy polls before re-arming the completion channel; "
+			      "0: channel events only" },
+	[OPT_CONNECT_TIMEOUT_MS] = { "connect_timeout_ms", 15000, 100, 600000,
+				     "a link not established in this time fails and is retried" },
+	[OPT_ACK_TIMEOUT] = { "ack_timeout", 16, 1, 31,
+			      "local ACK timeout exponent: 4.096 us x 2^N" },
+	[OPT_MIN_RNR_TIMER] = { "min_rnr_timer", 12, 0, 31,
+				"IB encoding of the RNR back-off (12 = 0.64 ms)" },
+};
+
+static uint32_t opt_u32(struct verbs_ctx *ctx, const struct rgaps_plugin_env *env, int i)
 {
-	const char *s = getenv(name);
-	unsigned long v;
+	const struct rgaps_plugin_option *o = &verbs_options[i];
+	char var[64];
+	const char *s;
+	unsigned long long v;
+	uint64_t cv;
 	char *end;
 
+	if (rgaps_plugin_env_option(env, o->name, &cv))
+		return (uint32_t)cv; /* the daemon checked the bounds */
+	snprintf(var, sizeof(var), "RGAPS_VERBS_%s", o->name);
+	for (char *p = var; *p; p++)
+		*p = (char)toupper((unsigned char)*p);
+	s = getenv(var);
 	if (!s || !*s)
-		return def;
+		return (uint32_t)o->def;
 	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || *end || v < lo || v > hi) {
-		vlog(ctx, VERBS_LOG_WARN, "%s=%s is not a number in [%u, %u]; using %u", name, s,
-		     lo, hi, def);
-		return def;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || v < o->min || v > o->max) {
+		vlog(ctx, VERBS_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", var,
+		     s, (unsigned long long)o->min, (unsigned long long)o->max,
+		     (unsigned long long)o->def);
+		return (uint32_t)o->def;
 	}
 	return (uint32_t)v;
 }
 
-static void cfg_load(struct verbs_ctx *ctx)
+static void cfg_load(struct verbs_ctx *ctx, const struct rgaps_plugin_env *env)
 {
 	struct verbs_cfg *c = &ctx->cfg;
 
-	c->nqps = env_u32(ctx, "RGAPS_VERBS_QPS", 2, 1, VERBS_MAX_QPS);
-	c->sq_depth = env_u32(ctx, "RGAPS_VERBS_SQ_DEPTH", 256, 32, 16384);
-	c->rq_depth = env_u32(ctx, "RGAPS_VERBS_SRQ_DEPTH", 1024, 64, 65536);
-	c->signal_every = env_u32(ctx, "RGAPS_VERBS_SIGNAL_EVERY", 16, 1, 1024);
+	c->nqps = opt_u32(ctx, env, OPT_QPS);
+	c->sq_depth = opt_u32(ctx, env, OPT_SQ_DEPTH);
+	c->rq_depth = opt_u32(ctx, env, OPT_SRQ_DEPTH);
+	c->signal_every = opt_u32(ctx, env, OPT_SIGNAL_EVERY);
 	if (c->signal_every > c->sq_depth / 4)
 		c->signal_every = c->sq_depth / 4;
-	c->busy_rounds = env_u32(ctx, "RGAPS_VERBS_BUSY_ROUNDS", 16, 0, 1u << 20);
-	c->connect_timeout_ms = env_u32(ctx, "RGAPS_VERBS_CONNECT_TIMEOUT_MS", 15000, 100,
-					600000);
-	c->ack_timeout = (uint8_t)env_u32(ctx, "RGAPS_VERBS_ACK_TIMEOUT", 16, 1, 31);
-	c->min_rnr_timer = (uint8_t)env_u32(ctx, "RGAPS_VERBS_MIN_RNR_TIMER", 12, 0, 31);
+	c->busy_rounds = opt_u32(ctx, env, OPT_BUSY_ROUNDS);
+	c->connect_timeout_ms = opt_u32(ctx, env, OPT_CONNECT_TIMEOUT_MS);
+	c->ack_timeout = (uint8_t)opt_u32(ctx, env, OPT_ACK_TIMEOUT);
+	c->min_rnr_timer = (uint8_t)opt_u32(ctx, env, OPT_MIN_RNR_TIMER);
 	c->head_reserve = 8;
 	c->retry_cnt = 7;
 	c->rnr_retry = 7;
+	vlog(ctx, VERBS_LOG_INFO,
+	     "options: qps %u, sq_depth %u, srq_depth %u, signal_every %u, busy_rounds %u, "
+	     "connect_timeout_ms %u, ack_timeout %u, min_rnr_timer %u",
+	     c->nqps, c->sq_depth, c->rq_depth, c->signal_every, c->busy_rounds,
+	     c->connect_timeout_ms, c->ack_timeout, c->min_rnr_timer);
 }
 
 /* ---------------------------------------------------------------- devices */
@@ -306,7 +357,7 @@ static int verbs_init(const struct rgaps_plugin_env *env, const struct rgaps_tra
 	vlist_init(&ctx->deferred);
 	vlist_init(&ctx->listeners);
 	vlist_init(&ctx->lmrs);
-	cfg_load(ctx);
+	cfg_load(ctx, env);
 
 	ctx->ec = rdma_create_event_channel();
 	if (!ctx->ec) {
@@ -975,4 +1026,6 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.name = "verbs",
 	.description = "RDMA WRITE WITH IMMEDIATE over RC QPs (libibverbs, librdmacm)",
 	.ops = &verbs_ops,
+	.options = verbs_options,
+	.noptions = OPT_NUM,
 };

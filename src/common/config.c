@@ -53,6 +53,9 @@ enum rgaps_cfg_type {
 	RGAPS_CFG_STRINGS, /* char[max_count][size] + uint32_t count */
 	RGAPS_CFG_IDS,	   /* uint32_t-sized ids [max_count] + uint32_t count */
 	RGAPS_CFG_OBJECT,  /* a nested struct described by sub */
+	/* char[size]: JSON text of { "<plugin>": { "<option>": integer >= 0 } }; the
+	 * names and ranges are the plugins' own, checked when they load */
+	RGAPS_CFG_PLUGIN_OPTIONS,
 };
 
 #define RGAPS_CFG_F_POW2 (1u << 0)	 /* the integer must be a power of two */
@@ -356,6 +359,12 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "keepalive_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, keepalive_ms), .def = "1000",
 	  .min = 10, .max = 3600000,
 	  .doc = "Milliseconds between keepalives on peer connections." },
+	{ .name = "transport_options", .type = RGAPS_CFG_PLUGIN_OPTIONS,
+	  CFG_AT(D, transport_options), .def = "{}",
+	  .doc = "Tunables of the transport plugins: { \"verbs\": { \"qps\": 4 }, \"tcp\": "
+		 "{ \"sndbuf\": 4194304 } }. Each plugin declares its options, with bounds "
+		 "and defaults (docs/CONFIG.md); unknown names and values out of range are "
+		 "refused at start." },
 	{ .name = "defaults", .type = RGAPS_CFG_OBJECT, CFG_AT(D, topic_defaults), .def = NULL,
 	  .def_doc = "every topic key's own default", .sub = &topic_table,
 	  .doc = "Defaults for every topic: an object of topic keys (below), \"name\" excepted. "
@@ -436,6 +445,8 @@ static const char *cfg_expected(const struct rgaps_cfg_field *f)
 		return "an array of integers";
 	case RGAPS_CFG_OBJECT:
 		return "an object";
+	case RGAPS_CFG_PLUGIN_OPTIONS:
+		return "an object of objects of integers";
 	}
 	return "?";
 }
@@ -615,6 +626,30 @@ static bool cfg_check_string(const struct rgaps_cfg_field *f, const char *s, cha
 	return true;
 }
 
+/* The shape of plugin options: each plugin's entry an object of non-negative integers. */
+static bool cfg_check_plugin_options(const cJSON *v, char *why, size_t len)
+{
+	const cJSON *plugin, *opt;
+
+	cJSON_ArrayForEach(plugin, v) {
+		if (!cJSON_IsObject(plugin)) {
+			snprintf(why, len, "'%s': expected an object of options, got %s",
+				 plugin->string, json_type_name(plugin));
+			return false;
+		}
+		cJSON_ArrayForEach(opt, plugin) {
+			if (!cJSON_IsNumber(opt) || opt->valuedouble < 0 ||
+			    opt->valuedouble != floor(opt->valuedouble) ||
+			    opt->valuedouble >= 18446744073709551616.0) {
+				snprintf(why, len, "'%s.%s': expected a non-negative integer",
+					 plugin->string, opt->string);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
 static uint64_t cfg_load_uint(const struct rgaps_cfg_field *f, const void *p)
 {
 	uint32_t v32;
@@ -687,6 +722,21 @@ static bool cfg_check_stored(const struct rgaps_cfg_field *f, const void *base, 
 	case RGAPS_CFG_BOOL:
 	case RGAPS_CFG_OBJECT:
 		return true;
+	case RGAPS_CFG_PLUGIN_OPTIONS: {
+		cJSON *o;
+		bool ok;
+
+		if (!memchr(p, '\0', f->size)) {
+			snprintf(why, len, "is not NUL-terminated");
+			return false;
+		}
+		o = cJSON_Parse(p);
+		ok = o && cfg_check_plugin_options(o, why, len);
+		if (!o)
+			snprintf(why, len, "is not JSON");
+		cJSON_Delete(o);
+		return ok;
+	}
 	case RGAPS_CFG_DOUBLE:
 		memcpy(&d, p, sizeof(d));
 		return cfg_check_double(f, d, why, len);
@@ -842,6 +892,28 @@ static bool cfg_set(const struct rgaps_cfg_field *f, const cJSON *v, void *base,
 	case RGAPS_CFG_OBJECT:
 		rgaps_require(!"objects are applied by cfg_apply()");
 		return false;
+	case RGAPS_CFG_PLUGIN_OPTIONS: {
+		char *text;
+		bool fits;
+
+		if (!cJSON_IsObject(v))
+			goto wrong_type;
+		if (!cfg_check_plugin_options(v, why, len))
+			return false;
+		text = cJSON_PrintUnformatted(v);
+		if (!text) {
+			snprintf(why, len, "out of memory");
+			return false;
+		}
+		fits = strlen(text) < f->size;
+		if (fits)
+			memcpy(p, text, strlen(text) + 1);
+		else
+			snprintf(why, len, "too long (%zu bytes as JSON, at most %zu)", strlen(text),
+				 f->size - 1);
+		cJSON_free(text);
+		return fits;
+	}
 	}
 
 	if (!cJSON_IsArray(v))
@@ -1409,6 +1481,7 @@ int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, s
 			return 0; /* no file at all: everything at its default */
 	}
 	c.what = path;
+	snprintf(cfg->source, sizeof(cfg->source), "%s", path);
 
 	rc = cfg_read_file(path, &buf, &len, err, errlen);
 	if (rc)
@@ -1493,6 +1566,8 @@ static cJSON *cfg_field_to_json(const struct rgaps_cfg_field *f, const void *bas
 		return cJSON_CreateNumber(d);
 	case RGAPS_CFG_OBJECT:
 		return cfg_object_to_json(f->sub, p);
+	case RGAPS_CFG_PLUGIN_OPTIONS:
+		return cJSON_Parse(memchr(p, '\0', f->size) ? p : "{}");
 	case RGAPS_CFG_STRINGS:
 	case RGAPS_CFG_IDS:
 		break;
@@ -1555,6 +1630,9 @@ static void cfg_type_doc(const struct rgaps_cfg_field *f, char *buf, size_t len)
 	case RGAPS_CFG_IDS:
 		snprintf(buf, len, "array of at most %" PRIu32 " integers%s", f->max_count,
 			 f->flags & RGAPS_CFG_F_UNIQUE ? ", no repeats" : "");
+		return;
+	case RGAPS_CFG_PLUGIN_OPTIONS:
+		snprintf(buf, len, "object: plugin name -> { option: integer }");
 		return;
 	case RGAPS_CFG_OBJECT:
 		snprintf(buf, len, "object");

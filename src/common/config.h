@@ -71,9 +71,11 @@ struct rgapsd_config {
 	uint32_t npeers;
 	char key_file[RGAPS_PATH_MAX];
 	uint32_t keepalive_ms;
+	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
 	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
 	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
 	uint32_t ntopics;
+	char source[RGAPS_PATH_MAX]; /* the file loaded ("" = none), for messages */
 };
 
 /* Fill defaults (what runs with no file at all). */

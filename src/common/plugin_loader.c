@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "log.h"
 #include "rgaps_build_config.h"
 
@@ -333,4 +335,66 @@ void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *u
 	env->role = role;
 	env->log = plugin_log;
 	env->uv_loop = uv_loop;
+}
+
+const struct rgaps_plugin_option *rgaps__plugin_options(const struct rgaps_loaded_plugin *lp,
+							uint32_t *n)
+{
+	const struct rgaps_plugin *d = lp->desc;
+
+	*n = 0;
+	if (d->struct_size < offsetof(struct rgaps_plugin, noptions) + sizeof(d->noptions) ||
+	    !d->options)
+		return NULL;
+	*n = d->noptions;
+	return d->options;
+}
+
+int rgaps__plugin_options_check(const struct rgaps_loaded_plugin *lp, const void *opts,
+				const char *prefix, struct rgaps_option_value *vals, uint32_t max,
+				uint32_t *nvals, char *err, size_t errlen)
+{
+	const cJSON *obj = opts, *it;
+	const struct rgaps_plugin_option *decl;
+	uint32_t ndecl, i;
+
+	*nvals = 0;
+	decl = rgaps__plugin_options(lp, &ndecl);
+	cJSON_ArrayForEach(it, obj)
+	{
+		double v = it->valuedouble;
+
+		for (i = 0; i < ndecl && strcmp(decl[i].name, it->string) != 0; i++)
+			;
+		if (i == ndecl) {
+			size_t off = 0;
+
+			off += (size_t)snprintf(err, errlen,
+						"key '%s%s': the %s plugin has no such option",
+						prefix, it->string, lp->name);
+			for (uint32_t k = 0; k < ndecl && off < errlen; k++)
+				off += (size_t)snprintf(err + off, errlen - off, "%s%s",
+							k ? ", " : " (known: ", decl[k].name);
+			if (ndecl && off < errlen)
+				snprintf(err + off, errlen - off, ")");
+			return -EINVAL;
+		}
+		if (!cJSON_IsNumber(it) || v < 0 || v != (double)(uint64_t)v) {
+			snprintf(err, errlen, "key '%s%s': expected a non-negative integer", prefix,
+				 it->string);
+			return -EINVAL;
+		}
+		if ((uint64_t)v < decl[i].min || (uint64_t)v > decl[i].max) {
+			snprintf(err, errlen, "key '%s%s': %llu is out of range [%llu, %llu]", prefix,
+				 it->string, (unsigned long long)v, (unsigned long long)decl[i].min,
+				 (unsigned long long)decl[i].max);
+			return -EINVAL;
+		}
+		if (*nvals == max) {
+			snprintf(err, errlen, "key '%s': too many options", prefix);
+			return -EINVAL;
+		}
+		vals[(*nvals)++] = (struct rgaps_option_value){ decl[i].name, (uint64_t)v };
+	}
+	return 0;
 }

@@ -42,4 +42,19 @@ void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *u
 
 const char *rgaps__plugin_kind_name(uint32_t kind);
 
+/* The options the plugin declares (NULL and *n = 0 for none, or a plugin built before them). */
+const struct rgaps_plugin_option *rgaps__plugin_options(const struct rgaps_loaded_plugin *lp,
+							uint32_t *n);
+
+/*
+ * Check the configured options of a loaded plugin: opts is NULL (none set) or a
+ * cJSON object of name -> non-negative integer. Fills vals (capacity max, names
+ * pointing into the plugin's table) and *nvals. -EINVAL with err saying
+ * "key '<prefix><name>': <reason>": unknown name (listing the known ones), not
+ * an integer, out of [min, max].
+ */
+int rgaps__plugin_options_check(const struct rgaps_loaded_plugin *lp, const void *opts,
+				const char *prefix, struct rgaps_option_value *vals, uint32_t max,
+				uint32_t *nvals, char *err, size_t errlen);
+
 #endif

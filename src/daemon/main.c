@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "../common/log.h"
+#include "../common/plugin_loader.h"
 #include "daemon.h"
+#include "remote.h"
 #include "rgaps_build_config.h"
 
 static void usage(FILE *f)
@@ -73,6 +75,7 @@ int main(int argc, char **argv)
 			break;
 		case 'H':
 			rgaps_config_print_help(stdout);
+			rgapsd_remote_print_options(stdout, rgaps__plugin_default_dir());
 			return 0;
 		case 'V':
 			printf("rgapsd %s\n", RGAPS_VERSION);
@@ -100,11 +103,6 @@ int main(int argc, char **argv)
 		rgapsd_config_free(&cfg);
 		return 1;
 	}
-	if (check) {
-		printf("configuration OK: %u topics\n", cfg.ntopics);
-		rgapsd_config_free(&cfg);
-		return 0;
-	}
 	rgaps__log_level = level ? rgaps__log_level_parse(level) : cfg.log_level;
 	if (sock) {
 		if (strlen(sock) > RGAPS_SOCKET_PATH_MAX) {
@@ -119,6 +117,19 @@ int main(int argc, char **argv)
 		snprintf(cfg.instance, sizeof(cfg.instance), "%s", instance);
 	if (pdir)
 		snprintf(cfg.plugin_dir, sizeof(cfg.plugin_dir), "%s", pdir);
+	if (check) {
+		r = rgapsd_remote_check_options(&cfg,
+						cfg.plugin_dir[0] ? cfg.plugin_dir
+								  : rgaps__plugin_default_dir(),
+						err, sizeof(err));
+		if (r)
+			fprintf(stderr, "rgapsd: configuration refused: %s: %s\n",
+				cfg.source[0] ? cfg.source : "configuration", err);
+		else
+			printf("configuration OK: %u topics\n", cfg.ntopics);
+		rgapsd_config_free(&cfg);
+		return r ? 1 : 0;
+	}
 	signal(SIGPIPE, SIG_IGN);
 
 	uv_loop_init(&loop);

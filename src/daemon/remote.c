@@ -2390,20 +2390,121 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 
 /* ================================================================ start / stop / stats */
 
-static int load_transport(struct rgapsd_remote *rt, int i)
+/*
+ * "transport_options" names only transports that exist; each plugin's entry
+ * is checked against what that plugin declares when it loads (load_transport).
+ */
+static int transport_options_names(const struct rgapsd_config *cfg)
+{
+	cJSON *all = cJSON_Parse(cfg->transport_options), *it;
+	int e = 0;
+
+	cJSON_ArrayForEach(it, all)
+	{
+		if (tr_index(it->string) < 0) {
+			rgaps_error("%s: key 'transport_options.%s': no transport of that name "
+				    "(tcp, verbs)", cfg->source[0] ? cfg->source : "configuration",
+				    it->string);
+			e = -EINVAL;
+		}
+	}
+	cJSON_Delete(all);
+	return e;
+}
+
+void rgapsd_remote_print_options(FILE *f, const char *plugin_dir)
+{
+	fprintf(f, "\nTransport options (\"transport_options\": { \"<transport>\": { ... } } in "
+		   "the daemon's file),\nas the plugins in %s declare them:\n", plugin_dir);
+	for (int i = 0; i < TR_NUM; i++) {
+		const struct rgaps_plugin_option *o;
+		struct rgaps_loaded_plugin *lp;
+		char why[256];
+		uint32_t n;
+
+		if (rgaps__plugin_load(plugin_dir, RGAPS_PLUGIN_TRANSPORT, tr_names[i], &lp, why,
+				       sizeof(why))) {
+			fprintf(f, "\n  %s: not available (%s)\n", tr_names[i], why);
+			continue;
+		}
+		o = rgaps__plugin_options(lp, &n);
+		fprintf(f, "\n  %s:%s\n", tr_names[i], n ? "" : " no options");
+		for (uint32_t k = 0; k < n; k++)
+			fprintf(f, "    %s (integer, %llu..%llu)\n        default: %llu\n        %s\n",
+				o[k].name, (unsigned long long)o[k].min,
+				(unsigned long long)o[k].max, (unsigned long long)o[k].def,
+				o[k].doc);
+		rgaps__plugin_unload(lp);
+	}
+}
+
+int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const char *plugin_dir,
+				char *err, size_t errlen)
+{
+	cJSON *all = cJSON_Parse(cfg->transport_options), *it;
+	int e = 0;
+
+	cJSON_ArrayForEach(it, all)
+	{
+		struct rgaps_option_value opts[32];
+		struct rgaps_loaded_plugin *lp;
+		char why[256], prefix[64];
+		uint32_t n;
+
+		if (tr_index(it->string) < 0) {
+			snprintf(err, errlen, "key 'transport_options.%s': no transport of that name "
+				 "(tcp, verbs)", it->string);
+			e = -EINVAL;
+			break;
+		}
+		if (rgaps__plugin_load(plugin_dir, RGAPS_PLUGIN_TRANSPORT, it->string, &lp, why,
+				       sizeof(why)))
+			continue; /* not on this host: its options are not used (logged at start) */
+		snprintf(prefix, sizeof(prefix), "transport_options.%s.", it->string);
+		e = rgaps__plugin_options_check(lp, it, prefix, opts, RGAPS_ARRAY_SIZE(opts), &n,
+						err, errlen);
+		rgaps__plugin_unload(lp);
+		if (e)
+			break;
+	}
+	cJSON_Delete(all);
+	return e;
+}
+
+/* Load, configure, probe and listen with transport i. *fatal: its options are refused. */
+static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 {
 	struct rt_transport *tr = &rt->tr[i];
+	struct rgaps_option_value opts[32];
 	struct rgaps_plugin_env env;
 	char why[256] = "", host[256];
+	cJSON *all, *mine;
+	uint32_t nopts = 0;
 	uint16_t port;
 	int e;
 
 	tr->rt = rt;
 	tr->idx = i;
+	all = cJSON_Parse(rt->d->cfg.transport_options);
+	mine = cJSON_GetObjectItemCaseSensitive(all, tr_names[i]);
 	e = rgaps__plugin_load(rt->d->plugin_dir, RGAPS_PLUGIN_TRANSPORT, tr_names[i], &tr->lp, why,
 			       sizeof(why));
 	if (e) {
-		rgaps_info("transport %s not available: %s", tr_names[i], why);
+		rgaps_info("transport %s not available: %s%s", tr_names[i], why,
+			   mine ? " (its transport_options are not used)" : "");
+		cJSON_Delete(all);
+		return e;
+	}
+	snprintf(host, sizeof(host), "transport_options.%s.", tr_names[i]);
+	e = rgaps__plugin_options_check(tr->lp, mine, host, opts, RGAPS_ARRAY_SIZE(opts), &nopts,
+					why, sizeof(why));
+	cJSON_Delete(all);
+	if (e) {
+		rgaps_error("%s: %s", rt->d->cfg.source[0] ? rt->d->cfg.source : "configuration",
+			    why);
+		*fatal = true;
+		rgaps__plugin_unload(tr->lp);
+		tr->lp = NULL;
 		return e;
 	}
 	tr->cbs = (struct rgaps_transport_cbs){
@@ -2416,6 +2517,8 @@ static int load_transport(struct rgapsd_remote *rt, int i)
 		.head_update = on_head_update,
 	};
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_DAEMON, rt->d->loop);
+	env.options = opts; /* read during init */
+	env.noptions = nopts;
 	e = tr->lp->ops.transport.init(&env, &tr->cbs, &tr->ctx);
 	if (!e)
 		e = tr->lp->ops.transport.probe(tr->ctx, why, sizeof(why));
@@ -2492,8 +2595,16 @@ int rgapsd_remote_start(struct rgapsd *d)
 	e = rgapsd_worker_start(&rt->worker, &rt->mb, "rgapsd-copy");
 	if (e)
 		goto err_mb;
-	for (int i = 0; i < TR_NUM; i++)
-		load_transport(rt, i);
+	{
+		bool fatal = transport_options_names(&d->cfg) != 0;
+
+		for (int i = 0; i < TR_NUM && !fatal; i++)
+			load_transport(rt, i, &fatal);
+		if (fatal) {
+			e = -EINVAL;
+			goto err_worker;
+		}
+	}
 	if (!rt->tr[TR_TCP].usable && !rt->tr[TR_VERBS].usable) {
 		rgaps_error("no transport usable: cannot serve peers");
 		e = -ENODEV;

@@ -7,7 +7,7 @@ refuse() { # refuse WHAT JSON PATTERN
 	"$RGAPSD" --config "$T/bad.json" --socket "$T/x.sock" > "$T/refuse.out" 2>&1 && fail "$1: accepted"
 	grep -q "$3" "$T/refuse.out" || fail "$1: unclear message: $(cat "$T/refuse.out")"
 	grep -q "bad.json" "$T/refuse.out" || fail "$1: message does not name the file"
-	ok "$1 refused: $(tail -1 "$T/refuse.out" | sed 's/^rgapsd: //')"
+	ok "$1 refused: $(grep -m1 "$3" "$T/refuse.out" | sed 's/^.*\(rgapsd\|error\): //')"
 }
 refuse "unknown key" '{ "sockit": "/tmp/x" }' "sockit"
 refuse "wrong type" '{ "log_level": 3 }' "log_level"
@@ -15,6 +15,26 @@ refuse "impossible size" '{ "defaults": { "pool_size": "12 parsecs" } }' "pool_s
 refuse "message larger than pool" '{ "defaults": { "pool_size": "1MiB", "max_message_size": "2MiB" } }' "max_message_size"
 refuse "bad overflow policy" '{ "defaults": { "overflow": "explode" } }' "overflow"
 refuse "invalid JSON" '{ "socket": ' "invalid JSON"
+# Transport options: names and bounds are the plugins' own, checked when they load.
+KEYF="$T/psk"; head -c 48 /dev/urandom > "$KEYF"; chmod 600 "$KEYF"
+NET="\"listen\": \"127.0.0.1:$((20000 + RANDOM % 20000))\", \"key_file\": \"$KEYF\""
+refuse "unknown transport" "{ $NET, \"transport_options\": { \"udp\": {} } }" "transport_options.udp"
+refuse "unknown transport option" "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuff\": 1 } } }" \
+	"transport_options.tcp.sndbuff'.*known: sndbuf, rcvbuf"
+refuse "transport option out of range" "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuf\": 4294967296 } } }" \
+	"transport_options.tcp.sndbuf': 4294967296 is out of range"
+refuse "transport option not an integer" "{ $NET, \"transport_options\": { \"tcp\": { \"rcvbuf\": \"big\" } } }" \
+	"tcp.rcvbuf': expected a non-negative integer"
+echo "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuff\": 1 } } }" > "$T/opt.json"
+"$RGAPSD" --config "$T/opt.json" --check-config > "$T/check.out" 2>&1 && fail "--check-config accepted an unknown transport option"
+grep -q "transport_options.tcp.sndbuff" "$T/check.out" || fail "--check-config: $(cat "$T/check.out")"
+ok "--check-config checks transport options against the plugin: $(cat "$T/check.out" | sed 's/^rgapsd: //')"
+echo "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuf\": 1048576 } } }" > "$T/opt.json"
+"$RGAPSD" --config "$T/opt.json" --check-config | grep -q "OK" || fail "--check-config refused valid transport options"
+start_daemon --config "$T/opt.json"
+grep -q "tcp: options: sndbuf 1048576" "$T/rgapsd.log" || fail "tcp plugin did not take sndbuf: $(grep -i tcp "$T/rgapsd.log")"
+stop_daemon
+ok "transport option reached the tcp plugin (sndbuf 1048576)"
 mkdir -p "$T/td"
 echo "{ \"topics_dir\": \"$T/td\" }" > "$T/ok.json"
 echo '{ "queue_depth": 12 }' > "$T/td/cam.json"

@@ -13,6 +13,7 @@ host() {
 }
 
 # start_host NAME [extra JSON for the topic defaults]: start its daemon with every other host as peer
+# ($DAEMON_EXTRA, if set, is more daemon keys, each followed by a comma)
 start_host() {
 	local name=$1 defaults=${2:-} peers=""
 	for h in "${!PORT[@]}"; do
@@ -20,7 +21,7 @@ start_host() {
 		peers="$peers${peers:+, }\"${ADDR[$h]}:${PORT[$h]}\""
 	done
 	cat > "$T/$name.json" <<JSON
-{ "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
+{ ${DAEMON_EXTRA:-} "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
   "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
 JSON
 	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \

@@ -73,6 +73,8 @@ TRANSPORT=$TR
 DEFAULTS=', "pool_size": "64MiB", "max_message_size": "16MiB", "ring_size": "32MiB",
   "block_timeout_ms": 60000'
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000}
+# Transport options from the daemons' configuration (not the default of 2 QPs).
+[ "$TR" = verbs ] && DAEMON_EXTRA='"transport_options": { "verbs": { "qps": 3 } },'
 host A 0 "${RXE_ADDR:-169.254.77.1}"
 host B 1 "${RXE_ADDR2:-169.254.77.2}"
 
@@ -108,6 +110,11 @@ start_host B "$DEFAULTS"
 wait_until 20 peer_up A B || fail "the A-B session did not come up"
 wait_until 30 link_up A B || fail "the $TR data link A-B did not come up"
 note "A (${ADDR[A]}:${PORT[A]}) and B (${ADDR[B]}:${PORT[B]}): session and $TR link up"
+if [ "$TR" = verbs ]; then
+	grep -q "up: 3 QPs" "$T/A.log" "$T/B.log" ||
+		fail "transport_options.verbs.qps 3 not applied: $(grep -h 'QPs\|options' "$T/A.log" "$T/B.log")"
+	note "transport_options.verbs.qps from the configuration: the link has 3 QPs"
+fi
 
 # ---- 1. 4 verifying subscribers on B, COUNT messages of 4 KiB..16 MiB from A
 for i in 1 2 3 4; do

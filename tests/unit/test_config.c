@@ -538,6 +538,20 @@ static const struct reject rejects[] = {
 	{ "{\"defaults\": {\"memory\": \"\"}}", NULL, NULL, "defaults.memory",
 	  "must be one of auto, host, cuda (got '')" },
 
+	/* plugin options: the shape here, names and bounds when the plugins load */
+	{ "{\"transport_options\": []}", NULL, NULL, "transport_options",
+	  "expected an object of objects of integers, got an array" },
+	{ "{\"transport_options\": {\"tcp\": 1}}", NULL, NULL, "transport_options",
+	  "'tcp': expected an object of options, got a number" },
+	{ "{\"transport_options\": {\"verbs\": {\"qps\": -1}}}", NULL, NULL,
+	  "transport_options", "'verbs.qps': expected a non-negative integer" },
+	{ "{\"transport_options\": {\"verbs\": {\"qps\": 1.5}}}", NULL, NULL,
+	  "transport_options", "'verbs.qps': expected a non-negative integer" },
+	{ "{\"transport_options\": {\"verbs\": {\"qps\": \"2\"}}}", NULL, NULL,
+	  "transport_options", "'verbs.qps': expected a non-negative integer" },
+	{ "{\"transport_options\": {\"verbs\": {\"qps\": 4}, \"tcp\": {}}}", NULL, "{}", NULL,
+	  NULL },
+
 	/* size strings that do not parse */
 	{ NULL, NULL, "{\"pool_size\": \"12XB\"}", "pool_size", "'12XB' is not a size" },
 	{ NULL, NULL, "{\"pool_size\": \"\"}", "pool_size", "'' is not a size" },
