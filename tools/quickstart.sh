@@ -20,7 +20,7 @@ esac
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
-      libibverbs-dev librdmacm-dev libsodium-dev procps iproute2"
+      libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2"
 missing=()
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

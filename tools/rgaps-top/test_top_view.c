@@ -1,0 +1,299 @@
+/*
+ * Unit tests of rgaps-top's view (top_view.c): number formatting, rates from
+ * two polls (and none across a daemon restart), sorting, the state-machine
+ * occupancy, and replies with fields missing or of the wrong type, which
+ * must print "-" and never crash.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "top_view.h"
+
+/* Render @p section of cur (prev may be NULL) and return the lines joined by '\n'. */
+static char *render(const char *prev_json, const char *cur_json, double dt, enum top_section s,
+		    enum top_sort sort)
+{
+	struct top_sample prev = { .stats = prev_json ? cJSON_Parse(prev_json) : NULL, .t_s = 10 };
+	struct top_sample cur = { .stats = cJSON_Parse(cur_json), .t_s = 10 + dt };
+	struct top_frame f = { 0 };
+	size_t len = 1;
+	char *out;
+
+	assert_non_null(cur.stats);
+	top_render_header(&f, cur.stats);
+	top_render_section(&f, s, sort, prev_json ? &prev : NULL, &cur);
+	assert_false(f.oom);
+	for (size_t i = 0; i < f.n; i++)
+		len += strlen(f.lines[i].text) + 1;
+	out = calloc(1, len);
+	assert_non_null(out);
+	for (size_t i = 0; i < f.n; i++) {
+		strcat(out, f.lines[i].text);
+		strcat(out, "\n");
+	}
+	top_frame_clear(&f);
+	cJSON_Delete(prev.stats);
+	cJSON_Delete(cur.stats);
+	return out;
+}
+
+/* The line of @p text that starts with @p prefix (static copy). */
+static const char *line_of(const char *text, const char *prefix)
+{
+	static char line[1024];
+	const char *p = text;
+
+	while (p && *p) {
+		const char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (strncmp(p, prefix, strlen(prefix)) == 0 && l < sizeof(line)) {
+			memcpy(line, p, l);
+			line[l] = 0;
+			return line;
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+	return NULL;
+}
+
+/* Token @p i (from 0) of a line of whitespace-separated cells (static copy). */
+static const char *tok(const char *line, int i)
+{
+	static char t[128];
+	const char *p = line;
+	size_t l;
+
+	assert_non_null(line);
+	for (;;) {
+		p += strspn(p, " ");
+		l = strcspn(p, " ");
+		if (!l)
+			return "";
+		if (i-- == 0)
+			break;
+		p += l;
+	}
+	assert_true(l < sizeof(t));
+	memcpy(t, p, l);
+	t[l] = 0;
+	return t;
+}
+
+static void test_format(void **state)
+{
+	char b[32];
+
+	assert_string_equal(top_fmt_count(b, sizeof(b), NAN), "-");
+	assert_string_equal(top_fmt_count(b, sizeof(b), 0), "0");
+	assert_string_equal(top_fmt_count(b, sizeof(b), 99999), "99999");
+	assert_string_equal(top_fmt_count(b, sizeof(b), 1234567), "1.2M");
+	assert_string_equal(top_fmt_rate(b, sizeof(b), 0.5), "0.5");
+	assert_string_equal(top_fmt_rate(b, sizeof(b), 333.3), "333");
+	assert_string_equal(top_fmt_rate(b, sizeof(b), NAN), "-");
+	assert_string_equal(top_fmt_bytes(b, sizeof(b), 512), "512B");
+	assert_string_equal(top_fmt_bytes(b, sizeof(b), 1048576), "1.0MiB");
+	assert_string_equal(top_fmt_bytes(b, sizeof(b), NAN), "-");
+	assert_string_equal(top_fmt_pct(b, sizeof(b), 1, 4), "25.0%");
+	assert_string_equal(top_fmt_pct(b, sizeof(b), 1, 0), "-");
+	assert_string_equal(top_fmt_duration(b, sizeof(b), 366), "6m06s");
+	assert_string_equal(top_fmt_duration(b, sizeof(b), 90000), "1d01h");
+	assert_string_equal(top_fmt_duration(b, sizeof(b), NAN), "-");
+}
+
+static void test_values(void **state)
+{
+	cJSON *o = cJSON_Parse("{\"a\":{\"b\":3,\"s\":\"x\",\"t\":true},\"n\":null}");
+
+	assert_true(top_num(o, "a.b") == 3);
+	assert_true(top_num(o, "a.t") == 1);
+	assert_true(isnan(top_num(o, "a.s")));
+	assert_true(isnan(top_num(o, "a.missing")));
+	assert_true(isnan(top_num(o, "n.x")));
+	assert_true(isnan(top_num(NULL, "a")));
+	assert_string_equal(top_str(cJSON_GetObjectItem(o, "a"), "s"), "x");
+	assert_null(top_str(o, "a"));
+	assert_true(top_rate(30, 10, 2) == 10);
+	assert_true(isnan(top_rate(5, 10, 2))); /* counter went back: restarted */
+	assert_true(isnan(top_rate(5, 1, 0)));
+	assert_true(isnan(top_rate(NAN, 1, 1)));
+	cJSON_Delete(o);
+}
+
+#define DAEMON(up) "\"daemon\":{\"version\":\"0.1.0\",\"instance\":\"tx\",\"uptime_s\":" #up "}"
+#define TOPIC(name, pub, bytes, drops)                                                        \
+	"{\"name\":\"" name "\",\"memory\":\"host\",\"subscribers\":1,\"publishers\":0,"      \
+	"\"counters\":{\"published\":" #pub ",\"published_bytes\":" #bytes                   \
+	",\"drops_total\":" #drops "},\"queue\":{\"depth\":64,\"used\":3},"                  \
+	"\"pool\":{\"size\":1000,\"used_bytes\":250},"                                       \
+	"\"subscriber_slots\":[{\"slot\":0,\"pid\":42,\"taken\":" #pub ",\"lag\":7}]}"
+
+static void test_topic_rates(void **state)
+{
+	const char *prev = "{" DAEMON(1) ",\"topics\":[" TOPIC("cam", 100, 1000, 0) "]}";
+	const char *cur = "{" DAEMON(3) ",\"topics\":[" TOPIC("cam", 300, 3000, 0) "]}";
+	char *out = render(prev, cur, 2.0, TOP_SECTION_TOPICS, TOP_SORT_MSG_RATE);
+	const char *l = line_of(out, "cam ");
+
+	assert_non_null(strstr(out, "rgapsd 0.1.0  instance tx"));
+	assert_non_null(l);
+	/* TOPIC MEM PUBS SUBS MSG/S BYTES/S MSGS BYTES POOL_USED POOL% QUEUE DROPS GAPS MAX_LAG:
+	 * 200 messages, 2000 bytes in 2 s; 300 total; pool 25%; queue 3/64; no peers; lag 7 */
+	assert_string_equal(tok(l, 1), "host");
+	assert_string_equal(tok(l, 2), "0");
+	assert_string_equal(tok(l, 3), "1");
+	assert_string_equal(tok(l, 4), "100");
+	assert_string_equal(tok(l, 5), "1000B");
+	assert_string_equal(tok(l, 6), "300");
+	assert_string_equal(tok(l, 7), "2.9KiB");
+	assert_string_equal(tok(l, 8), "250B");
+	assert_string_equal(tok(l, 9), "25.0%");
+	assert_string_equal(tok(l, 10), "3/64");
+	assert_string_equal(tok(l, 11), "0");
+	assert_string_equal(tok(l, 12), "-");
+	assert_string_equal(tok(l, 13), "7");
+	free(out);
+
+	/* Without a previous poll the rates are "-", the totals are there. */
+	out = render(NULL, cur, 2.0, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+	l = line_of(out, "cam ");
+	assert_string_equal(tok(l, 4), "-");
+	assert_string_equal(tok(l, 5), "-");
+	assert_string_equal(tok(l, 6), "300");
+	free(out);
+}
+
+static void test_restart_resets_rates(void **state)
+{
+	/* Uptime went back: the daemon restarted, its counters start over. */
+	const char *prev = "{" DAEMON(100) ",\"topics\":[" TOPIC("cam", 100, 1000, 0) "]}";
+	const char *cur = "{" DAEMON(1) ",\"topics\":[" TOPIC("cam", 300, 3000, 0) "]}";
+	struct top_sample p = { .stats = cJSON_Parse(prev) }, c = { .stats = cJSON_Parse(cur) };
+	char *out;
+
+	assert_true(top_sample_restarted(&p, &c));
+	assert_false(top_sample_restarted(&c, &c));
+	cJSON_Delete(p.stats);
+	cJSON_Delete(c.stats);
+	out = render(prev, cur, 1.0, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+	assert_string_equal(tok(line_of(out, "cam "), 4), "-");
+	free(out);
+}
+
+static void test_sort(void **state)
+{
+	const char *prev = "{" DAEMON(1) ",\"topics\":[" TOPIC("aaa", 0, 0, 0) "," TOPIC("zzz", 0, 0, 5) "]}";
+	const char *cur = "{" DAEMON(2) ",\"topics\":[" TOPIC("aaa", 10, 10, 0) "," TOPIC("zzz", 500, 500, 9) "]}";
+	char *out;
+
+	out = render(prev, cur, 1.0, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+	assert_true(strstr(out, "\naaa ") < strstr(out, "\nzzz "));
+	free(out);
+	out = render(prev, cur, 1.0, TOP_SECTION_TOPICS, TOP_SORT_MSG_RATE);
+	assert_true(strstr(out, "\nzzz ") < strstr(out, "\naaa "));
+	free(out);
+	out = render(prev, cur, 1.0, TOP_SECTION_TOPICS, TOP_SORT_DROPS);
+	assert_true(strstr(out, "\nzzz ") < strstr(out, "\naaa "));
+	free(out);
+}
+
+static void test_missing_fields(void **state)
+{
+	static const char *const replies[] = {
+		"{}",
+		"{\"ok\":true}",
+		"{\"daemon\":7,\"topics\":{}}",
+		"{\"topics\":[{}]}",
+		"{\"topics\":[{\"name\":5,\"counters\":[1,2],\"subscriber_slots\":{\"x\":1}}]}",
+		"{\"topics\":[{\"name\":\"bare\",\"memory\":\"host\"}],\"peers\":{}}",
+		"{\"peers\":{\"sessions\":[{},{\"name\":\"h\",\"up\":false,\"links\":{\"tcp\":{}}}],"
+		"\"rings\":[{}],\"forwarders\":[{}],\"state_machine\":{\"s\":{\"->\":1,\"x\":2,"
+		"\"a->\":3,\"y\":\"z\"}}}}",
+		"{\"peers\":{\"sessions\":7,\"rings\":\"x\",\"state_machine\":[1]}}",
+	};
+
+	for (size_t i = 0; i < sizeof(replies) / sizeof(replies[0]); i++) {
+		for (int s = 0; s < TOP_NUM_SECTIONS; s++) {
+			char *out = render(replies[i], replies[i], 1.0, (enum top_section)s,
+					   TOP_SORT_MSG_RATE);
+
+			assert_non_null(strstr(out, "rgapsd"));
+			free(out);
+		}
+	}
+	/* A topic whose counters could not be read: name and memory, then "-". */
+	{
+		char *out = render(NULL, replies[5], 1.0, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+		const char *l = line_of(out, "bare ");
+
+		assert_string_equal(tok(l, 1), "host");
+		for (int i = 2; i < 14; i++) /* GAPS: a peers section without rings has none */
+			assert_string_equal(tok(l, i), i == 12 ? "0" : "-");
+		free(out);
+	}
+}
+
+static void test_peers(void **state)
+{
+	const char *prev =
+		"{" DAEMON(1) ",\"topics\":[],\"peers\":{\"listen\":\"127.0.0.1:1\","
+		"\"sessions\":[{\"name\":\"10.0.0.2:7000\",\"up\":true,\"sessions\":1,"
+		"\"links\":{\"tcp\":{\"state\":\"up\",\"records_sent\":10,\"bytes_sent\":1024,"
+		"\"cq_overflows\":0},\"verbs\":{\"state\":\"none\"}}}],"
+		"\"state_machine\":{\"sender\":{\"->taken\":10,\"taken->queued\":10,"
+		"\"queued->sent\":8,\"sent->released\":8}}}}";
+	const char *cur =
+		"{" DAEMON(2) ",\"topics\":[],\"peers\":{\"listen\":\"127.0.0.1:1\","
+		"\"sessions\":[{\"name\":\"10.0.0.2:7000\",\"up\":false,\"sessions\":2,"
+		"\"links\":{\"tcp\":{\"state\":\"up\",\"records_sent\":30,\"bytes_sent\":3072,"
+		"\"cq_overflows\":1},\"verbs\":{\"state\":\"none\"}}}],"
+		"\"state_machine\":{\"sender\":{\"->taken\":30,\"taken->queued\":29,"
+		"\"queued->sent\":25,\"sent->released\":20,\"queued->dropped\":1}}}}";
+	char *out = render(prev, cur, 2.0, TOP_SECTION_PEERS, TOP_SORT_BYTE_RATE);
+	const char *l;
+
+	l = line_of(out, "10.0.0.2:7000  down");
+	assert_non_null(l);
+	/* PEER LINK STATE REC_SENT REC_LANDED REC/S TX_B/S RX_B/S CREDIT_STALLS CQ_OVERFLOWS */
+	l = line_of(out, "10.0.0.2:7000  tcp");
+	assert_string_equal(tok(l, 3), "30");
+	assert_string_equal(tok(l, 5), "10");	  /* 20 records in 2 s */
+	assert_string_equal(tok(l, 6), "1.0KiB"); /* 2048 bytes in 2 s */
+	assert_string_equal(tok(l, 9), "1");
+	assert_null(line_of(out, "10.0.0.2:7000  verbs"));
+	/* taken 30-29 = 1, queued 29-25-1 = 3, sent 25-20 = 5; released 20, dropped 1 */
+	l = line_of(out, "sender: ");
+	assert_non_null(l);
+	assert_string_equal(l, "sender: in flight: taken 1, queued 3, sent 5; "
+			       "finished: released 20, dropped 1");
+	l = line_of(out, "sender   queued->dropped");
+	assert_string_equal(tok(l, 2), "1");
+	assert_string_equal(tok(l, 3), "0.5"); /* new since the last poll: 1 in 2 s */
+	free(out);
+
+	out = render(NULL, "{\"topics\":[]}", 1.0, TOP_SECTION_PEERS, TOP_SORT_NAME);
+	assert_non_null(strstr(out, "no peers section"));
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_values),
+		cmocka_unit_test(test_topic_rates),
+		cmocka_unit_test(test_restart_resets_rates),
+		cmocka_unit_test(test_sort),
+		cmocka_unit_test(test_missing_fields),
+		cmocka_unit_test(test_peers),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1107 @@
+/*
+ * rgaps-top's view (top_view.h): tables of the `stats` reply. Each table
+ * collects its cells first and sizes every column to its widest cell, so the
+ * same frame reads well in a terminal and in a script's log. The reply's
+ * layout is the daemon's (src/daemon/requests.c topic_summary(),
+ * src/daemon/remote.c rgapsd_remote_stats()); nothing here assumes a field
+ * is present.
+ */
+#include "top_view.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CELL 72	    /* bytes of one table cell, NUL included */
+#define MAX_COLS 16 /* columns of one table */
+#define MIN_NUM_W 6 /* numeric columns are at least this wide, so they jump less */
+
+static const char *const section_names[TOP_NUM_SECTIONS] = { "topics", "peers" };
+static const char *const sort_names[TOP_NUM_SORTS] = { "name", "msg/s", "bytes/s", "drops",
+							 "lag" };
+
+const char *top_section_name(enum top_section s)
+{
+	return (unsigned)s < TOP_NUM_SECTIONS ? section_names[s] : "?";
+}
+
+const char *top_sort_name(enum top_sort s)
+{
+	return (unsigned)s < TOP_NUM_SORTS ? sort_names[s] : "?";
+}
+
+/* ---------------------------------------------------------------- frame */
+
+void top_frame_clear(struct top_frame *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->lines[i].text);
+	free(f->lines);
+	memset(f, 0, sizeof(*f));
+}
+
+static void frame_add(struct top_frame *f, enum top_attr attr, char *text)
+{
+	if (!text) {
+		f->oom = true;
+		return;
+	}
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 64;
+		struct top_line *l = realloc(f->lines, cap * sizeof(*l));
+
+		if (!l) {
+			free(text);
+			f->oom = true;
+			return;
+		}
+		f->lines = l;
+		f->cap = cap;
+	}
+	f->lines[f->n].text = text;
+	f->lines[f->n].attr = attr;
+	f->n++;
+}
+
+void top_frame_printf(struct top_frame *f, enum top_attr attr, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	frame_add(f, attr, s);
+}
+
+size_t top_frame_width(const struct top_frame *f)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < f->n; i++) {
+		size_t l = strlen(f->lines[i].text);
+
+		w = l > w ? l : w;
+	}
+	return w;
+}
+
+/* ---------------------------------------------------------------- values */
+
+double top_num(const cJSON *o, const char *path)
+{
+	const cJSON *v;
+	const char *dot;
+	char key[64];
+
+	while (o && (dot = strchr(path, '.'))) {
+		size_t l = (size_t)(dot - path);
+
+		if (l >= sizeof(key))
+			return NAN;
+		memcpy(key, path, l);
+		key[l] = 0;
+		o = cJSON_GetObjectItemCaseSensitive(o, key);
+		path = dot + 1;
+	}
+	v = o ? cJSON_GetObjectItemCaseSensitive(o, path) : NULL;
+	if (cJSON_IsNumber(v))
+		return v->valuedouble;
+	if (cJSON_IsBool(v))
+		return cJSON_IsTrue(v) ? 1 : 0;
+	return NAN;
+}
+
+const char *top_str(const cJSON *o, const char *key)
+{
+	const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+double top_rate(double cur, double prev, double dt_s)
+{
+	if (isnan(cur) || isnan(prev) || !(dt_s > 0) || cur < prev)
+		return NAN;
+	return (cur - prev) / dt_s;
+}
+
+/* NAN + x stays NAN: sums of fields keep "missing" visible. */
+static double add(double a, double b)
+{
+	return a + b;
+}
+
+char *top_fmt_count(char *buf, size_t n, double v)
+{
+	static const char units[] = "kMGTPE";
+	int u = -1;
+
+	if (isnan(v)) {
+		snprintf(buf, n, "-");
+		return buf;
+	}
+	if (fabs(v) < 100000) {
+		snprintf(buf, n, "%.0f", v);
+		return buf;
+	}
+	while (fabs(v) >= 1000 && u < (int)sizeof(units) - 2) {
+		v /= 1000;
+		u++;
+	}
+	snprintf(buf, n, "%.1f%c", v, units[u]);
+	return buf;
+}
+
+char *top_fmt_rate(char *buf, size_t n, double v)
+{
+	if (!isnan(v) && fabs(v) < 10 && v != 0) {
+		snprintf(buf, n, "%.1f", v);
+		return buf;
+	}
+	return top_fmt_count(buf, n, isnan(v) ? v : round(v));
+}
+
+char *top_fmt_bytes(char *buf, size_t n, double v)
+{
+	static const char units[] = "KMGTPE";
+	int u = -1;
+
+	if (isnan(v)) {
+		snprintf(buf, n, "-");
+		return buf;
+	}
+	if (fabs(v) < 1024) {
+		snprintf(buf, n, "%.0fB", v);
+		return buf;
+	}
+	while (fabs(v) >= 1024 && u < (int)sizeof(units) - 2) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, n, "%.1f%ciB", v, units[u]);
+	return buf;
+}
+
+char *top_fmt_pct(char *buf, size_t n, double num, double den)
+{
+	if (isnan(num) || isnan(den) || !(den > 0))
+		snprintf(buf, n, "-");
+	else
+		snprintf(buf, n, "%.1f%%", 100.0 * num / den);
+	return buf;
+}
+
+char *top_fmt_duration(char *buf, size_t n, double s)
+{
+	uint64_t t;
+
+	if (isnan(s) || s < 0) {
+		snprintf(buf, n, "-");
+		return buf;
+	}
+	t = (uint64_t)s;
+	if (t < 60)
+		snprintf(buf, n, "%.1fs", s);
+	else if (t < 3600)
+		snprintf(buf, n, "%um%02us", (unsigned)(t / 60), (unsigned)(t % 60));
+	else if (t < 86400)
+		snprintf(buf, n, "%uh%02um", (unsigned)(t / 3600), (unsigned)(t / 60 % 60));
+	else
+		snprintf(buf, n, "%ud%02uh", (unsigned)(t / 86400), (unsigned)(t / 3600 % 24));
+	return buf;
+}
+
+static char *fmt_str(char *buf, size_t n, const char *s)
+{
+	snprintf(buf, n, "%s", s && *s ? s : "-");
+	return buf;
+}
+
+/* "up" / "down" / "-" for a JSON boolean */
+static const char *fmt_bool(const cJSON *o, const char *key, const char *yes, const char *no)
+{
+	const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+
+	if (!cJSON_IsBool(v))
+		return "-";
+	return cJSON_IsTrue(v) ? yes : no;
+}
+
+bool top_sample_restarted(const struct top_sample *prev, const struct top_sample *cur)
+{
+	const cJSON *pd, *cd;
+	const char *pi, *ci;
+	double pu, cu;
+
+	if (!prev || !prev->stats || !cur || !cur->stats)
+		return true;
+	pd = cJSON_GetObjectItemCaseSensitive(prev->stats, "daemon");
+	cd = cJSON_GetObjectItemCaseSensitive(cur->stats, "daemon");
+	pi = top_str(pd, "instance");
+	ci = top_str(cd, "instance");
+	if ((pi || ci) && (!pi || !ci || strcmp(pi, ci) != 0))
+		return true;
+	pu = top_num(pd, "uptime_s");
+	cu = top_num(cd, "uptime_s");
+	return !isnan(pu) && !isnan(cu) && cu < pu;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+struct col {
+	const char *title;
+	bool left; /* text, left-aligned; numbers are right-aligned */
+};
+
+struct table {
+	const struct col *cols;
+	int ncols;
+	char (*cells)[MAX_COLS][CELL];
+	enum top_attr *attrs;
+	size_t nrows, cap;
+	bool oom;
+};
+
+static void table_init(struct table *t, const struct col *cols, int ncols)
+{
+	memset(t, 0, sizeof(*t));
+	t->cols = cols;
+	t->ncols = ncols < MAX_COLS ? ncols : MAX_COLS;
+}
+
+/* A new row, its cells "-" until filled; NULL when out of memory. */
+static char (*table_row(struct table *t, enum top_attr attr))[CELL]
+{
+	if (t->nrows == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 16;
+		void *c = realloc(t->cells, cap * sizeof(*t->cells));
+		void *a;
+
+		if (!c) {
+			t->oom = true;
+			return NULL;
+		}
+		t->cells = c;
+		a = realloc(t->attrs, cap * sizeof(*t->attrs));
+		if (!a) {
+			t->oom = true;
+			return NULL;
+		}
+		t->attrs = a;
+		t->cap = cap;
+	}
+	for (int i = 0; i < MAX_COLS; i++)
+		strcpy(t->cells[t->nrows][i], "-");
+	t->attrs[t->nrows] = attr;
+	return t->cells[t->nrows++];
+}
+
+static void table_line(struct top_frame *f, const struct table *t, const int *w,
+		       enum top_attr attr, const char *const *cells)
+{
+	char line[MAX_COLS * (CELL + 2) + 1];
+	size_t o = 0;
+
+	for (int i = 0; i < t->ncols && o < sizeof(line) - 1; i++) {
+		o += (size_t)snprintf(line + o, sizeof(line) - o, t->cols[i].left ? "%-*s%s" : "%*s%s",
+				      w[i], cells[i], i + 1 < t->ncols ? "  " : "");
+	}
+	if (o > sizeof(line) - 1)
+		o = sizeof(line) - 1;
+	while (o && line[o - 1] == ' ')
+		line[--o] = 0;
+	top_frame_printf(f, attr, "%s", line);
+}
+
+/* Emit the heading and the rows ("(none)" without rows), then free the table. */
+static void table_emit(struct top_frame *f, struct table *t)
+{
+	const char *cells[MAX_COLS];
+	int w[MAX_COLS];
+
+	if (!t->nrows) {
+		top_frame_printf(f, TOP_ATTR_NONE, "(none)");
+		goto free_cells;
+	}
+	for (int i = 0; i < t->ncols; i++) {
+		w[i] = (int)strlen(t->cols[i].title);
+		if (!t->cols[i].left && w[i] < MIN_NUM_W)
+			w[i] = MIN_NUM_W;
+		for (size_t r = 0; r < t->nrows; r++) {
+			int l = (int)strlen(t->cells[r][i]);
+
+			w[i] = l > w[i] ? l : w[i];
+		}
+		cells[i] = t->cols[i].title;
+	}
+	table_line(f, t, w, TOP_ATTR_HEADING, cells);
+	for (size_t r = 0; r < t->nrows; r++) {
+		for (int i = 0; i < t->ncols; i++)
+			cells[i] = t->cells[r][i];
+		table_line(f, t, w, t->attrs[r], cells);
+	}
+free_cells:
+	if (t->oom)
+		f->oom = true;
+	free(t->cells);
+	free(t->attrs);
+	memset(t, 0, sizeof(*t));
+}
+
+/* ---------------------------------------------------------------- lookups */
+
+static const cJSON *get(const cJSON *o, const char *key)
+{
+	return o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+}
+
+/* The element of array @p arr whose string @p key equals @p val. */
+static const cJSON *find_by(const cJSON *arr, const char *key, const char *val)
+{
+	const cJSON *e;
+
+	if (!val)
+		return NULL;
+	cJSON_ArrayForEach(e, arr)
+	{
+		const char *s = top_str(e, key);
+
+		if (s && strcmp(s, val) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/* A subscriber or publisher slot of the previous poll: same slot, same pid. */
+static const cJSON *find_slot(const cJSON *arr, const cJSON *slot)
+{
+	double s = top_num(slot, "slot"), pid = top_num(slot, "pid");
+	const cJSON *e;
+
+	if (isnan(s))
+		return NULL;
+	cJSON_ArrayForEach(e, arr)
+	{
+		if (top_num(e, "slot") == s && top_num(e, "pid") == pid)
+			return e;
+	}
+	return NULL;
+}
+
+static double dt_of(const struct top_sample *prev, const struct top_sample *cur)
+{
+	return prev && prev->stats ? cur->t_s - prev->t_s : NAN;
+}
+
+/* Rate of @p path between two objects (either may be NULL). */
+static double rate_of(const cJSON *cur, const cJSON *prev, const char *path, double dt)
+{
+	return prev ? top_rate(top_num(cur, path), top_num(prev, path), dt) : NAN;
+}
+
+/* ---------------------------------------------------------------- header */
+
+void top_render_header(struct top_frame *f, const cJSON *stats)
+{
+	const cJSON *d = get(stats, "daemon");
+	char up[24], c[24], ct[24], rq[24], re[24], nt[24];
+	const char *v = top_str(d, "version"), *in = top_str(d, "instance");
+
+	top_frame_printf(f, TOP_ATTR_HEADING,
+			 "rgapsd %s  instance %s  up %s  connections %s (%s total)  requests %s "
+			 "(%s refused)  topics %s",
+			 v ? v : "-", in ? in : "-",
+			 top_fmt_duration(up, sizeof(up), top_num(d, "uptime_s")),
+			 top_fmt_count(c, sizeof(c), top_num(d, "connections")),
+			 top_fmt_count(ct, sizeof(ct), top_num(d, "connections_total")),
+			 top_fmt_count(rq, sizeof(rq), top_num(d, "requests")),
+			 top_fmt_count(re, sizeof(re), top_num(d, "request_errors")),
+			 top_fmt_count(nt, sizeof(nt), top_num(d, "topics")));
+}
+
+/* ---------------------------------------------------------------- topics */
+
+struct topic_row {
+	const cJSON *t, *p; /* this poll's topic, the previous poll's (or NULL) */
+	const char *name;
+	double msg_rate, byte_rate, drops, lag, gaps, key;
+};
+
+static double published(const cJSON *t)
+{
+	double v = top_num(t, "counters.published");
+
+	return isnan(v) ? top_num(t, "published") : v;
+}
+
+static double published_bytes(const cJSON *t)
+{
+	double v = top_num(t, "counters.published_bytes");
+
+	return isnan(v) ? top_num(t, "published_bytes") : v;
+}
+
+/* Largest lag of the topic's subscribers; NAN without any. */
+static double max_lag(const cJSON *t)
+{
+	double m = NAN;
+	const cJSON *s;
+
+	cJSON_ArrayForEach(s, get(t, "subscriber_slots"))
+	{
+		double l = top_num(s, "lag");
+
+		if (!isnan(l) && (isnan(m) || l > m))
+			m = l;
+	}
+	return m;
+}
+
+/* Messages lost upstream on the topic's incoming rings; NAN without a peers section. */
+static double topic_gaps(const cJSON *stats, const char *name)
+{
+	const cJSON *peers = get(stats, "peers"), *r;
+	double g = 0;
+
+	if (!peers || !name)
+		return NAN;
+	cJSON_ArrayForEach(r, get(peers, "rings"))
+	{
+		const char *t = top_str(r, "topic"), *dir = top_str(r, "direction");
+		double v = top_num(r, "upstream_gaps");
+
+		if (t && strcmp(t, name) == 0 && dir && strcmp(dir, "in") == 0 && !isnan(v))
+			g += v;
+	}
+	return g;
+}
+
+static double sort_key(enum top_sort sort, const struct topic_row *r)
+{
+	switch (sort) {
+	case TOP_SORT_MSG_RATE:
+		return r->msg_rate;
+	case TOP_SORT_BYTE_RATE:
+		return r->byte_rate;
+	case TOP_SORT_DROPS:
+		return r->drops;
+	case TOP_SORT_LAG:
+		return r->lag;
+	default:
+		return 0;
+	}
+}
+
+/* Descending by key (missing last), then ascending by name. */
+static int cmp_rows(const void *a, const void *b)
+{
+	const struct topic_row *x = a, *y = b;
+	double kx = isnan(x->key) ? -INFINITY : x->key, ky = isnan(y->key) ? -INFINITY : y->key;
+
+	if (kx != ky)
+		return kx < ky ? 1 : -1;
+	return strcmp(x->name, y->name);
+}
+
+static void render_topics(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
+			  const struct top_sample *cur)
+{
+	static const struct col main_cols[] = {
+		{ "TOPIC", true }, { "MEM", true },   { "PUBS" },   { "SUBS" },	  { "MSG/S" },
+		{ "BYTES/S" },	   { "MSGS" },	      { "BYTES" },  { "POOL_USED" }, { "POOL%" },
+		{ "QUEUE" },	   { "DROPS" },	      { "GAPS" },   { "MAX_LAG" },
+	};
+	static const struct col sub_cols[] = {
+		{ "TOPIC", true }, { "SLOT" }, { "PID" },   { "TAKEN" },
+		{ "TAKEN/S" },	   { "LAG" },  { "DROPS" }, { "HOLDS" },
+	};
+	static const struct col pub_cols[] = {
+		{ "TOPIC", true }, { "SLOT" }, { "PID" }, { "PUBLISHED" }, { "PUB/S" }, { "LOANS" },
+	};
+	static const struct col life_cols[] = {
+		{ "TOPIC", true }, { "LOANS" },	    { "PUBLISHED" }, { "TAKEN" },
+		{ "RELEASED" },	   { "RETIRED" },   { "CANCELLED" }, { "DROPPED" },
+		{ "UNROUTED" },	   { "IN_QUEUE" },  { "HELD" },	     { "LOANED" },
+	};
+	static const struct col flow_cols[] = {
+		{ "TOPIC", true },     { "FULL_WAITS" },  { "TIMEOUTS" },	{ "RECL_HOLDS" },
+		{ "RECL_LOANS" },      { "FRAG" },	  { "FROM_PEERS" },	{ "PEER_B/S" },
+		{ "PEER_REFUSED" },    { "JRNL_ROLLBK" },
+	};
+	const cJSON *topics = get(cur->stats, "topics"), *ptopics = NULL, *t;
+	double dt = dt_of(prev, cur);
+	struct topic_row *rows;
+	size_t n = 0, cap = (size_t)cJSON_GetArraySize(topics);
+	struct table tb;
+
+	if (prev && prev->stats)
+		ptopics = get(prev->stats, "topics");
+	rows = calloc(cap ? cap : 1, sizeof(*rows));
+	if (!rows) {
+		f->oom = true;
+		return;
+	}
+	cJSON_ArrayForEach(t, topics)
+	{
+		struct topic_row *r;
+
+		if (n == cap)
+			break;
+		r = &rows[n++];
+		r->t = t;
+		r->name = top_str(t, "name");
+		if (!r->name)
+			r->name = "?";
+		r->p = find_by(ptopics, "name", r->name);
+		r->msg_rate = r->p ? top_rate(published(t), published(r->p), dt) : NAN;
+		r->byte_rate = r->p ? top_rate(published_bytes(t), published_bytes(r->p), dt) : NAN;
+		r->drops = top_num(t, "counters.drops_total");
+		r->lag = max_lag(t);
+		r->gaps = topic_gaps(cur->stats, r->name);
+		r->key = sort_key(sort, r);
+	}
+	qsort(rows, n, sizeof(*rows), cmp_rows);
+
+	top_frame_printf(f, TOP_ATTR_HEADING, "TOPICS (%zu)  sorted by %s", n, top_sort_name(sort));
+	if (!topics)
+		top_frame_printf(f, TOP_ATTR_ALERT, "stats has no topic list");
+	table_init(&tb, main_cols, (int)(sizeof(main_cols) / sizeof(main_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const struct topic_row *r = &rows[i];
+		double qu = top_num(r->t, "queue.used"), qd = top_num(r->t, "queue.depth");
+		double pu = top_num(r->t, "pool.used_bytes"), ps = top_num(r->t, "pool.size");
+		bool alert = (!isnan(r->drops) && r->drops > 0) || (!isnan(r->gaps) && r->gaps > 0);
+		char(*c)[CELL] = table_row(&tb, alert ? TOP_ATTR_ALERT : TOP_ATTR_NONE);
+
+		if (!c)
+			break;
+		if (isnan(pu))
+			pu = top_num(r->t, "pool_used");
+		if (isnan(ps))
+			ps = top_num(r->t, "pool_size");
+		fmt_str(c[0], CELL, r->name);
+		fmt_str(c[1], CELL, top_str(r->t, "memory"));
+		top_fmt_count(c[2], CELL, top_num(r->t, "publishers"));
+		top_fmt_count(c[3], CELL, top_num(r->t, "subscribers"));
+		top_fmt_rate(c[4], CELL, r->msg_rate);
+		top_fmt_bytes(c[5], CELL, r->byte_rate);
+		top_fmt_count(c[6], CELL, published(r->t));
+		top_fmt_bytes(c[7], CELL, published_bytes(r->t));
+		top_fmt_bytes(c[8], CELL, pu);
+		top_fmt_pct(c[9], CELL, pu, ps);
+		if (!isnan(qu) || !isnan(qd)) {
+			char a[24], b[24];
+
+			snprintf(c[10], CELL, "%s/%s", top_fmt_count(a, sizeof(a), qu),
+				 top_fmt_count(b, sizeof(b), qd));
+		}
+		top_fmt_count(c[11], CELL, r->drops);
+		top_fmt_count(c[12], CELL, r->gaps);
+		top_fmt_count(c[13], CELL, r->lag);
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "SUBSCRIBERS (lag: messages published, not yet taken)");
+	table_init(&tb, sub_cols, (int)(sizeof(sub_cols) / sizeof(sub_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *s, *pslots = get(rows[i].p, "subscriber_slots");
+
+		cJSON_ArrayForEach(s, get(rows[i].t, "subscriber_slots"))
+		{
+			double drops = top_num(s, "drops");
+			char(*c)[CELL] = table_row(&tb, !isnan(drops) && drops > 0 ? TOP_ATTR_ALERT :
+										    TOP_ATTR_NONE);
+
+			if (!c)
+				break;
+			fmt_str(c[0], CELL, rows[i].name);
+			top_fmt_count(c[1], CELL, top_num(s, "slot"));
+			top_fmt_count(c[2], CELL, top_num(s, "pid"));
+			top_fmt_count(c[3], CELL, top_num(s, "taken"));
+			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "taken", dt));
+			top_fmt_count(c[5], CELL, top_num(s, "lag"));
+			top_fmt_count(c[6], CELL, drops);
+			top_fmt_count(c[7], CELL, top_num(s, "holds"));
+		}
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "PUBLISHERS");
+	table_init(&tb, pub_cols, (int)(sizeof(pub_cols) / sizeof(pub_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *s, *pslots = get(rows[i].p, "publisher_slots");
+
+		cJSON_ArrayForEach(s, get(rows[i].t, "publisher_slots"))
+		{
+			char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
+
+			if (!c)
+				break;
+			fmt_str(c[0], CELL, rows[i].name);
+			top_fmt_count(c[1], CELL, top_num(s, "slot"));
+			top_fmt_count(c[2], CELL, top_num(s, "pid"));
+			top_fmt_count(c[3], CELL, top_num(s, "published"));
+			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "published", dt));
+			top_fmt_count(c[5], CELL, top_num(s, "loans"));
+		}
+	}
+	table_emit(f, &tb);
+
+	/*
+	 * Where the topic's local messages are. stats has counters per step, not a
+	 * transition matrix per topic: in the queue, held by subscribers and loaned
+	 * to publishers are what the daemon reports now.
+	 */
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING,
+			 "LIFECYCLE (loaned -> published -> taken -> released -> retired; now: "
+			 "in queue, held, loaned)");
+	table_init(&tb, life_cols, (int)(sizeof(life_cols) / sizeof(life_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *t1 = rows[i].t, *s;
+		double held = NAN, loaned = NAN;
+		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
+
+		if (!c)
+			break;
+		if (get(t1, "subscriber_slots"))
+			held = 0;
+		cJSON_ArrayForEach(s, get(t1, "subscriber_slots"))
+		held = add(held, top_num(s, "holds"));
+		if (get(t1, "publisher_slots"))
+			loaned = 0;
+		cJSON_ArrayForEach(s, get(t1, "publisher_slots"))
+		loaned = add(loaned, top_num(s, "loans"));
+		fmt_str(c[0], CELL, rows[i].name);
+		top_fmt_count(c[1], CELL, top_num(t1, "counters.loans"));
+		top_fmt_count(c[2], CELL, published(t1));
+		top_fmt_count(c[3], CELL, top_num(t1, "counters.taken"));
+		top_fmt_count(c[4], CELL, top_num(t1, "counters.released"));
+		top_fmt_count(c[5], CELL, top_num(t1, "counters.retired"));
+		top_fmt_count(c[6], CELL, top_num(t1, "counters.cancelled"));
+		top_fmt_count(c[7], CELL, top_num(t1, "counters.dropped"));
+		top_fmt_count(c[8], CELL, top_num(t1, "counters.unrouted"));
+		top_fmt_count(c[9], CELL, top_num(t1, "queue.used"));
+		top_fmt_count(c[10], CELL, held);
+		top_fmt_count(c[11], CELL, loaned);
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "FLOW CONTROL AND RECOVERY");
+	table_init(&tb, flow_cols, (int)(sizeof(flow_cols) / sizeof(flow_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *t1 = rows[i].t;
+		double frag = top_num(t1, "pool.fragmentation");
+		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
+
+		if (!c)
+			break;
+		fmt_str(c[0], CELL, rows[i].name);
+		top_fmt_count(c[1], CELL, top_num(t1, "counters.full_waits"));
+		top_fmt_count(c[2], CELL, top_num(t1, "counters.timeouts"));
+		top_fmt_count(c[3], CELL, top_num(t1, "counters.reclaimed_holds"));
+		top_fmt_count(c[4], CELL, top_num(t1, "counters.reclaimed_loans"));
+		if (!isnan(frag))
+			snprintf(c[5], CELL, "%.2f", frag);
+		top_fmt_count(c[6], CELL, top_num(t1, "from_peers.messages"));
+		top_fmt_bytes(c[7], CELL, rate_of(t1, rows[i].p, "from_peers.bytes", dt));
+		top_fmt_count(c[8], CELL, top_num(t1, "from_peers.refused"));
+		top_fmt_count(c[9], CELL, top_num(t1, "counters.journal_rollbacks"));
+	}
+	table_emit(f, &tb);
+	free(rows);
+}
+
+/* ---------------------------------------------------------------- peers */
+
+/* Bytes per second over all of a peer's links, for sorting. */
+static double peer_bytes_rate(const cJSON *p, const cJSON *pp, double dt)
+{
+	const cJSON *l;
+	double sum = NAN;
+
+	cJSON_ArrayForEach(l, get(p, "links"))
+	{
+		const cJSON *pl = get(get(pp, "links"), l->string);
+		double tx = rate_of(l, pl, "bytes_sent", dt), rx = rate_of(l, pl, "bytes_landed", dt);
+
+		if (!isnan(tx))
+			sum = isnan(sum) ? tx : sum + tx;
+		if (!isnan(rx))
+			sum = isnan(sum) ? rx : sum + rx;
+	}
+	return sum;
+}
+
+struct peer_row {
+	const cJSON *p, *pp;
+	const char *name;
+	double key;
+};
+
+static int cmp_peer_rows(const void *a, const void *b)
+{
+	const struct peer_row *x = a, *y = b;
+	double kx = isnan(x->key) ? -INFINITY : x->key, ky = isnan(y->key) ? -INFINITY : y->key;
+
+	if (kx != ky)
+		return kx < ky ? 1 : -1;
+	return strcmp(x->name, y->name);
+}
+
+/* States no message leaves: their count is a total, not messages in flight. */
+static bool final_state(const char *s)
+{
+	static const char *const names[] = { "released", "dropped", "freed", "failed", "retired" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(s, names[i]) == 0)
+			return true;
+	return false;
+}
+
+#define MAX_STATES 32
+
+struct sm_state {
+	char name[32];
+	double in, out;
+};
+
+static struct sm_state *sm_state_of(struct sm_state *st, int *n, const char *name, size_t len)
+{
+	for (int i = 0; i < *n; i++)
+		if (strlen(st[i].name) == len && memcmp(st[i].name, name, len) == 0)
+			return &st[i];
+	if (*n == MAX_STATES || len >= sizeof(st[0].name))
+		return NULL;
+	memcpy(st[*n].name, name, len);
+	st[*n].name[len] = 0;
+	st[*n].in = st[*n].out = 0;
+	return &st[(*n)++];
+}
+
+/*
+ * One state machine ("sender": {"->taken": 5, "taken->queued": 5, ...}): how
+ * many messages are in each state now (entered minus left), then every
+ * transition with its total and rate.
+ */
+static void render_machine(struct top_frame *f, const cJSON *m, const cJSON *pm, double dt)
+{
+	static const struct col cols[] = {
+		{ "MACHINE", true }, { "TRANSITION", true }, { "TOTAL" }, { "PER_S" },
+	};
+	struct sm_state st[MAX_STATES];
+	char now[512], done[512];
+	size_t on = 0, dn = 0;
+	struct table tb;
+	const cJSON *tr;
+	int n = 0;
+
+	cJSON_ArrayForEach(tr, m)
+	{
+		const char *arrow = tr->string ? strstr(tr->string, "->") : NULL;
+		struct sm_state *a, *b;
+
+		if (!arrow || !cJSON_IsNumber(tr))
+			continue;
+		b = sm_state_of(st, &n, arrow + 2, strlen(arrow + 2));
+		if (b)
+			b->in += tr->valuedouble;
+		if (arrow == tr->string)
+			continue; /* "->x": entry into the first state */
+		a = sm_state_of(st, &n, tr->string, (size_t)(arrow - tr->string));
+		if (a && a != b)
+			a->out += tr->valuedouble;
+		else if (a)
+			a->in -= tr->valuedouble; /* a loop leaves the count alone */
+	}
+	now[0] = done[0] = 0;
+	for (int i = 0; i < n; i++) {
+		char v[24];
+		bool fin = final_state(st[i].name) && st[i].out == 0;
+		char *buf = fin ? done : now;
+		size_t *o = fin ? &dn : &on;
+
+		top_fmt_count(v, sizeof(v), st[i].in - st[i].out);
+		if (*o < sizeof(now))
+			*o += (size_t)snprintf(buf + *o, sizeof(now) - *o, "%s%s %s", *o ? ", " : "",
+					       st[i].name, v);
+	}
+	top_frame_printf(f, TOP_ATTR_NONE, "%s: in flight: %s; finished: %s", m->string ? m->string : "?",
+			 on ? now : "none", dn ? done : "none");
+	if (!n)
+		return;
+	table_init(&tb, cols, (int)(sizeof(cols) / sizeof(cols[0])));
+	cJSON_ArrayForEach(tr, m)
+	{
+		const char *k = tr->string;
+		const cJSON *ptr = k ? get(pm, k) : NULL;
+		char(*c)[CELL];
+
+		if (!k || !cJSON_IsNumber(tr))
+			continue;
+		c = table_row(&tb, strstr(k, "->dropped") || strstr(k, "->failed") ? TOP_ATTR_ALERT :
+										      TOP_ATTR_NONE);
+		if (!c)
+			break;
+		fmt_str(c[0], CELL, m->string);
+		fmt_str(c[1], CELL, k);
+		top_fmt_count(c[2], CELL, tr->valuedouble);
+		top_fmt_rate(c[3], CELL,
+			     cJSON_IsNumber(ptr) ? top_rate(tr->valuedouble, ptr->valuedouble, dt) :
+			     pm			 ? top_rate(tr->valuedouble, 0, dt) :
+						   NAN);
+	}
+	table_emit(f, &tb);
+}
+
+static void render_peers(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
+			 const struct top_sample *cur)
+{
+	static const struct col peer_cols[] = {
+		{ "PEER", true },   { "STATE", true }, { "SESSIONS" },	 { "RECONNECTS" },
+		{ "RTT_MS" },	    { "LINK_DOWNS" },  { "REFUSALS" },	 { "DEFERRED" },
+		{ "HOSTILE" },	    { "SUBSCRIBES", true },
+	};
+	static const struct col link_cols[] = {
+		{ "PEER", true }, { "LINK", true },  { "STATE", true },	  { "REC_SENT" },
+		{ "REC_LANDED" }, { "REC/S" },	     { "TX_B/S" },	  { "RX_B/S" },
+		{ "CREDIT_STALLS" }, { "CQ_OVERFLOWS" }, { "RECORDS_LATE" },
+	};
+	static const struct col ring_cols[] = {
+		{ "TOPIC", true },   { "DIR", true },	{ "PEER", true },     { "LINK", true },
+		{ "READY", true },   { "RECORDS" },	{ "REC/S" },	      { "B/S" },
+		{ "RING_USED" },     { "CREDIT_STALLS" }, { "RING_STALLS" },  { "DROPPED" },
+		{ "GAPS" },	     { "REFUSED" },	{ "RETRIES" },
+	};
+	static const struct col fw_cols[] = {
+		{ "TOPIC", true },    { "FORWARDED" },	{ "FWD/S" },	     { "NO_PEER" },
+		{ "REMOTE_ORIGIN" },  { "TOO_LARGE" },	{ "STAGED", true },  { "STAGED_CHUNKS" },
+	};
+	const cJSON *peers = get(cur->stats, "peers"), *pprev = NULL, *p, *x;
+	double dt = dt_of(prev, cur);
+	struct peer_row *rows;
+	size_t n = 0, cap;
+	struct table tb;
+	char a[24], b[24], c1[24], d[24], e[24];
+
+	if (prev && prev->stats)
+		pprev = get(prev->stats, "peers");
+	if (!peers) {
+		top_frame_printf(f, TOP_ATTR_HEADING, "PEERS");
+		top_frame_printf(f, TOP_ATTR_NONE,
+				 "no peers section in stats: this rgapsd has no remote transport "
+				 "(no listen address or peers configured)");
+		return;
+	}
+	top_frame_printf(f, TOP_ATTR_HEADING,
+			 "PEERS  listen %s  accepted %s  auth failures %s  unknown peers %s  "
+			 "protocol errors %s  unknown link tokens %s",
+			 top_str(peers, "listen") ? top_str(peers, "listen") : "-",
+			 top_fmt_count(a, sizeof(a), top_num(peers, "accepted")),
+			 top_fmt_count(b, sizeof(b), top_num(peers, "auth_failures")),
+			 top_fmt_count(c1, sizeof(c1), top_num(peers, "unknown_peers")),
+			 top_fmt_count(d, sizeof(d), top_num(peers, "protocol_errors")),
+			 top_fmt_count(e, sizeof(e), top_num(peers, "unknown_link_tokens")));
+
+	cap = (size_t)cJSON_GetArraySize(get(peers, "sessions"));
+	rows = calloc(cap ? cap : 1, sizeof(*rows));
+	if (!rows) {
+		f->oom = true;
+		return;
+	}
+	cJSON_ArrayForEach(p, get(peers, "sessions"))
+	{
+		struct peer_row *r;
+
+		if (n == cap)
+			break;
+		r = &rows[n++];
+		r->p = p;
+		r->name = top_str(p, "name") ? top_str(p, "name") : "?";
+		r->pp = find_by(get(pprev, "sessions"), "name", r->name);
+		r->key = sort == TOP_SORT_NAME ? 0 : peer_bytes_rate(p, r->pp, dt);
+	}
+	qsort(rows, n, sizeof(*rows), cmp_peer_rows);
+
+	table_init(&tb, peer_cols, (int)(sizeof(peer_cols) / sizeof(peer_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const char *state = fmt_bool(rows[i].p, "up", "up", "down");
+		char(*c)[CELL] = table_row(&tb, strcmp(state, "down") == 0 ? TOP_ATTR_ALERT :
+									      TOP_ATTR_NONE);
+		double rtt = top_num(rows[i].p, "rtt_ms");
+		size_t o = 0;
+
+		if (!c)
+			break;
+		fmt_str(c[0], CELL, rows[i].name);
+		fmt_str(c[1], CELL, state);
+		top_fmt_count(c[2], CELL, top_num(rows[i].p, "sessions"));
+		top_fmt_count(c[3], CELL, top_num(rows[i].p, "reconnects"));
+		if (!isnan(rtt))
+			snprintf(c[4], CELL, "%.3f", rtt);
+		top_fmt_count(c[5], CELL, top_num(rows[i].p, "link_downs"));
+		top_fmt_count(c[6], CELL, top_num(rows[i].p, "setup_refusals"));
+		top_fmt_count(c[7], CELL, top_num(rows[i].p, "setups_deferred"));
+		top_fmt_count(c[8], CELL, top_num(rows[i].p, "hostile"));
+		if (cJSON_IsArray(get(rows[i].p, "subscribes")))
+			c[9][0] = 0;
+		cJSON_ArrayForEach(x, get(rows[i].p, "subscribes"))
+		{
+			if (!cJSON_IsString(x) || o >= CELL)
+				continue;
+			o += (size_t)snprintf(c[9] + o, CELL - o, "%s%s", o ? "," : "", x->valuestring);
+		}
+		if (o >= CELL)
+			memcpy(c[9] + CELL - 4, "...", 4);
+		if (cJSON_IsArray(get(rows[i].p, "subscribes")) && !o)
+			strcpy(c[9], "(none)");
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "LINKS (data connections; links never set up are left out)");
+	table_init(&tb, link_cols, (int)(sizeof(link_cols) / sizeof(link_cols[0])));
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *l, *plinks = get(rows[i].pp, "links");
+
+		cJSON_ArrayForEach(l, get(rows[i].p, "links"))
+		{
+			const char *state = top_str(l, "state");
+			const cJSON *pl = l->string ? get(plinks, l->string) : NULL;
+			double cs = top_num(l, "send_credit_stalls"), ov = top_num(l, "cq_overflows");
+			double rs, rl;
+			char(*c)[CELL];
+
+			if (state && strcmp(state, "none") == 0)
+				continue;
+			c = table_row(&tb, (!isnan(ov) && ov > 0) ? TOP_ATTR_ALERT : TOP_ATTR_NONE);
+			if (!c)
+				break;
+			fmt_str(c[0], CELL, rows[i].name);
+			fmt_str(c[1], CELL, l->string);
+			fmt_str(c[2], CELL, state);
+			top_fmt_count(c[3], CELL, top_num(l, "records_sent"));
+			top_fmt_count(c[4], CELL, top_num(l, "records_landed"));
+			rs = rate_of(l, pl, "records_sent", dt);
+			rl = rate_of(l, pl, "records_landed", dt);
+			top_fmt_rate(c[5], CELL, isnan(rs) ? rl : isnan(rl) ? rs : rs + rl);
+			top_fmt_bytes(c[6], CELL, rate_of(l, pl, "bytes_sent", dt));
+			top_fmt_bytes(c[7], CELL, rate_of(l, pl, "bytes_landed", dt));
+			top_fmt_count(c[8], CELL, cs);
+			top_fmt_count(c[9], CELL, ov);
+			top_fmt_count(c[10], CELL, top_num(l, "records_late"));
+		}
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "RINGS (out: this host sends; in: this host lands)");
+	table_init(&tb, ring_cols, (int)(sizeof(ring_cols) / sizeof(ring_cols[0])));
+	cJSON_ArrayForEach(x, get(peers, "rings"))
+	{
+		const cJSON *pr = NULL, *r2;
+		double gaps = top_num(x, "upstream_gaps"), dropped = top_num(x, "dropped_messages");
+		char(*c)[CELL];
+
+		/* The same ring in the previous poll: topic, direction, peer and id. */
+		cJSON_ArrayForEach(r2, get(pprev, "rings"))
+		{
+			const char *k[] = { "topic", "direction", "peer" };
+			bool same = top_num(r2, "ring_id") == top_num(x, "ring_id");
+
+			for (int i = 0; same && i < 3; i++) {
+				const char *s1 = top_str(x, k[i]), *s2 = top_str(r2, k[i]);
+
+				same = s1 && s2 && strcmp(s1, s2) == 0;
+			}
+			if (same) {
+				pr = r2;
+				break;
+			}
+		}
+		c = table_row(&tb, (!isnan(gaps) && gaps > 0) || (!isnan(dropped) && dropped > 0) ?
+					   TOP_ATTR_ALERT :
+					   TOP_ATTR_NONE);
+		if (!c)
+			break;
+		fmt_str(c[0], CELL, top_str(x, "topic"));
+		fmt_str(c[1], CELL, top_str(x, "direction"));
+		fmt_str(c[2], CELL, top_str(x, "peer"));
+		fmt_str(c[3], CELL, top_str(x, "transport"));
+		fmt_str(c[4], CELL, fmt_bool(x, "ready", "yes", "no"));
+		top_fmt_count(c[5], CELL, top_num(x, "records"));
+		top_fmt_rate(c[6], CELL, rate_of(x, pr, "records", dt));
+		top_fmt_bytes(c[7], CELL, rate_of(x, pr, "bytes", dt));
+		top_fmt_bytes(c[8], CELL, top_num(x, "ring_used"));
+		top_fmt_count(c[9], CELL, top_num(x, "credit_stalls"));
+		top_fmt_count(c[10], CELL, top_num(x, "ring_stalls"));
+		top_fmt_count(c[11], CELL, dropped);
+		top_fmt_count(c[12], CELL, gaps);
+		top_fmt_count(c[13], CELL, top_num(x, "refused"));
+		top_fmt_count(c[14], CELL, top_num(x, "blocked_retries"));
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING, "FORWARDERS (local topics sent to peers)");
+	table_init(&tb, fw_cols, (int)(sizeof(fw_cols) / sizeof(fw_cols[0])));
+	cJSON_ArrayForEach(x, get(peers, "forwarders"))
+	{
+		const cJSON *pf = find_by(get(pprev, "forwarders"), "topic", top_str(x, "topic"));
+		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
+
+		if (!c)
+			break;
+		fmt_str(c[0], CELL, top_str(x, "topic"));
+		top_fmt_count(c[1], CELL, top_num(x, "forwarded"));
+		top_fmt_rate(c[2], CELL, rate_of(x, pf, "forwarded", dt));
+		top_fmt_count(c[3], CELL, top_num(x, "no_interested_peer"));
+		top_fmt_count(c[4], CELL, top_num(x, "skipped_remote_origin"));
+		top_fmt_count(c[5], CELL, top_num(x, "too_large_for_ring"));
+		fmt_str(c[6], CELL, fmt_bool(x, "staged", "yes", "no"));
+		top_fmt_count(c[7], CELL, top_num(x, "staged_chunks"));
+	}
+	table_emit(f, &tb);
+
+	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+	top_frame_printf(f, TOP_ATTR_HEADING,
+			 "STATE MACHINES (remote path, all topics: messages in each state now; "
+			 "transitions)");
+	if (!get(peers, "state_machine"))
+		top_frame_printf(f, TOP_ATTR_NONE, "(not in stats)");
+	cJSON_ArrayForEach(x, get(peers, "state_machine"))
+	{
+		const cJSON *pm = NULL;
+
+		if (!cJSON_IsObject(x))
+			continue;
+		if (pprev && x->string)
+			pm = get(get(pprev, "state_machine"), x->string);
+		render_machine(f, x, pm, dt);
+	}
+	free(rows);
+}
+
+void top_render_section(struct top_frame *f, enum top_section section, enum top_sort sort,
+			const struct top_sample *prev, const struct top_sample *cur)
+{
+	if (!cur || !cur->stats) {
+		top_frame_printf(f, TOP_ATTR_ALERT, "no data yet");
+		return;
+	}
+	if (prev && top_sample_restarted(prev, cur))
+		prev = NULL;
+	if (section == TOP_SECTION_PEERS)
+		render_peers(f, sort, prev, cur);
+	else
+		render_topics(f, sort, prev, cur);
+}
