@@ -1121,6 +1121,11 @@ static cJSON *cfg_parse_json(const char *what, const char *json, size_t len, cha
 	 * text is refused where it is.
 	 */
 	nul = memchr(json, '\0', len);
+	if (rgaps_json_nul_escape(json, nul ? (size_t)(nul - json) : len) >= 0) {
+		cfg_fail(err, errlen, "%s: a \\u0000 escape near byte %zd: keys and values may not "
+			 "hold NUL", what, rgaps_json_nul_escape(json, len));
+		return NULL;
+	}
 	root = cJSON_ParseWithLengthOpts(json, nul ? (size_t)(nul - json) : len, &end, 0);
 	at = end && end >= json ? (size_t)(end - json) : 0;
 	while (root && at < len && (json[at] == ' ' || json[at] == '\t' || json[at] == '\n' ||

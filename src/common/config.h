@@ -109,7 +109,9 @@ bool rgaps_topic_name_valid(const char *name);
 
 /*
  * "256MiB", "4 KiB", "1G", "4096", "1.5GiB"; suffixes B, K/KB/KiB, M/MB/MiB,
- * G/GB/GiB, T/TB/TiB are all binary (1024-based). 0 or -EINVAL (junk, overflow).
+ * G/GB/GiB, T/TB/TiB (any case) are all binary (1024-based). Spaces may only
+ * separate the number from a unit; at most 18 decimals; the value must be a
+ * whole number of bytes. 0 or -EINVAL (junk, overflow).
  */
 int rgaps_parse_size(const char *s, uint64_t *out_p);
 /* Format bytes as "64MiB" / "4KiB" / "1000B" (exact when possible). */

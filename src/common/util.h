@@ -34,6 +34,25 @@
 		}                                                                         \
 	} while (0)
 
+/*
+ * Offset of the first "\u0000" escape in JSON text, or -1. cJSON decodes it
+ * into a NUL inside its C strings, so everything after it in that key or value
+ * would be silently cut off; the parsers of rgaps refuse such text instead.
+ * Backslashes are only legal inside strings, so a scan of the escapes is exact.
+ */
+static inline ptrdiff_t rgaps_json_nul_escape(const char *s, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i++) {
+		if (s[i] != '\\')
+			continue;
+		if (s[i + 1] == 'u' && i + 5 < n && s[i + 2] == '0' && s[i + 3] == '0' &&
+		    s[i + 4] == '0' && s[i + 5] == '0')
+			return (ptrdiff_t)i;
+		i++; /* skip the escaped character: an escaped backslash before "u0000" is text */
+	}
+	return -1;
+}
+
 static inline int rgaps_is_pow2(uint64_t x)
 {
 	return x && !(x & (x - 1));

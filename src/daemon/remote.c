@@ -2213,7 +2213,7 @@ static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, s
 {
 	struct rgapsd_remote *rt = ctx;
 	struct rt_peer *p = rt_peer_of(rt, peer);
-	cJSON *m = cJSON_ParseWithLength(json, len);
+	cJSON *m = rgaps_json_nul_escape(json, len) < 0 ? cJSON_ParseWithLength(json, len) : NULL;
 	const char *type = m ? jstr(m, "type") : NULL;
 
 	if (!p) {

@@ -385,8 +385,11 @@ static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *r
 static cJSON *parse_strict(const char *payload, size_t len)
 {
 	const char *end = NULL;
-	cJSON *v = cJSON_ParseWithLengthOpts(payload, len, &end, 0);
+	cJSON *v;
 
+	if (rgaps_json_nul_escape(payload, len) >= 0)
+		return NULL; /* cJSON would cut the string at the NUL: refuse, never truncate */
+	v = cJSON_ParseWithLengthOpts(payload, len, &end, 0);
 	if (!v)
 		return NULL;
 	while (end && end < payload + len && (*end == ' ' || *end == '\t' || *end == '\n' ||

@@ -177,6 +177,9 @@ static int cmd_badframes(void)
 		send_frame(fd, big + 80);
 		expect(fd, "64-character topic name", "invalid");
 	}
+	/* cJSON would cut "ok\u0000/../x" to "ok": the frame is refused, never truncated. */
+	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"ok\\u0000/../x\",\"role\":\"sub\"}");
+	expect(fd, "topic name with a \\u0000 escape", "bad_frame");
 	send_frame(fd, "{\"type\":\"attach\",\"topic\":\"ok\",\"role\":\"boss\"}");
 	expect(fd, "bad role", "bad_request");
 	send_frame(fd, "{\"type\":\"detach\"}");

@@ -708,6 +708,33 @@ static void test_invalid_json(void **state)
 	check_err_file(fx->err, path, "expected a JSON object at the top level, got an array");
 	rgapsd_config_free(&cfg);
 
+	/* A \u0000 escape would cut a key or value short in cJSON: refused, not truncated. */
+	put(fx->dir, "rgapsd.json", "{\"defaults\": {\"memory\": \"host\\u0000junk\"}}", path,
+	    sizeof(path));
+	assert_int_equal(rgapsd_config_load(path, &cfg, fx->err, sizeof(fx->err)), -EINVAL);
+	check_err_file(fx->err, path, "a \\u0000 escape near byte 29");
+	rgapsd_config_free(&cfg);
+	put(fx->dir, "rgapsd.json", "{\"pool_size\\u0000x\": 1}", path, sizeof(path));
+	assert_int_equal(rgapsd_config_load(path, &cfg, fx->err, sizeof(fx->err)), -EINVAL);
+	check_err_file(fx->err, path, "keys and values may not hold NUL");
+	rgapsd_config_free(&cfg);
+	/* An escaped backslash before "u0000" is plain text (then refused as a memory name). */
+	put(fx->dir, "rgapsd.json", "{\"defaults\": {\"memory\": \"host\\\\u0000\"}}", path,
+	    sizeof(path));
+	assert_int_equal(rgapsd_config_load(path, &cfg, fx->err, sizeof(fx->err)), -EINVAL);
+	check_err_file(fx->err, path, "must be one of auto, host, cuda");
+	rgapsd_config_free(&cfg);
+	{
+		static const char json[] = "{\"name\": \"cam\\u0000/x\"}";
+		struct rgaps_topic_config tc;
+
+		rgaps_topic_config_defaults(&tc);
+		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "t.json", &tc, fx->err,
+							  sizeof(fx->err)),
+				 -EINVAL);
+		check_err_file(fx->err, "t.json", "keys and values may not hold NUL");
+	}
+
 	/* In a topic file, the topic file is named. */
 	put(fx->dir, "rgapsd.json", "{}", path, sizeof(path));
 	put(fx->dir, "topics.d/broken.json", "{\"pool_size\": \"1MiB\"", tpath, sizeof(tpath));
