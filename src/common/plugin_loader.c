@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +31,40 @@ const char *rgaps__plugin_kind_name(uint32_t kind)
 	return "unknown";
 }
 
+/* The object holding this code (rgapsd, or librgaps.so in a client) lies in the build root. */
+static bool running_from_build_tree(void)
+{
+	char root[PATH_MAX], real[PATH_MAX];
+	const char *self;
+	Dl_info info;
+	size_t n;
+
+	if (!realpath(RGAPS_BUILD_ROOT, root))
+		return false; /* no build tree here (an installed binary, as it should be) */
+	/* dladdr names a shared library by its path; the main program maybe by "". */
+	self = dladdr((void *)running_from_build_tree, &info) && info.dli_fname &&
+			       info.dli_fname[0] == '/'
+		       ? info.dli_fname
+		       : "/proc/self/exe";
+	if (!realpath(self, real))
+		return false;
+	n = strlen(root);
+	return strncmp(real, root, n) == 0 && real[n] == '/';
+}
+
 const char *rgaps__plugin_default_dir(void)
 {
 	const char *env = getenv("RGAPS_PLUGIN_DIR");
 
 	if (env && *env)
 		return env;
-	/* Running from the build tree (tests, quick start) finds fresh plugins there. */
-	if (access(RGAPS_BUILD_PLUGIN_DIR "/memory-host.so", R_OK) == 0)
+	/*
+	 * A program running from the build tree (tests, quick start) finds fresh
+	 * plugins there. Only then: an installed binary must never look in the
+	 * directory it was built in, which any user could create on this host
+	 * (/tmp/...) with a module that would run inside rgapsd or its clients.
+	 */
+	if (running_from_build_tree())
 		return RGAPS_BUILD_PLUGIN_DIR;
 	return RGAPS_INSTALL_PLUGIN_DIR;
 }
