@@ -52,3 +52,12 @@ stop_daemon
 start_daemon   # no file at all
 "$RGAPS" pub dflt --count 3 --size 1KiB >/dev/null || fail "defaults-only daemon"
 ok "daemon with no configuration file serves"
+# The build tree's plugin directory is for binaries that run from the build tree only:
+# a copy elsewhere (as installed) must not look there (anyone could create that path).
+cp "$RGAPSD" "$T/rgapsd-elsewhere"
+here=$(env -u RGAPS_PLUGIN_DIR "$RGAPSD" --help-config | grep -o 'as the plugins in [^ ]*')
+there=$(env -u RGAPS_PLUGIN_DIR "$T/rgapsd-elsewhere" --help-config | grep -o 'as the plugins in [^ ]*')
+[ "$here" = "as the plugins in $RGAPS_BUILD/plugins" ] || [ "$here" = "as the plugins in $(cd "$RGAPS_BUILD" && pwd -P)/plugins" ] ||
+	fail "rgapsd in the build tree: $here"
+case "$there" in *"$RGAPS_BUILD"*|*"$(cd "$RGAPS_BUILD" && pwd -P)"*) fail "a copy outside the build tree looks in it: $there";; esac
+ok "plugin directory: build tree for the build's rgapsd, ${there#as the plugins in } for a copy elsewhere"

@@ -157,7 +157,10 @@ BG_TIMEOUT=150 bg subk env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub $TOPIC --count
 wait_until 20 on B subs_are $TOPIC 1 || fail "subscriber on B did not attach"
 wait_until 20 knows_sub A B $TOPIC || fail "A never learned that B subscribes again"
 RATE=${E2E_RATE:-25}
-COUNT2=${E2E_COUNT2:-300}
+# 20 s of messages: after B's kill (at ~5 s), its restart, session, links and
+# ring take up to ~7 s under TCG (more with the host loaded), and the new B's
+# subscriber still needs 20 messages from this publisher.
+COUNT2=${E2E_COUNT2:-500}
 BG_TIMEOUT=120 bg pub2 env RGAPS_SOCKET="${SOCK[A]}" "$RGAPS" pub $TOPIC --count "$COUNT2" \
 	--size 4KiB-2MiB --rate "$RATE"
 wait_until 30 landed_ge B $((COUNT + 10)) || fail "B is not receiving the second publisher's messages"
@@ -186,7 +189,12 @@ sessions1=$(field "$(session A B)" sessions)
 who=$(grep -q "peer ${ADDR[A]}:${PORT[A]} up (we connected)" "$T/B.log" && echo "B connected to A" ||
 	echo "A connected to B")
 note "   B restarted: session ($sessions1 so far, $who) and $TR link back, A and its publisher untouched"
-wait_ok subr
+if ! wait "$PID_subr"; then
+	kill -0 "$PID_pub2" 2>/dev/null ||
+		fail "subr: the publisher on A finished before 20 messages reached the new B" \
+			"(restart too slow for E2E_COUNT2=$COUNT2): $(last subr); $(last pub2)"
+	fail "subr: $(last subr)"
+fi
 grep -q "received 20 verified 20 mismatched 0" "$T/subr.out" || fail "subr: $(last subr)"
 note "   the surviving publisher's messages reach the new B intact: $(last subr | sed 's/ bytes.*//')"
 wait_ok pub2
