@@ -24,7 +24,8 @@
 /* ---------------------------------------------------------------- layout */
 
 struct layout {
-	uint64_t off_queue, off_subs, off_pubs, off_refs, off_tlsf, sub_stride, pub_stride, size;
+	uint64_t off_queue, off_subs, off_pubs, off_refs, off_tlsf, off_lat, sub_stride, pub_stride;
+	uint64_t size;
 	uint32_t nblocks;
 };
 
@@ -62,6 +63,9 @@ static void compute_layout(const struct rgaps_topic_config *tc, struct layout *l
 	off += RGAPS_ALIGN_UP((uint64_t)l->nblocks * sizeof(uint32_t), RGAPS_CACHELINE);
 	l->off_tlsf = off;
 	off += RGAPS_ALIGN_UP(rgaps_tlsf_state_size(l->nblocks), RGAPS_CACHELINE);
+	l->off_lat = off;
+	off += RGAPS_ALIGN_UP((uint64_t)tc->max_subscribers * sizeof(struct rgaps_lathist),
+			      RGAPS_CACHELINE);
 	l->size = RGAPS_ALIGN_UP(off, 4096);
 }
 
@@ -83,6 +87,27 @@ static inline struct rgaps_topic_entry *entry_at(const struct rgaps_topic *t, ui
 struct rgaps_topic_sub *rgaps_topic_sub_at(const struct rgaps_topic *t, uint32_t slot)
 {
 	return (void *)((uint8_t *)t->hdr + t->hdr->off_subs + (uint64_t)slot * t->hdr->sub_stride);
+}
+
+struct rgaps_lathist *rgaps_topic_sub_latency(const struct rgaps_topic *t, uint32_t slot)
+{
+	return (struct rgaps_lathist *)((uint8_t *)t->hdr + t->hdr->off_lat) + slot;
+}
+
+void rgaps_topic_record_latency(struct rgaps_topic *t, uint32_t slot, uint64_t ts_ns,
+				uint64_t now_ns)
+{
+	struct rgaps_lathist *mine = rgaps_topic_sub_latency(t, slot);
+
+	if (slot >= t->hdr->max_subscribers)
+		return;
+	if (ts_ns > now_ns) { /* stamped by a host whose clock runs ahead */
+		__atomic_fetch_add(&mine->skewed, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&t->hdr->latency.skewed, 1, __ATOMIC_RELAXED);
+		now_ns = ts_ns;
+	}
+	rgaps_lathist_add(mine, now_ns - ts_ns);
+	rgaps_lathist_add(&t->hdr->latency, now_ns - ts_ns);
 }
 
 struct rgaps_topic_pub *rgaps_topic_pub_at(const struct rgaps_topic *t, uint32_t slot)
@@ -135,6 +160,7 @@ int rgaps_topic_format(void *mem, size_t size, const struct rgaps_topic_config *
 	h->off_pubs = l.off_pubs;
 	h->off_refs = l.off_refs;
 	h->off_tlsf = l.off_tlsf;
+	h->off_lat = l.off_lat;
 	h->sub_stride = l.sub_stride;
 	h->pub_stride = l.pub_stride;
 
@@ -183,7 +209,8 @@ int rgaps_topic_validate(const void *mem, size_t size)
 	tc.max_holds = h->max_holds;
 	tc.max_loans = h->max_loans;
 	compute_layout(&tc, &l);
-	if (l.size > size || l.off_tlsf != h->off_tlsf || l.nblocks != h->nblocks)
+	if (l.size > size || l.off_tlsf != h->off_tlsf || l.off_lat != h->off_lat ||
+	    l.nblocks != h->nblocks)
 		return -EPROTO;
 	return 0;
 }
@@ -387,6 +414,8 @@ int rgaps_topic_sub_open(struct rgaps_topic *t, uint64_t conn_id, pid_t pid, uin
 		rgaps_j32(&s->nholds, 0);
 		rgaps_j32(&s->state, RGAPS_SLOT_ACTIVE);
 		rgaps_j32(&h->nsubs, h->nsubs + 1);
+		/* Statistics, not state: not journaled (lathist.h). */
+		rgaps_lathist_clear(rgaps_topic_sub_latency(t, i));
 		topic_unlock(t);
 		*slot_p = i;
 		return 0;

@@ -28,10 +28,11 @@
 
 #include "config.h"
 #include "journal.h"
+#include "lathist.h"
 #include "tlsf.h"
 
 #define RGAPS_TOPIC_MAGIC 0x31504f5453504752ull /* "RGPSTOP1" */
-#define RGAPS_TOPIC_LAYOUT_VERSION 1
+#define RGAPS_TOPIC_LAYOUT_VERSION 2 /* 2: latency histograms */
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 
 enum rgaps_slot_state {
@@ -86,6 +87,7 @@ struct rgaps_topic_hdr {
 	uint64_t off_pubs;
 	uint64_t off_refs;
 	uint64_t off_tlsf;
+	uint64_t off_lat; /* one struct rgaps_lathist per subscriber slot */
 	uint64_t sub_stride;
 	uint64_t pub_stride;
 
@@ -107,6 +109,9 @@ struct rgaps_topic_hdr {
 	uint32_t space_waiters;
 
 	struct rgaps_journal journal __attribute__((aligned(RGAPS_CACHELINE)));
+
+	/* Publish -> take latency of every take by a client subscriber (lathist.h). */
+	struct rgaps_lathist latency __attribute__((aligned(RGAPS_CACHELINE)));
 };
 
 /* Entry flags. */
@@ -191,6 +196,16 @@ int rgaps_topic_validate(const void *mem, size_t size);
 
 /* Slots (daemon, at attach / on connection close). */
 int rgaps_topic_sub_open(struct rgaps_topic *t, uint64_t conn_id, pid_t pid, uint32_t *slot_p);
+
+/* The publish -> take latency histogram of subscriber slot `slot` (zeroed at sub_open). */
+struct rgaps_lathist *rgaps_topic_sub_latency(const struct rgaps_topic *t, uint32_t slot);
+/*
+ * A client subscriber took a message stamped ts_ns (CLOCK_REALTIME of the
+ * publishing host) at now_ns: add the difference to its slot's histogram and
+ * the topic's. Lock-free; a timestamp ahead of now_ns counts as skewed, 0 ns.
+ */
+void rgaps_topic_record_latency(struct rgaps_topic *t, uint32_t slot, uint64_t ts_ns,
+				uint64_t now_ns);
 void rgaps_topic_sub_close(struct rgaps_topic *t, uint32_t slot);
 int rgaps_topic_pub_open(struct rgaps_topic *t, uint64_t conn_id, pid_t pid, uint32_t *slot_p);
 void rgaps_topic_pub_close(struct rgaps_topic *t, uint32_t slot);

@@ -250,6 +250,25 @@ static void do_detach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	cJSON_Delete(r);
 }
 
+/*
+ * "latency_us": publish -> take, from the histogram snapshot h (lathist.h:
+ * bucket midpoints, within 6.25%). Across hosts the publisher's clock stamps
+ * the message, so the figure holds as well as the hosts' clocks agree.
+ */
+static void add_latency(cJSON *o, const struct rgaps_lathist *h, bool tail)
+{
+	cJSON *l = cJSON_AddObjectToObject(o, "latency_us");
+
+	cJSON_AddNumberToObject(l, "count", (double)h->count);
+	cJSON_AddNumberToObject(l, "p50", (double)rgaps_lathist_quantile(h, 0.50) / 1e3);
+	cJSON_AddNumberToObject(l, "p99", (double)rgaps_lathist_quantile(h, 0.99) / 1e3);
+	if (!tail)
+		return;
+	cJSON_AddNumberToObject(l, "p999", (double)rgaps_lathist_quantile(h, 0.999) / 1e3);
+	cJSON_AddNumberToObject(l, "max", (double)rgaps_lathist_quantile(h, 1.0) / 1e3);
+	cJSON_AddNumberToObject(l, "skewed", (double)h->skewed);
+}
+
 static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 {
 	struct rgaps_topic_stats st;
@@ -306,6 +325,13 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(c, "journal_rollbacks", (double)st.journal_rollbacks);
 	cJSON_AddNumberToObject(c, "journal_high_water", st.journal_high_water);
 
+	{
+		struct rgaps_lathist h = { 0 };
+
+		rgaps_lathist_sum(&h, &t->t.hdr->latency);
+		add_latency(o, &h, true);
+	}
+
 	cJSON *subs = cJSON_AddArrayToObject(o, "subscriber_slots");
 	for (uint32_t i = 0; i < t->cfg.max_subscribers; i++) {
 		struct rgaps_topic_sub *s = rgaps_topic_sub_at(&t->t, i);
@@ -322,6 +348,12 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 		cJSON_AddNumberToObject(so, "taken", (double)s->taken);
 		cJSON_AddNumberToObject(so, "drops", (double)s->drops);
 		cJSON_AddNumberToObject(so, "holds", s->nholds);
+		{
+			struct rgaps_lathist h = { 0 };
+
+			rgaps_lathist_sum(&h, rgaps_topic_sub_latency(&t->t, i));
+			add_latency(so, &h, false);
+		}
 		cJSON_AddItemToArray(subs, so);
 	}
 	cJSON *pubs = cJSON_AddArrayToObject(o, "publisher_slots");

@@ -94,6 +94,8 @@ RGAPS_EXPORT int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg
 	}
 	if (r)
 		return r;
+	rgaps_topic_record_latency(&sub->a.topic, sub->a.slot, m.ts_ns,
+				   rgaps_now_ns(CLOCK_REALTIME));
 	msg_p->data = sub->a.topic.pool + m.off;
 	msg_p->size = m.size;
 	msg_p->seq = m.seq;

@@ -16,6 +16,14 @@ for mode in push loan; do
 	done
 	ok "$mode: 8 subscribers verified 300 messages each"
 done
+# Every take by the 16 subscribers is in the topic's publish -> take histogram.
+lat=$("$RGAPS" stats fan --json | tr -d ' \t\n' | grep -o '"latency_us":{[^}]*}' | head -1)
+[ "$(grep -o '"count":[0-9]*' <<< "$lat" | cut -d: -f2)" = $((2 * 8 * 300)) ] ||
+	fail "latency histogram does not hold the 4800 takes: $lat"
+p50=$(grep -o '"p50":[0-9.e+-]*' <<< "$lat" | cut -d: -f2)
+p99=$(grep -o '"p99":[0-9.e+-]*' <<< "$lat" | cut -d: -f2)
+awk -v a="$p50" -v b="$p99" 'BEGIN { exit !(a > 0 && b >= a) }' || fail "latency p50 $p50, p99 $p99: $lat"
+ok "publish -> take latency of all 4800 takes: p50 $p50 us, p99 $p99 us"
 used=$(pool_used fan)
 [ "$used" = 0 ] || fail "pool holds $used bytes after everyone left"
 ok "pool empty after the run"

@@ -508,17 +508,31 @@ static int cmp_rows(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+/* Publish -> take latency in microseconds, 3 significant digits ('-' when unknown). */
+static void fmt_us(char *buf, size_t len, double us)
+{
+	if (isnan(us) || us < 0)
+		snprintf(buf, len, "-");
+	else if (us < 10)
+		snprintf(buf, len, "%.2f", us);
+	else if (us < 100)
+		snprintf(buf, len, "%.1f", us);
+	else
+		snprintf(buf, len, "%.0f", us);
+}
+
 static void render_topics(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
 			  const struct top_sample *cur)
 {
 	static const struct col main_cols[] = {
 		{ "TOPIC", true }, { "MEM", true },   { "PUBS" },   { "SUBS" },	  { "MSG/S" },
 		{ "BYTES/S" },	   { "MSGS" },	      { "BYTES" },  { "POOL_USED" }, { "POOL%" },
-		{ "QUEUE" },	   { "DROPS" },	      { "GAPS" },   { "MAX_LAG" },
+		{ "QUEUE" },	   { "DROPS" },	      { "GAPS" },   { "MAX_LAG" },   { "P50_US" },
+		{ "P99_US" },
 	};
 	static const struct col sub_cols[] = {
 		{ "TOPIC", true }, { "SLOT" }, { "PID" },   { "TAKEN" },
-		{ "TAKEN/S" },	   { "LAG" },  { "DROPS" }, { "HOLDS" },
+		{ "TAKEN/S" },	   { "LAG" },  { "DROPS" }, { "HOLDS" }, { "P50_US" }, { "P99_US" },
 	};
 	static const struct col pub_cols[] = {
 		{ "TOPIC", true }, { "SLOT" }, { "PID" }, { "PUBLISHED" }, { "PUB/S" }, { "LOANS" },
@@ -603,6 +617,8 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		top_fmt_count(c[11], CELL, r->drops);
 		top_fmt_count(c[12], CELL, r->gaps);
 		top_fmt_count(c[13], CELL, r->lag);
+		fmt_us(c[14], CELL, top_num(r->t, "latency_us.p50"));
+		fmt_us(c[15], CELL, top_num(r->t, "latency_us.p99"));
 	}
 	table_emit(f, &tb);
 
@@ -628,6 +644,8 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 			top_fmt_count(c[5], CELL, top_num(s, "lag"));
 			top_fmt_count(c[6], CELL, drops);
 			top_fmt_count(c[7], CELL, top_num(s, "holds"));
+			fmt_us(c[8], CELL, top_num(s, "latency_us.p50"));
+			fmt_us(c[9], CELL, top_num(s, "latency_us.p99"));
 		}
 	}
 	table_emit(f, &tb);
