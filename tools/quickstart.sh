@@ -53,6 +53,12 @@ test)
 	build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 	# Same tests, smaller cross-host volume: ASan makes the byte checks ~5x slower.
 	REMOTE_COUNT=150 meson test -C build-asan --print-errorlogs --no-rebuild --suite unit --suite integration
+	echo "== unit and integration under ThreadSanitizer (rgapsd's loop, forwarder and worker threads)"
+	build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dcuda=disabled
+	# TSan slows every access ~10x while 8 verifying subscribers share the CPUs: a
+	# smaller cross-host volume, so that rgapsd's loop is not starved past keepalives.
+	TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0} REMOTE_COUNT=60 FAULTS_MIN_RECEIVED=2400 \
+		meson test -C build-tsan --print-errorlogs --no-rebuild --suite unit --suite integration
 	echo "== RDMA: the verbs transport over Soft-RoCE, in a VM"
 	meson test -C build --print-errorlogs --no-rebuild --suite rdma
 	echo "== all suites passed"

@@ -339,15 +339,21 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RGAPS_SLOT_ACTIVE)
 			continue;
+		/* Read without the lock (the slot's owner may be taking meanwhile): relaxed
+		 * loads, and figures that may be one message apart, as statistics allow. */
+		uint64_t next = __atomic_load_n(&s->next_seq, __ATOMIC_RELAXED);
+
 		so = cJSON_CreateObject();
 		cJSON_AddNumberToObject(so, "slot", i);
-		cJSON_AddNumberToObject(so, "pid", s->pid);
-		cJSON_AddNumberToObject(so, "next_seq", (double)s->next_seq);
-		cJSON_AddNumberToObject(so, "lag", (double)(st.head_seq > s->next_seq ?
-								    st.head_seq - s->next_seq : 0));
-		cJSON_AddNumberToObject(so, "taken", (double)s->taken);
-		cJSON_AddNumberToObject(so, "drops", (double)s->drops);
-		cJSON_AddNumberToObject(so, "holds", s->nholds);
+		cJSON_AddNumberToObject(so, "pid", __atomic_load_n(&s->pid, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(so, "next_seq", (double)next);
+		cJSON_AddNumberToObject(so, "lag", (double)(st.head_seq > next ?
+								    st.head_seq - next : 0));
+		cJSON_AddNumberToObject(so, "taken",
+					(double)__atomic_load_n(&s->taken, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(so, "drops",
+					(double)__atomic_load_n(&s->drops, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(so, "holds", __atomic_load_n(&s->nholds, __ATOMIC_RELAXED));
 		{
 			struct rgaps_lathist h = { 0 };
 
@@ -365,9 +371,10 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 			continue;
 		po = cJSON_CreateObject();
 		cJSON_AddNumberToObject(po, "slot", i);
-		cJSON_AddNumberToObject(po, "pid", p->pid);
-		cJSON_AddNumberToObject(po, "published", (double)p->published);
-		cJSON_AddNumberToObject(po, "loans", p->nloans);
+		cJSON_AddNumberToObject(po, "pid", __atomic_load_n(&p->pid, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(po, "published",
+					(double)__atomic_load_n(&p->published, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(po, "loans", __atomic_load_n(&p->nloans, __ATOMIC_RELAXED));
 		cJSON_AddItemToArray(pubs, po);
 	}
 	cJSON_AddItemToObject(o, "config", rgaps_topic_config_to_json(&t->cfg));

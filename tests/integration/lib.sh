@@ -16,7 +16,7 @@ DAEMON_PID=
 # Sanitizer builds: any report anywhere fails the test.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 sanitizer_reports() {
-	grep -l -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" "$T"/*.out "$T"/*.log 2>/dev/null
+	grep -l -E "(ERROR|WARNING): (Address|Leak|Thread)Sanitizer|runtime error:" "$T"/*.out "$T"/*.log 2>/dev/null
 }
 
 cleanup() {
@@ -25,7 +25,7 @@ cleanup() {
 	wait 2>/dev/null
 	if [ $rc -eq 0 ] && [ -n "$(sanitizer_reports)" ]; then
 		echo "FAIL: sanitizer reports in: $(sanitizer_reports)"
-		grep -h -A12 -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" $(sanitizer_reports) | head -60
+		grep -h -A12 -E "(ERROR|WARNING): (Address|Leak|Thread)Sanitizer|runtime error:" $(sanitizer_reports) | head -60
 		rc=1
 	fi
 	if [ $rc -ne 0 ]; then

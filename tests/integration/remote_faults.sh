@@ -13,7 +13,9 @@ host A 0; host B 1; host C 2; host D 3   # D: listed by all, started later with 
 for h in A B C; do start_host $h ', "overflow": "drop_oldest"'; done
 wait_until 10 peer_up A B && wait_until 10 peer_up A C || fail "sessions did not come up"
 
-# ---- 1. peer kill and restart
+# ---- 1. peer kill and restart (FAULTS_MIN_RECEIVED: what A's and C's subscribers must get of
+# the 3000; their overflow policy drops the oldest when they fall behind, as they may when a
+# sanitizer slows every process ten times)
 bg subC env RGAPS_SOCKET=${SOCK[C]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
 bg subB env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
 bg subA env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
@@ -36,7 +38,7 @@ for s in subA subC; do
 	kill -INT $(pgrep -P "$(eval echo \$PID_$s)") 2>/dev/null; wait "$(eval echo \$PID_$s)"
 	grep -q "mismatched 0" "$T/$s.out" || fail "$s: $(tail -1 "$T/$s.out")"
 	n=$(grep -o 'received [0-9]*' "$T/$s.out" | tr -dc 0-9)
-	[ "$n" -ge 2900 ] || fail "$s lost messages while B was down: $(tail -1 "$T/$s.out")"
+	[ "$n" -ge "${FAULTS_MIN_RECEIVED:-2900}" ] || fail "$s lost messages while B was down: $(tail -1 "$T/$s.out")"
 	ok "$s unaffected by B's death: $(tail -1 "$T/$s.out")"
 done
 reconnects=$(on A "$RGAPS" stats --json | flat | grep -o "\"name\":\"127.0.0.1:${PORT[B]}\"[^]]*" | grep -o '"sessions":[0-9]*' | tr -dc 0-9)
