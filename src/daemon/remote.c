@@ -2390,28 +2390,6 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 
 /* ================================================================ start / stop / stats */
 
-/*
- * "transport_options" names only transports that exist; each plugin's entry
- * is checked against what that plugin declares when it loads (load_transport).
- */
-static int transport_options_names(const struct rgapsd_config *cfg)
-{
-	cJSON *all = cJSON_Parse(cfg->transport_options), *it;
-	int e = 0;
-
-	cJSON_ArrayForEach(it, all)
-	{
-		if (tr_index(it->string) < 0) {
-			rgaps_error("%s: key 'transport_options.%s': no transport of that name "
-				    "(tcp, verbs)", cfg->source[0] ? cfg->source : "configuration",
-				    it->string);
-			e = -EINVAL;
-		}
-	}
-	cJSON_Delete(all);
-	return e;
-}
-
 void rgapsd_remote_print_options(FILE *f, const char *plugin_dir)
 {
 	fprintf(f, "\nTransport options (\"transport_options\": { \"<transport>\": { ... } } in "
@@ -2596,8 +2574,14 @@ int rgapsd_remote_start(struct rgapsd *d)
 	if (e)
 		goto err_mb;
 	{
-		bool fatal = transport_options_names(&d->cfg) != 0;
+		bool fatal = false;
 
+		/* Unknown transports and options are refused before any plugin starts. */
+		if (rgapsd_remote_check_options(&d->cfg, d->plugin_dir, err, sizeof(err))) {
+			rgaps_error("%s: %s", d->cfg.source[0] ? d->cfg.source : "configuration",
+				    err);
+			fatal = true;
+		}
 		for (int i = 0; i < TR_NUM && !fatal; i++)
 			load_transport(rt, i, &fatal);
 		if (fatal) {
