@@ -25,8 +25,13 @@
 extern "C" {
 #endif
 
-/** Bumped on any incompatible change of this header. */
-#define RGAPS_PLUGIN_ABI_VERSION 1
+/**
+ * Bumped on any incompatible change of this header. 2: struct
+ * rgaps_link_stats grew (records_late), and a plugin fills it whole.
+ * (Options in struct rgaps_plugin and rgaps_plugin_env came with it; those
+ * two are extended compatibly, through their struct_size.)
+ */
+#define RGAPS_PLUGIN_ABI_VERSION 2
 /** Name of the one symbol every plugin exports. */
 #define RGAPS_PLUGIN_SYMBOL "rgaps_plugin"
 #define RGAPS_PLUGIN_EXPORT __attribute__((visibility("default")))
