@@ -61,6 +61,8 @@ test)
 		meson test -C build-tsan --print-errorlogs --no-rebuild --suite unit --suite integration
 	echo "== RDMA: the verbs transport over Soft-RoCE, in a VM"
 	meson test -C build --print-errorlogs --no-rebuild --suite rdma
+	echo "== RDMA again with the ASan+UBSan build (the verbs plugin's memory safety)"
+	meson test -C build-asan --print-errorlogs --no-rebuild --suite rdma
 	echo "== all suites passed"
 	;;
 esac
