@@ -31,6 +31,7 @@ struct rgapsd_topic {
 	bool publishers_seen; /* a local publisher attached once: send to interested peers */
 	uint64_t landed_msgs, landed_bytes; /* received from peers and published here */
 	uint64_t refused_msgs;		    /* received from peers, refused here (counted gaps) */
+	uint64_t landed_gaps;		    /* lost upstream (seen as sequence gaps), all rings */
 };
 
 struct rgapsd {

@@ -1585,6 +1585,7 @@ static void on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_i
 		if (in->have_last_seq && h.msg_seq > in->last_msg_seq + 1) {
 			r->gap = (uint32_t)RGAPS_MIN(h.msg_seq - in->last_msg_seq - 1, UINT32_MAX);
 			in->upstream_gaps += r->gap;
+			in->topic->landed_gaps += r->gap; /* outlives the ring, for stats */
 		} else if (in->have_last_seq && h.msg_seq <= in->last_msg_seq) {
 			/* The sender's topic started over (its daemon restarted): no gap to count. */
 			rgaps_info("topic '%s': %s restarted its sequence at %llu", in->topic->cfg.name,

@@ -290,6 +290,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(rem, "messages", (double)t->landed_msgs);
 	cJSON_AddNumberToObject(rem, "bytes", (double)t->landed_bytes);
 	cJSON_AddNumberToObject(rem, "refused", (double)t->refused_msgs);
+	cJSON_AddNumberToObject(rem, "gaps", (double)t->landed_gaps);
 
 	cJSON *pool = cJSON_AddObjectToObject(o, "pool");
 	cJSON_AddNumberToObject(pool, "size", (double)st.pool.pool_size);

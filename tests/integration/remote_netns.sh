@@ -66,6 +66,14 @@ echo "$line" | grep -q "mismatched 0" || fail "corrupt data: $line"
 [ $((drops + gaps)) -gt 0 ] || fail "nothing reported lost although the link was down for seconds"
 [ "$rcv" -gt $((TOTAL / 2)) ] || fail "too few received after the link came back: $line"
 ok "B: $rcv received intact, $((drops + gaps)) reported lost, none silently: $line"
+# The subscriber's reported losses (its 'drops': the gap counts the daemon handed it)
+# are what B saw lost upstream plus what B's own drop_oldest skipped.
+bs=$(on B "$RGAPS" stats net --json | flat)
+fg=$(grep -o '"from_peers":{[^}]*}' <<< "$bs" | grep -o '"gaps":[0-9]*' | cut -d: -f2)
+ld=$(grep -o '"drops_total":[0-9]*' <<< "$bs" | head -1 | cut -d: -f2)
+[ -n "$fg" ] && [ -n "$ld" ] && [ $((fg + ld)) = "$drops" ] ||
+	fail "B's stats: ${fg:-no} upstream gaps + ${ld:-no} local drops, its subscriber was told of $drops"
+ok "B's stats: $fg lost upstream + $ld dropped here = the $drops its subscriber was told of"
 n=$(on A "$RGAPS" stats --json | flat | grep -o '"sessions":[0-9][0-9]*' | head -1 | tr -dc 0-9)
 [ "${n:-0}" -ge 2 ] || fail "A counts $n sessions with B"
 ok "A counted $n sessions with B"

@@ -576,7 +576,10 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		r->byte_rate = r->p ? top_rate(published_bytes(t), published_bytes(r->p), dt) : NAN;
 		r->drops = top_num(t, "counters.drops_total");
 		r->lag = max_lag(t);
-		r->gaps = topic_gaps(cur->stats, r->name);
+		/* rgapsd 0.1 after 2026-11-26 counts them per topic; older ones per live ring. */
+		r->gaps = top_num(t, "from_peers.gaps");
+		if (isnan(r->gaps))
+			r->gaps = topic_gaps(cur->stats, r->name);
 		r->key = sort_key(sort, r);
 	}
 	qsort(rows, n, sizeof(*rows), cmp_rows);
