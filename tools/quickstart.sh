@@ -2,10 +2,10 @@
 # The README's two commands: `tools/quickstart.sh demo` and `tools/quickstart.sh test`.
 # Both install what a fresh Debian 12 machine lacks, build, then run the demo
 # (a daemon, a publisher and verifying subscribers on the embedded defaults)
-# or every test suite: unit, integration, transport and gpu (which skips
-# without a GPU), the unit and integration suites again under ASan+UBSan, and
-# the RDMA suite in a Soft-RoCE VM (which skips with its reason where the VM
-# cannot run).
+# or every test suite: unit, integration, transport, packaging and gpu (which
+# skips without a GPU), the unit and integration suites again under ASan+UBSan
+# and under ThreadSanitizer, and the RDMA suite in a Soft-RoCE VM, plain and
+# under ASan+UBSan (skipped with its reason where the VM cannot run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
@@ -21,6 +21,8 @@ SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
       libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2"
+# The tests also lint the Prometheus text with promtool, and build deb and rpm packages.
+[ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm help2man"
 missing=()
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -19,6 +19,7 @@
 #include "../../src/common/config.h"
 #include "../../src/common/pattern.h"
 #include "rgaps/rgaps.h"
+#include "prometheus.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -65,7 +66,7 @@ static void usage(FILE *f)
 		"            [--timeout SEC] [--loan] [--fixed-payload]\n"
 		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS] [--latency]\n"
 		"  topics [--json]\n"
-		"  stats [TOPIC] [--json]\n"
+		"  stats [TOPIC] [--json | --prometheus]\n"
 		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
 		RGAPS_DEFAULT_SOCKET);
 }
@@ -113,13 +114,15 @@ static double num(const cJSON *o, const char *k)
 static int cmd_topics(int argc, char **argv, bool stats)
 {
 	const char *topic = NULL;
-	bool json = false;
+	bool json = false, prom = false;
 	cJSON *reply, *arr, *t;
 	char *out;
 
 	for (int i = 0; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0)
 			json = true;
+		else if (stats && strcmp(argv[i], "--prometheus") == 0)
+			prom = true;
 		else if (stats && !topic && argv[i][0] != '-')
 			topic = argv[i];
 		else {
@@ -129,6 +132,14 @@ static int cmd_topics(int argc, char **argv, bool stats)
 	}
 	if (query(stats ? "stats" : "topics", topic, &reply))
 		return 1;
+	if (prom) {
+		int r = rgaps_stats_prometheus(reply, stdout);
+
+		cJSON_Delete(reply);
+		if (r)
+			fprintf(stderr, "rgaps: stats: cannot write the Prometheus text\n");
+		return r ? 1 : 0;
+	}
 	if (json) {
 		out = cJSON_Print(reply);
 		puts(out);

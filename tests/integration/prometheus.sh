@@ -1,0 +1,57 @@
+#!/bin/bash
+# `rgaps stats --prometheus`: two daemons as two hosts, a publisher on A and a
+# subscriber on B; each daemon's metrics are well-formed Prometheus text
+# (every family with HELP and TYPE before its samples, counters named
+# *_total, one family per name, numeric values; and `promtool check metrics`
+# where promtool is installed), and they say what happened: A published N
+# messages and sent records on its tcp link, B landed N from its peer, its
+# subscriber's N takes are in the latency histogram, the peers are up.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/remote_lib.sh"
+N=50
+host A 0; host B 1
+for h in A B; do start_host $h; done
+wait_until 10 peer_up A B || fail "no session"
+bg sub env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub prom --count $N --verify --timeout 30
+wait_until 10 knows_sub A B prom || fail "A did not learn B's subscription"
+on A "$RGAPS" pub prom --count $N --size 64KiB --rate 500 >/dev/null || fail "publish"
+wait_ok sub
+for h in A B; do
+	on $h "$RGAPS" stats --prometheus > "$T/$h.prom" || fail "$h: rgaps stats --prometheus failed"
+	awk -v host=$h '
+		/^# HELP / { help[$3] = 1; next }
+		/^# TYPE / { if ($3 in type) { print host ": family " $3 " declared twice"; bad = 1 }
+			     type[$3] = $4; if (!($3 in help)) { print host ": " $3 " has no HELP"; bad = 1 }
+			     if ($4 == "counter" && $3 !~ /_total$/) { print host ": counter " $3 " not *_total"; bad = 1 }
+			     cur = $3; next }
+		/^#/ { next }
+		{ name = $1; sub(/\{.*/, "", name)
+		  if (name != cur) { print host ": sample of " name " outside its family"; bad = 1 }
+		  if ($1 !~ /^rgaps_[a-z0-9_]+\{([a-z_]+="[^"]*",?)*\}$/) { print host ": bad sample: " $0; bad = 1 }
+		  if ($2 !~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) { print host ": bad value: " $0; bad = 1 }
+		  n++ }
+		END { if (!n) { print host ": no samples"; bad = 1 } exit bad }' "$T/$h.prom" ||
+		fail "$h: malformed Prometheus text"
+done
+ok "A and B: well-formed ($(grep -vc '^#' "$T/A.prom") and $(grep -vc '^#' "$T/B.prom") samples)"
+if command -v promtool >/dev/null; then
+	for h in A B; do
+		promtool check metrics < "$T/$h.prom" > "$T/promtool.$h" 2>&1 ||
+			fail "$h: promtool check metrics: $(cat "$T/promtool.$h")"
+	done
+	ok "promtool check metrics: clean on both"
+else
+	echo "note: promtool is not installed (Debian: prometheus); the structural checks above ran"
+fi
+val() { grep -F "$2{" "$T/$1.prom" | grep -F "$3" | head -1 | awk '{ print $2 }'; }
+[ "$(val A rgaps_topic_published_messages_total 'topic="prom"')" = $N ] || fail "A: published $(val A rgaps_topic_published_messages_total 'topic="prom"')"
+[ "$(val B rgaps_topic_remote_messages_total 'topic="prom"')" = $N ] || fail "B: landed $(val B rgaps_topic_remote_messages_total 'topic="prom"')"
+[ "$(val B rgaps_topic_latency_samples_total 'topic="prom"')" = $N ] || fail "B: latency samples"
+[ "$(val B rgaps_topic_remote_gaps_total 'topic="prom"')" = 0 ] || fail "B: gaps"
+[ "$(val A rgaps_peer_up "peer=\"${ADDR[B]}:${PORT[B]}\"")" = 1 ] || fail "A: peer B not up"
+sent=$(val A rgaps_link_records_sent_total 'transport="tcp"')
+[ "${sent:-0}" -ge $N ] || fail "A: tcp link records_sent ${sent:-none}"
+p50=$(val B rgaps_topic_latency_p50_seconds 'topic="prom"')
+awk -v v="$p50" 'BEGIN { exit !(v > 0 && v < 10) }' || fail "B: latency p50 '$p50' s"
+ok "A published $N and sent $sent records over tcp; B landed $N, latency p50 $p50 s, no gap"
+for h in A B; do stop_host $h; done

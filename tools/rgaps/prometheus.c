@@ -1,0 +1,314 @@
+/*
+ * `rgaps stats --prometheus`: a `stats` reply in the Prometheus text
+ * exposition format (version 0.0.4), for node_exporter's textfile collector
+ * or any scraper that runs a command (DESIGN.md section 9).
+ *
+ * Each metric is declared once, in a table per scope (daemon, topic,
+ * subscriber slot, peer, data link): name, type, help, and where its value is
+ * in the JSON. A family's samples must be contiguous, so the writer walks the
+ * table first and the objects second. Values absent from a reply (an older
+ * rgapsd, a link that is down) are left out, never written as 0.
+ */
+#include "prometheus.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+struct metric {
+	const char *name; /* without the rgaps_ prefix */
+	const char *type; /* "counter" or "gauge" */
+	const char *help;
+	const char *path;  /* dotted path of the number in the scope's object */
+	double scale;	   /* value x scale (units to seconds); 0 means 1 */
+};
+
+/* One object of a scope and the labels that name it. */
+struct labeled {
+	const cJSON *obj;
+	char labels[512];
+};
+
+static const struct metric daemon_metrics[] = {
+	{ "daemon_uptime_seconds", "gauge", "Seconds since rgapsd started.", "uptime_s" },
+	{ "daemon_connections", "gauge", "Client connections open now.", "connections" },
+	{ "daemon_connections_total", "counter", "Client connections accepted.",
+	  "connections_total" },
+	{ "daemon_requests_total", "counter", "Control requests served.", "requests" },
+	{ "daemon_request_errors_total", "counter", "Control requests refused.",
+	  "request_errors" },
+	{ "daemon_topics", "gauge", "Topics in the topic table.", "topics" },
+};
+
+static const struct metric topic_metrics[] = {
+	{ "topic_subscribers", "gauge", "Subscribers attached on this host.", "subscribers" },
+	{ "topic_publishers", "gauge", "Publishers attached on this host.", "publishers" },
+	{ "topic_published_messages_total", "counter", "Messages published into the pool.",
+	  "counters.published" },
+	{ "topic_published_bytes_total", "counter", "Bytes published into the pool.",
+	  "counters.published_bytes" },
+	{ "topic_taken_messages_total", "counter", "Messages taken, summed over subscribers.",
+	  "counters.taken" },
+	{ "topic_released_messages_total", "counter", "Holds released by subscribers.",
+	  "counters.released" },
+	{ "topic_unrouted_messages_total", "counter", "Messages published with no subscriber.",
+	  "counters.unrouted" },
+	{ "topic_dropped_messages_total", "counter",
+	  "Messages forced out of the queue while a subscriber lagged (drop_oldest).",
+	  "counters.dropped" },
+	{ "topic_subscriber_drops_total", "counter",
+	  "Messages skipped for lagging subscribers, summed over subscribers.",
+	  "counters.drops_total" },
+	{ "topic_full_waits_total", "counter", "Times a publisher waited for room.",
+	  "counters.full_waits" },
+	{ "topic_publish_timeouts_total", "counter", "Publisher waits that timed out.",
+	  "counters.timeouts" },
+	{ "topic_reclaimed_holds_total", "counter", "Holds released for dead subscribers.",
+	  "counters.reclaimed_holds" },
+	{ "topic_reclaimed_loans_total", "counter", "Loans freed for dead publishers.",
+	  "counters.reclaimed_loans" },
+	{ "topic_journal_rollbacks_total", "counter",
+	  "Critical sections rolled back after a process died inside one.",
+	  "counters.journal_rollbacks" },
+	{ "topic_pool_size_bytes", "gauge", "Size of the topic's shared pool.", "pool.size" },
+	{ "topic_pool_used_bytes", "gauge", "Bytes of the pool in use.", "pool.used_bytes" },
+	{ "topic_pool_largest_free_bytes", "gauge", "Largest free block of the pool.",
+	  "pool.largest_free" },
+	{ "topic_pool_fragmentation_ratio", "gauge",
+	  "1 - largest free block / free bytes (0: one free range).", "pool.fragmentation" },
+	{ "topic_queue_depth", "gauge", "Entries of the message queue.", "queue.depth" },
+	{ "topic_queue_used", "gauge", "Entries of the message queue in use.", "queue.used" },
+	{ "topic_remote_messages_total", "counter",
+	  "Messages received from peer hosts and published here.", "from_peers.messages" },
+	{ "topic_remote_bytes_total", "counter",
+	  "Bytes received from peer hosts and published here.", "from_peers.bytes" },
+	{ "topic_remote_refused_total", "counter",
+	  "Messages from peer hosts refused here (counted as gaps).", "from_peers.refused" },
+	{ "topic_remote_gaps_total", "counter",
+	  "Messages lost between hosts, seen as sequence gaps.", "from_peers.gaps" },
+	{ "topic_latency_samples_total", "counter",
+	  "Takes whose publish-to-take latency was recorded.", "latency_us.count" },
+	{ "topic_latency_p50_seconds", "gauge",
+	  "Median publish-to-take latency since the topic was created.", "latency_us.p50",
+	  1e-6 },
+	{ "topic_latency_p99_seconds", "gauge",
+	  "99th percentile publish-to-take latency since the topic was created.",
+	  "latency_us.p99", 1e-6 },
+	{ "topic_latency_p999_seconds", "gauge",
+	  "99.9th percentile publish-to-take latency since the topic was created.",
+	  "latency_us.p999", 1e-6 },
+	{ "topic_latency_skewed_total", "counter",
+	  "Takes stamped in the future by another host's clock (counted as 0 s).",
+	  "latency_us.skewed" },
+};
+
+static const struct metric sub_metrics[] = {
+	{ "subscriber_taken_messages_total", "counter", "Messages this subscriber took.",
+	  "taken" },
+	{ "subscriber_lag_messages", "gauge", "Messages published that it has not taken yet.",
+	  "lag" },
+	{ "subscriber_drops_total", "counter", "Messages skipped because it lagged.", "drops" },
+	{ "subscriber_holds", "gauge", "Messages it holds now.", "holds" },
+	{ "subscriber_latency_p50_seconds", "gauge", "Its median publish-to-take latency.",
+	  "latency_us.p50", 1e-6 },
+	{ "subscriber_latency_p99_seconds", "gauge",
+	  "Its 99th percentile publish-to-take latency.", "latency_us.p99", 1e-6 },
+};
+
+static const struct metric peer_metrics[] = {
+	{ "peer_up", "gauge", "1 while the authenticated session with the peer is up.", "up" },
+	{ "peer_sessions_total", "counter", "Sessions established with the peer.", "sessions" },
+	{ "peer_rtt_seconds", "gauge", "Round-trip time of the last keepalive.", "rtt_ms",
+	  1e-3 },
+	{ "peer_link_downs_total", "counter", "Data links to the peer lost.", "link_downs" },
+	{ "peer_setup_refusals_total", "counter", "Topic set-ups the peer refused.",
+	  "setup_refusals" },
+	{ "peer_hostile_total", "counter", "Sessions dropped for hostile input.", "hostile" },
+};
+
+static const struct metric link_metrics[] = {
+	{ "link_records_sent_total", "counter", "Records sent on the data link.",
+	  "records_sent" },
+	{ "link_bytes_sent_total", "counter", "Bytes sent on the data link.", "bytes_sent" },
+	{ "link_records_landed_total", "counter", "Records landed from the data link.",
+	  "records_landed" },
+	{ "link_bytes_landed_total", "counter", "Bytes landed from the data link.",
+	  "bytes_landed" },
+	{ "link_send_credit_stalls_total", "counter", "Posts refused for lack of send credits.",
+	  "send_credit_stalls" },
+	{ "link_cq_overflows_total", "counter", "Completion queue overflows (must stay 0).",
+	  "cq_overflows" },
+	{ "link_records_late_total", "counter",
+	  "Records that landed after their ring was torn down (dropped).", "records_late" },
+};
+
+/* The number at a dotted path (booleans count as 0/1); NAN when absent. */
+static double value_at(const cJSON *o, const char *path)
+{
+	char key[64];
+
+	while (o && *path) {
+		const char *dot = strchr(path, '.');
+		size_t n = dot ? (size_t)(dot - path) : strlen(path);
+
+		if (n >= sizeof(key))
+			return NAN;
+		memcpy(key, path, n);
+		key[n] = '\0';
+		o = cJSON_GetObjectItemCaseSensitive(o, key);
+		path += n + (dot ? 1 : 0);
+	}
+	if (cJSON_IsNumber(o))
+		return o->valuedouble;
+	if (cJSON_IsBool(o))
+		return cJSON_IsTrue(o) ? 1 : 0;
+	return NAN;
+}
+
+/* name="value" with \, " and newline escaped, appended to buf. */
+static void add_label(char *buf, size_t len, const char *name, const char *value)
+{
+	size_t off = strlen(buf);
+
+	off += (size_t)snprintf(buf + off, off < len ? len - off : 0, "%s%s=\"", off ? "," : "",
+				name);
+	for (const char *v = value ? value : ""; *v && off + 3 < len; v++) {
+		if (*v == '\\' || *v == '"')
+			buf[off++] = '\\', buf[off++] = *v;
+		else if (*v == '\n')
+			buf[off++] = '\\', buf[off++] = 'n';
+		else
+			buf[off++] = *v;
+	}
+	if (off + 2 <= len) {
+		buf[off++] = '"';
+		buf[off] = '\0';
+	}
+}
+
+static void write_family(FILE *out, const struct metric *m, const struct labeled *objs,
+			 size_t n)
+{
+	bool header = false;
+
+	for (size_t i = 0; i < n; i++) {
+		double v = value_at(objs[i].obj, m->path);
+
+		if (isnan(v))
+			continue;
+		if (!header) {
+			fprintf(out, "# HELP rgaps_%s %s\n# TYPE rgaps_%s %s\n", m->name, m->help,
+				m->name, m->type);
+			header = true;
+		}
+		v *= m->scale ? m->scale : 1;
+		if (v == floor(v) && fabs(v) < 1e15)
+			fprintf(out, "rgaps_%s{%s} %.0f\n", m->name, objs[i].labels, v);
+		else
+			fprintf(out, "rgaps_%s{%s} %.9g\n", m->name, objs[i].labels, v);
+	}
+}
+
+static void write_scope(FILE *out, const struct metric *ms, size_t nms,
+			const struct labeled *objs, size_t n)
+{
+	for (size_t k = 0; k < nms; k++)
+		write_family(out, &ms[k], objs, n);
+}
+
+#define NOBJ 4096 /* far above any real count of topics x slots or peers x links */
+
+int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
+{
+	static struct labeled objs[NOBJ];
+	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(reply, "daemon");
+	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
+	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(reply, "peers"), "sessions");
+	const cJSON *instance = cJSON_GetObjectItemCaseSensitive(daemon, "instance");
+	const char *inst = cJSON_IsString(instance) ? instance->valuestring : "";
+	const cJSON *t, *s;
+	size_t n;
+
+	if (!cJSON_IsObject(daemon))
+		return -1;
+	objs[0].obj = daemon;
+	objs[0].labels[0] = '\0';
+	add_label(objs[0].labels, sizeof(objs[0].labels), "instance", inst);
+	write_scope(out, daemon_metrics, sizeof(daemon_metrics) / sizeof(daemon_metrics[0]), objs,
+		    1);
+
+	n = 0;
+	cJSON_ArrayForEach(t, topics)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+
+		if (n == NOBJ || !cJSON_IsString(name))
+			continue;
+		objs[n].obj = t;
+		objs[n].labels[0] = '\0';
+		add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
+		add_label(objs[n].labels, sizeof(objs[n].labels), "topic", name->valuestring);
+		n++;
+	}
+	write_scope(out, topic_metrics, sizeof(topic_metrics) / sizeof(topic_metrics[0]), objs, n);
+
+	n = 0;
+	cJSON_ArrayForEach(t, topics)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+
+		cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "subscriber_slots"))
+		{
+			char num[32];
+
+			if (n == NOBJ || !cJSON_IsString(name))
+				continue;
+			objs[n].obj = s;
+			objs[n].labels[0] = '\0';
+			add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
+			add_label(objs[n].labels, sizeof(objs[n].labels), "topic", name->valuestring);
+			snprintf(num, sizeof(num), "%.0f", value_at(s, "slot"));
+			add_label(objs[n].labels, sizeof(objs[n].labels), "slot", num);
+			snprintf(num, sizeof(num), "%.0f", value_at(s, "pid"));
+			add_label(objs[n].labels, sizeof(objs[n].labels), "pid", num);
+			n++;
+		}
+	}
+	write_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), objs, n);
+
+	n = 0;
+	cJSON_ArrayForEach(s, sessions)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+
+		if (n == NOBJ || !cJSON_IsString(name))
+			continue;
+		objs[n].obj = s;
+		objs[n].labels[0] = '\0';
+		add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
+		add_label(objs[n].labels, sizeof(objs[n].labels), "peer", name->valuestring);
+		n++;
+	}
+	write_scope(out, peer_metrics, sizeof(peer_metrics) / sizeof(peer_metrics[0]), objs, n);
+
+	n = 0;
+	cJSON_ArrayForEach(s, sessions)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name"), *l;
+
+		cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(s, "links"))
+		{
+			if (n == NOBJ || !cJSON_IsString(name) || !l->string)
+				continue;
+			objs[n].obj = l;
+			objs[n].labels[0] = '\0';
+			add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
+			add_label(objs[n].labels, sizeof(objs[n].labels), "peer", name->valuestring);
+			add_label(objs[n].labels, sizeof(objs[n].labels), "transport", l->string);
+			n++;
+		}
+	}
+	write_scope(out, link_metrics, sizeof(link_metrics) / sizeof(link_metrics[0]), objs, n);
+	return ferror(out) ? -1 : 0;
+}
