@@ -165,6 +165,13 @@ static double value_at(const cJSON *o, const char *path)
 	return NAN;
 }
 
+static const char *str_of(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
 /* name="value" with \, " and newline escaped, appended to buf. */
 static void add_label(char *buf, size_t len, const char *name, const char *value)
 {
@@ -218,6 +225,22 @@ static void write_scope(FILE *out, const struct metric *ms, size_t nms,
 
 #define NOBJ 4096 /* far above any real count of topics x slots or peers x links */
 
+/* objs[*n] = obj, labelled instance="inst" and then each name, value pair of kv (NULL-ended). */
+static void add_obj(struct labeled *objs, size_t *n, const cJSON *obj, const char *inst,
+		    const char *const *kv)
+{
+	struct labeled *o = &objs[*n];
+
+	if (*n == NOBJ)
+		return;
+	o->obj = obj;
+	o->labels[0] = '\0';
+	add_label(o->labels, sizeof(o->labels), "instance", inst);
+	for (; kv[0] && kv[1]; kv += 2)
+		add_label(o->labels, sizeof(o->labels), kv[0], kv[1]);
+	(*n)++;
+}
+
 int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 {
 	static struct labeled objs[NOBJ];
@@ -225,54 +248,42 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
 	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(
 		cJSON_GetObjectItemCaseSensitive(reply, "peers"), "sessions");
-	const cJSON *instance = cJSON_GetObjectItemCaseSensitive(daemon, "instance");
-	const char *inst = cJSON_IsString(instance) ? instance->valuestring : "";
+	const char *inst = str_of(daemon, "instance") ? str_of(daemon, "instance") : "";
 	const cJSON *t, *s;
 	size_t n;
 
 	if (!cJSON_IsObject(daemon))
 		return -1;
-	objs[0].obj = daemon;
-	objs[0].labels[0] = '\0';
-	add_label(objs[0].labels, sizeof(objs[0].labels), "instance", inst);
+	n = 0;
+	add_obj(objs, &n, daemon, inst, (const char *const[]){ NULL });
 	write_scope(out, daemon_metrics, sizeof(daemon_metrics) / sizeof(daemon_metrics[0]), objs,
-		    1);
+		    n);
 
 	n = 0;
 	cJSON_ArrayForEach(t, topics)
 	{
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+		const char *name = str_of(t, "name");
 
-		if (n == NOBJ || !cJSON_IsString(name))
-			continue;
-		objs[n].obj = t;
-		objs[n].labels[0] = '\0';
-		add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
-		add_label(objs[n].labels, sizeof(objs[n].labels), "topic", name->valuestring);
-		n++;
+		if (name)
+			add_obj(objs, &n, t, inst, (const char *const[]){ "topic", name, NULL });
 	}
 	write_scope(out, topic_metrics, sizeof(topic_metrics) / sizeof(topic_metrics[0]), objs, n);
 
 	n = 0;
 	cJSON_ArrayForEach(t, topics)
 	{
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+		const char *name = str_of(t, "name");
 
 		cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "subscriber_slots"))
 		{
-			char num[32];
+			char slot[32], pid[32];
 
-			if (n == NOBJ || !cJSON_IsString(name))
-				continue;
-			objs[n].obj = s;
-			objs[n].labels[0] = '\0';
-			add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
-			add_label(objs[n].labels, sizeof(objs[n].labels), "topic", name->valuestring);
-			snprintf(num, sizeof(num), "%.0f", value_at(s, "slot"));
-			add_label(objs[n].labels, sizeof(objs[n].labels), "slot", num);
-			snprintf(num, sizeof(num), "%.0f", value_at(s, "pid"));
-			add_label(objs[n].labels, sizeof(objs[n].labels), "pid", num);
-			n++;
+			snprintf(slot, sizeof(slot), "%.0f", value_at(s, "slot"));
+			snprintf(pid, sizeof(pid), "%.0f", value_at(s, "pid"));
+			if (name)
+				add_obj(objs, &n, s, inst,
+					(const char *const[]){ "topic", name, "slot", slot, "pid",
+							       pid, NULL });
 		}
 	}
 	write_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), objs, n);
@@ -280,33 +291,25 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	n = 0;
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+		const char *name = str_of(s, "name");
 
-		if (n == NOBJ || !cJSON_IsString(name))
-			continue;
-		objs[n].obj = s;
-		objs[n].labels[0] = '\0';
-		add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
-		add_label(objs[n].labels, sizeof(objs[n].labels), "peer", name->valuestring);
-		n++;
+		if (name)
+			add_obj(objs, &n, s, inst, (const char *const[]){ "peer", name, NULL });
 	}
 	write_scope(out, peer_metrics, sizeof(peer_metrics) / sizeof(peer_metrics[0]), objs, n);
 
 	n = 0;
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name"), *l;
+		const char *name = str_of(s, "name");
+		const cJSON *l;
 
 		cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(s, "links"))
 		{
-			if (n == NOBJ || !cJSON_IsString(name) || !l->string)
-				continue;
-			objs[n].obj = l;
-			objs[n].labels[0] = '\0';
-			add_label(objs[n].labels, sizeof(objs[n].labels), "instance", inst);
-			add_label(objs[n].labels, sizeof(objs[n].labels), "peer", name->valuestring);
-			add_label(objs[n].labels, sizeof(objs[n].labels), "transport", l->string);
-			n++;
+			if (name && l->string)
+				add_obj(objs, &n, l, inst,
+					(const char *const[]){ "peer", name, "transport",
+							       l->string, NULL });
 		}
 	}
 	write_scope(out, link_metrics, sizeof(link_metrics) / sizeof(link_metrics[0]), objs, n);
