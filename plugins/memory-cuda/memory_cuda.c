@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rgaps/plugin.h"
@@ -75,13 +76,27 @@ static struct {
 
 struct cuda_pool;
 
+/* A copy_async in flight: its event, and whom to tell (see "asynchronous copies"). */
+struct copy_wait {
+	struct copy_wait *next;
+	cudaEvent_t ev;
+	int device;
+	void (*done)(void *arg, int status);
+	void *arg;
+};
+
 struct cuda_ctx {
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 	pthread_mutex_t lock;		       /* guards streams, pools, numa_logged */
 	cudaStream_t stream[CUDA_MAX_DEVICES]; /* created on first copy to/from a device */
-	cudaStream_t cb_stream[CUDA_MAX_DEVICES]; /* completion host functions (copy_async) */
 	uint64_t numa_logged;		       /* bit per device: placement reported */
 	struct cuda_pool *pools;	       /* regions this context mapped */
+	/* copy_async completions: FIFO of copies in start order, one waiter thread */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct copy_wait *q_head, *q_tail;
+	pthread_t waiter;
+	bool waiter_started, waiter_stop;
 };
 
 /* One region as this process holds it (region.priv). */
@@ -399,6 +414,8 @@ static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
 	if (env && env->struct_size >= offsetof(struct rgaps_plugin_env, log) + sizeof(env->log))
 		ctx->log = env->log; /* env itself may not outlive this call */
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->qlock, NULL);
+	pthread_cond_init(&ctx->qcond, NULL);
 	/* No CUDA here: init must succeed where there is no GPU (probe says why). */
 	*ctx_p = ctx;
 	return 0;
@@ -410,16 +427,23 @@ static void cuda_fini(void *vctx)
 
 	if (!ctx)
 		return;
+	if (ctx->waiter_started) { /* it reports every copy still in flight, then ends */
+		pthread_mutex_lock(&ctx->qlock);
+		ctx->waiter_stop = true;
+		pthread_cond_signal(&ctx->qcond);
+		pthread_mutex_unlock(&ctx->qlock);
+		pthread_join(ctx->waiter, NULL);
+	}
 	for (int d = 0; d < CUDA_MAX_DEVICES; d++) {
 		int old;
 
 		if (!ctx->stream[d] || enter_device(ctx, d, &old))
 			continue;
 		cudaStreamDestroy(ctx->stream[d]);
-		if (ctx->cb_stream[d])
-			cudaStreamDestroy(ctx->cb_stream[d]);
 		leave_device(d, old);
 	}
+	pthread_cond_destroy(&ctx->qcond);
+	pthread_mutex_destroy(&ctx->qlock);
 	if (ctx->pools)
 		plog(ctx, LOG_WARN, "cuda: plugin closed with pools still mapped");
 	pthread_mutex_destroy(&ctx->lock);
@@ -874,73 +898,156 @@ out:
 }
 
 /*
- * The remote path's copies (ring -> GPU pool, GPU pool -> staging): queued on
- * the device's copy stream, completion reported by a stream host function that
- * only calls done(), which only signals the daemon's loop (STYLE.md item 9).
- * The host function runs on a second stream that waits on an event recorded
- * after the copy: a host function on the copy stream itself holds every later
- * copy until it has run (measured on an H200: DP1 staging at 0.54-0.66 of raw
- * pinned D2H with 4 MiB chunks, 0.93-0.955 with the second stream). Both
- * streams are FIFO, so completions still come in start order.
+ * Asynchronous copies (the remote path: ring -> GPU pool, GPU pool -> staging).
+ * Each copy is queued on the device's copy stream with an event recorded
+ * after it; one waiter thread per context takes the events in start order
+ * and calls done(), which only signals the daemon's loop (STYLE.md item 9).
+ *
+ * The waiter polls the head event for up to COPY_SPIN_NS, then sleeps on it
+ * (blocking-sync events). Measured on an H200 (docs/BENCHMARKS.md, DP1): a
+ * stream host function per copy costs about 50 us, and on the copy stream it
+ * also holds every later copy (chunk trains at 0.54-0.66 of raw D2H); on a
+ * second stream it no longer holds them but a lone 4 MiB copy still waits
+ * its 50 us (0.61-0.67 at 4 MiB). Polling the event reports a copy within a
+ * few microseconds. The bound keeps it adaptive, like the verbs transport's
+ * completion queue: while chunks follow each other (4 MiB: one every ~85 us)
+ * the thread polls; a copy longer than the bound (over ~100 MiB) or an idle
+ * context sleeps, so no core spins when nothing moves.
  */
-struct copy_cb {
-	void (*done)(void *arg, int status);
-	void *arg;
-};
+#define COPY_SPIN_NS 2000000ull /* covers a 64 MiB copy (1.2 ms at 55 GB/s) */
 
-static void CUDART_CB copy_host_fn(void *p)
+static uint64_t mono_ns(void)
 {
-	struct copy_cb cb = *(struct copy_cb *)p;
+	struct timespec ts;
 
-	free(p);
-	cb.done(cb.arg, 0);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int copy_wait_event(struct cuda_ctx *ctx, struct copy_wait *w)
+{
+	uint64_t t0 = mono_ns();
+	cudaError_t e;
+
+	while ((e = cudaEventQuery(w->ev)) == cudaErrorNotReady) {
+		if (mono_ns() - t0 > COPY_SPIN_NS) {
+			e = cudaEventSynchronize(w->ev);
+			break;
+		}
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+	return e == cudaSuccess ? 0 : rt_fail(ctx, "asynchronous copy into/out of the pool", e);
+}
+
+static void *copy_waiter_main(void *p)
+{
+	struct cuda_ctx *ctx = p;
+
+	pthread_setname_np(pthread_self(), "rgaps-cuda-wait");
+	pthread_mutex_lock(&ctx->qlock);
+	for (;;) {
+		struct copy_wait *w;
+		int status;
+
+		while (!ctx->q_head && !ctx->waiter_stop)
+			pthread_cond_wait(&ctx->qcond, &ctx->qlock);
+		w = ctx->q_head;
+		if (!w)
+			break; /* stopping, and every copy reported */
+		pthread_mutex_unlock(&ctx->qlock);
+		cudaSetDevice(w->device); /* this thread's runtime calls go to that device */
+		status = copy_wait_event(ctx, w);
+		cudaEventDestroy(w->ev);
+		pthread_mutex_lock(&ctx->qlock);
+		ctx->q_head = w->next;
+		if (!ctx->q_head)
+			ctx->q_tail = NULL;
+		pthread_mutex_unlock(&ctx->qlock);
+		w->done(w->arg, status);
+		free(w);
+		pthread_mutex_lock(&ctx->qlock);
+	}
+	pthread_mutex_unlock(&ctx->qlock);
+	return NULL;
+}
+
+/* Hand w to the waiter (started on the first asynchronous copy). 0 or -errno. */
+static int copy_wait_push(struct cuda_ctx *ctx, struct copy_wait *w)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&ctx->qlock);
+	if (!ctx->waiter_started) {
+		r = -pthread_create(&ctx->waiter, NULL, copy_waiter_main, ctx);
+		ctx->waiter_started = r == 0;
+	}
+	if (r == 0) {
+		if (ctx->q_tail)
+			ctx->q_tail->next = w;
+		else
+			ctx->q_head = w;
+		ctx->q_tail = w;
+		pthread_cond_signal(&ctx->qcond);
+	}
+	pthread_mutex_unlock(&ctx->qlock);
+	return r;
 }
 
 static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uint32_t dir,
 			   void (*done)(void *arg, int status), void *arg)
 {
 	struct cuda_ctx *ctx = vctx;
-	struct copy_cb *cb;
-	cudaStream_t s, cs;
-	cudaEvent_t ev;
+	struct copy_wait *w;
+	cudaStream_t s;
 	cudaError_t e;
-	int dev, old, r;
+	int dev, old, r = 0;
 
 	dev = copy_device(ctx, dst, src, dir);
 	if (dev < 0 || dev >= CUDA_MAX_DEVICES)
 		return -ENODEV;
-	cb = malloc(sizeof(*cb));
-	if (!cb)
+	w = calloc(1, sizeof(*w));
+	if (!w)
 		return -ENOMEM;
-	cb->done = done;
-	cb->arg = arg;
+	w->device = dev;
+	w->done = done;
+	w->arg = arg;
 	r = enter_device(ctx, dev, &old);
 	if (r) {
-		free(cb);
+		free(w);
 		return r;
 	}
 	s = lazy_stream(ctx, &ctx->stream[dev]);
-	cs = s ? lazy_stream(ctx, &ctx->cb_stream[dev]) : NULL;
-	if (!cs) {
-		plog(ctx, LOG_ERROR, "cuda: cannot create copy streams on GPU %d", dev);
-		free(cb);
+	if (!s) {
+		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream on GPU %d", dev);
+		free(w);
 		leave_device(dev, old);
 		return -ENOMEM;
 	}
 	e = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s) : cudaSuccess;
 	if (e == cudaSuccess)
-		e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+		e = cudaEventCreateWithFlags(&w->ev, cudaEventBlockingSync | cudaEventDisableTiming);
 	if (e == cudaSuccess) {
-		e = cudaEventRecord(ev, s);
-		if (e == cudaSuccess)
-			e = cudaStreamWaitEvent(cs, ev, 0);
-		cudaEventDestroy(ev); /* released by CUDA once the wait is satisfied */
+		e = cudaEventRecord(w->ev, s);
+		if (e != cudaSuccess)
+			cudaEventDestroy(w->ev);
 	}
-	if (e == cudaSuccess)
-		e = cudaLaunchHostFunc(cs, copy_host_fn, cb);
 	if (e != cudaSuccess) {
-		free(cb);
+		free(w);
 		r = rt_fail(ctx, "asynchronous copy into/out of the pool", e);
+	} else {
+		r = copy_wait_push(ctx, w);
+		if (r) { /* no waiter thread: wait here, so the copy is still reported once */
+			plog(ctx, LOG_WARN, "cuda: no completion thread (%s): copy waited for",
+			     strerror(-r));
+			r = copy_wait_event(ctx, w);
+			cudaEventDestroy(w->ev);
+			free(w);
+			leave_device(dev, old);
+			done(arg, r);
+			return 0;
+		}
 	}
 	leave_device(dev, old);
 	return r;

@@ -4,7 +4,7 @@
  *
  *  1. Physical limits: cudaMemcpy D2H and H2D, pinned and pageable.
  *  2. DP1, the sender daemon's staging copy: the cuda plugin's copy_async
- *     (cudaMemcpyAsync + a stream host function that only signals, exactly
+ *     (cudaMemcpyAsync + an event that the plugin's waiter thread polls, exactly
  *     what rgapsd runs) from a VMM pool made by the plugin into an
  *     mmap'ed, plugin-pinned buffer (what staging_setup makes), whole and in
  *     4 MiB chunks, against raw pinned cudaMemcpy D2H of the same bytes.
@@ -619,7 +619,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 	}
 	CK(cudaStreamCreateWithFlags(&cbs, cudaStreamNonBlocking));
 	printf("rates: median ms and GB/s per message; ratios: raw cudaMemcpy time / this time.\n"
-	       "plugin = cuda_copy_async (cudaMemcpyAsync + cudaLaunchHostFunc per copy), what "
+	       "plugin = cuda_copy_async (cudaMemcpyAsync + event, the plugin's waiter polls then sleeps), what "
 	       "rgapsd runs;\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
 	       "thread waiting in order; spinning / blocking-sync events), not in rgapsd;\n"
 	       "hostfn-2nd = prototype: the same host function, launched on a second stream "
