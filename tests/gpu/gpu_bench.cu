@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench_util.cuh"
 #include "gpu_test.cuh"
 #include "rgaps/rgaps.h"
 
@@ -101,25 +102,6 @@ static void die(const char *fmt, const char *a)
 	fprintf(stderr, fmt, a);
 	fprintf(stderr, "\n");
 	exit(1);
-}
-
-static const char *size_str(uint64_t b, char *buf, size_t len)
-{
-	if (b >= (1ull << 30) && b % (1ull << 30) == 0)
-		snprintf(buf, len, "%lluGiB", (unsigned long long)(b >> 30));
-	else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
-		snprintf(buf, len, "%lluMiB", (unsigned long long)(b >> 20));
-	else
-		snprintf(buf, len, "%lluB", (unsigned long long)b);
-	return buf;
-}
-
-static double median(std::vector<double> v)
-{
-	if (v.empty())
-		return 0;
-	std::sort(v.begin(), v.end());
-	return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 /*
@@ -286,14 +268,7 @@ static void reap_children(std::vector<child> &kids)
 	for (const child &c : kids)
 		kill(c.pid, SIGTERM);
 	for (const child &c : kids) {
-		int st;
-
-		for (int i = 0; i < 100 && waitpid(c.pid, &st, WNOHANG) == 0; i++)
-			usleep(50000);
-		if (waitpid(c.pid, &st, WNOHANG) == 0) {
-			kill(c.pid, SIGKILL);
-			waitpid(c.pid, &st, 0);
-		}
+		bench_wait_or_kill(c.pid);
 		close(c.fd);
 	}
 	kids.clear();
@@ -306,78 +281,16 @@ struct cell {
 	std::vector<double> pub_ms;    /* the publish call alone */
 };
 
-static double time_copy(void *dst, const void *src, uint64_t n, int reps)
-{
-	std::vector<double> t;
-
-	for (int i = 0; i < reps + 1; i++) {
-		uint64_t t0 = gpu_now_ns();
-
-		CK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
-		CK(cudaDeviceSynchronize());
-		if (i) /* the first is the warm-up */
-			t.push_back((gpu_now_ns() - t0) / 1e6);
-	}
-	return median(t);
-}
-
-static std::vector<uint64_t> parse_list(const char *s, bool sizes)
-{
-	std::vector<uint64_t> v;
-	std::string str(s);
-	size_t pos = 0;
-
-	while (pos <= str.size()) {
-		size_t comma = str.find(',', pos);
-		std::string item = str.substr(pos, comma == std::string::npos ? std::string::npos :
-										 comma - pos);
-		uint64_t x;
-
-		if (sizes ? gpu_parse_size(item.c_str(), &x) != 0 :
-			    (x = strtoull(item.c_str(), NULL, 10)) == 0)
-			die("bad list item '%s'", item.c_str());
-		v.push_back(x);
-		if (comma == std::string::npos)
-			break;
-		pos = comma + 1;
-	}
-	return v;
-}
-
 static void print_header(void)
 {
-	cudaDeviceProp p;
-	char drv[128] = "?", date[64], host[64] = "?";
-	int dv = 0, rv = 0;
-	time_t now = time(NULL);
-	FILE *f = fopen("/proc/driver/nvidia/version", "r");
+	struct bench_machine m;
 
-	CK(cudaGetDeviceProperties(&p, 0));
-	cudaDriverGetVersion(&dv);
-	cudaRuntimeGetVersion(&rv);
-	if (f) {
-		char line[256];
-
-		if (fgets(line, sizeof(line), f)) {
-			/* "NVRM version: NVIDIA UNIX ... Module [for x86_64]  580.x.y ..." */
-			for (char *tok = strtok(line, " \t"); tok; tok = strtok(NULL, " \t")) {
-				unsigned a, b;
-
-				if (sscanf(tok, "%u.%u", &a, &b) == 2 && strchr(tok, '.')) {
-					snprintf(drv, sizeof(drv), "%s", tok);
-					break;
-				}
-			}
-		}
-		fclose(f);
-	}
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
-	gethostname(host, sizeof(host) - 1);
+	bench_machine_get(&m);
 	printf("gpu-bench: %s (sm_%d%d, %d SMs, %.1f GiB), driver %s (CUDA %d.%d), runtime %d.%d\n",
-	       p.name, p.major, p.minor, p.multiProcessorCount,
-	       p.totalGlobalMem / (double)(1ull << 30), drv, dv / 1000, dv % 1000 / 10, rv / 1000,
-	       rv % 1000 / 10);
-	printf("gpu-bench: %s, host %s, %ld CPUs\n", date, host, sysconf(_SC_NPROCESSORS_ONLN));
+	       m.p.name, m.p.major, m.p.minor, m.p.multiProcessorCount,
+	       m.p.totalGlobalMem / (double)(1ull << 30), m.drv, m.dv / 1000, m.dv % 1000 / 10,
+	       m.rv / 1000, m.rv % 1000 / 10);
+	printf("gpu-bench: %s, host %s, %ld CPUs\n", m.date, m.host, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 int main(int argc, char **argv)
@@ -408,6 +321,8 @@ int main(int argc, char **argv)
 		return child_main((enum child_mode)atoi(argv[2]), argv[3],
 				  strtoull(argv[4], NULL, 10));
 	}
+	std::string bad; /* a --sizes, --subs or --reps item that is neither */
+
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'g':
@@ -417,13 +332,16 @@ int main(int argc, char **argv)
 			htopic = optarg;
 			break;
 		case 's':
-			sizes = parse_list(optarg, true);
+			if (!bench_parse_list(optarg, true, &sizes, &bad))
+				die("bad list item '%s'", bad.c_str());
 			break;
 		case 'n':
-			subs = parse_list(optarg, false);
+			if (!bench_parse_list(optarg, false, &subs, &bad))
+				die("bad list item '%s'", bad.c_str());
 			break;
 		case 'r':
-			reps = parse_list(optarg, false);
+			if (!bench_parse_list(optarg, false, &reps, &bad))
+				die("bad list item '%s'", bad.c_str());
 			break;
 		case 'S':
 			only = optarg;
@@ -469,12 +387,12 @@ int main(int argc, char **argv)
 			uint64_t n = sizes[i];
 			int r = (int)reps[i];
 			double t[5] = {
-				time_copy(pinned, dbuf, n, r), time_copy(pageable, dbuf, n, r),
-				time_copy(dbuf, pinned, n, r), time_copy(dbuf, pageable, n, r),
-				time_copy(dbuf2, dbuf, n, r),
+				bench_time_copy(pinned, dbuf, n, r), bench_time_copy(pageable, dbuf, n, r),
+				bench_time_copy(dbuf, pinned, n, r), bench_time_copy(dbuf, pageable, n, r),
+				bench_time_copy(dbuf2, dbuf, n, r),
 			};
 
-			printf("%-7s", size_str(n, sb, sizeof(sb)));
+			printf("%-7s", bench_size_str(n, sb, sizeof(sb)));
 			for (int k = 0; k < 5; k++)
 				printf(" %8.3f ms %5.1f GB/s", t[k],
 				       n * (k == 4 ? 2.0 : 1.0) / (t[k] * 1e6));
@@ -582,8 +500,8 @@ int main(int argc, char **argv)
 				printf("  %-12s N=%-2llu %-7s median %9.3f ms (first %9.3f)  "
 				       "landed %9.3f ms  publish call %9.3f ms  (%zu msgs)\n",
 				       sc.name, (unsigned long long)subs[ni],
-				       size_str(sizes[zi], sb, sizeof(sb)), median(c.lat_ms),
-				       median(c.first_ms), median(c.landed_ms), median(c.pub_ms),
+				       bench_size_str(sizes[zi], sb, sizeof(sb)), bench_median(c.lat_ms),
+				       bench_median(c.first_ms), bench_median(c.landed_ms), bench_median(c.pub_ms),
 				       c.lat_ms.size());
 			}
 			fflush(stdout);
@@ -603,18 +521,18 @@ int main(int argc, char **argv)
 	       "pinned-ld", "pinned-fl", "N/N1", "x-pg-ld", "x-pg-fl");
 	for (size_t zi = 0; zi < sizes.size(); zi++) {
 		for (size_t ni = 0; ni < subs.size(); ni++) {
-			double rg = median(res[0][ni][zi].lat_ms);
-			double rg1 = median(res[0][0][zi].lat_ms);
-			double pgl = median(res[3][ni][zi].landed_ms);
-			double pgf = median(res[3][ni][zi].lat_ms);
+			double rg = bench_median(res[0][ni][zi].lat_ms);
+			double rg1 = bench_median(res[0][0][zi].lat_ms);
+			double pgl = bench_median(res[3][ni][zi].landed_ms);
+			double pgf = bench_median(res[3][ni][zi].lat_ms);
 
 			printf("%-7s %3llu %9.3f %9.3f %9.3f %9.3f %9.3f %12.3f %12.3f %12.3f "
 			       "%12.3f",
-			       size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
-			       rg, median(res[0][ni][zi].pub_ms), median(res[1][ni][zi].lat_ms),
-			       median(res[5][ni][zi].lat_ms), median(res[2][ni][zi].lat_ms), pgl,
+			       bench_size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
+			       rg, bench_median(res[0][ni][zi].pub_ms), bench_median(res[1][ni][zi].lat_ms),
+			       bench_median(res[5][ni][zi].lat_ms), bench_median(res[2][ni][zi].lat_ms), pgl,
 			       pgf,
-			       median(res[4][ni][zi].landed_ms), median(res[4][ni][zi].lat_ms));
+			       bench_median(res[4][ni][zi].landed_ms), bench_median(res[4][ni][zi].lat_ms));
 			if (ran[0] && rg > 0 && rg1 > 0)
 				printf(" %8.3f", rg / rg1);
 			else
@@ -637,8 +555,8 @@ int main(int argc, char **argv)
 				continue;
 			std::sort(v.begin(), v.end());
 			printf("  %-7s N=%-2llu %9.3f %9.3f %9.3f  (%zu msgs)\n",
-			       size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
-			       v.front(), median(v), v.back(), v.size());
+			       bench_size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
+			       v.front(), bench_median(v), v.back(), v.size());
 		}
 	rgaps_publisher_destroy(gpub);
 	rgaps_publisher_destroy(hpub);

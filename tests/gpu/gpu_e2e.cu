@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench_util.cuh"
 #include "gpu_test.cuh"
 #include "rgaps/plugin.h"
 #include "rgaps/rgaps.h"
@@ -100,25 +101,6 @@ static uint64_t now_rt(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static const char *size_str(uint64_t b, char *buf, size_t len)
-{
-	if (b >= (1ull << 30) && b % (1ull << 30) == 0)
-		snprintf(buf, len, "%lluGiB", (unsigned long long)(b >> 30));
-	else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
-		snprintf(buf, len, "%lluMiB", (unsigned long long)(b >> 20));
-	else
-		snprintf(buf, len, "%lluB", (unsigned long long)b);
-	return buf;
-}
-
-static double median(std::vector<double> v)
-{
-	if (v.empty())
-		return 0;
-	std::sort(v.begin(), v.end());
-	return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 static bool write_all(int fd, const void *p, size_t n)
@@ -271,14 +253,7 @@ static void reap(std::vector<child> &kids)
 		kill(c.pid, SIGTERM);
 	}
 	for (const child &c : kids) {
-		int st;
-
-		for (int i = 0; i < 100 && waitpid(c.pid, &st, WNOHANG) == 0; i++)
-			usleep(50000);
-		if (waitpid(c.pid, &st, WNOHANG) == 0) {
-			kill(c.pid, SIGKILL);
-			waitpid(c.pid, &st, 0);
-		}
+		bench_wait_or_kill(c.pid);
 		close(c.rec_fd);
 	}
 	kids.clear();
@@ -402,7 +377,8 @@ struct bl_rx {
 	int tpipe[2]; /* receiver -> main: t_recv per message */
 };
 
-/* "rgapsd B" of the baseline: receive each message into the shared buffer, tell every subscriber. */
+/* "rgapsd B" of the baseline: receive each message into the shared buffer, tell every
+ * subscriber. */
 static void *bl_receiver(void *arg)
 {
 	bl_rx *rx = (bl_rx *)arg;
@@ -619,8 +595,8 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 	}
 	CK(cudaStreamCreateWithFlags(&cbs, cudaStreamNonBlocking));
 	printf("rates: median ms and GB/s per message; ratios: raw cudaMemcpy time / this time.\n"
-	       "plugin = cuda_copy_async (cudaMemcpyAsync + event, the plugin's waiter polls then sleeps), what "
-	       "rgapsd runs;\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
+	       "plugin = cuda_copy_async (cudaMemcpyAsync + event, the plugin's waiter polls then "
+	       "sleeps), what rgapsd runs;\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
 	       "thread waiting in order; spinning / blocking-sync events), not in rgapsd;\n"
 	       "hostfn-2nd = prototype: the same host function, launched on a second stream "
 	       "after an event of the copy stream, not in rgapsd.\n");
@@ -698,12 +674,12 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 		}
 		if (sig.status)
 			die("DP1", "a copy reported an error");
-		printf("%-7s", size_str(n, sb, sizeof(sb)));
+		printf("%-7s", bench_size_str(n, sb, sizeof(sb)));
 		for (int k = 0; k < 9; k++)
-			printf(" %8.3f ms %5.1f GB/s", median(t[k]), n / (median(t[k]) * 1e6));
+			printf(" %8.3f ms %5.1f GB/s", bench_median(t[k]), n / (bench_median(t[k]) * 1e6));
 		printf(" |");
 		for (int k : { 2, 3, 4, 5, 6, 7, 8 })
-			printf(" %6.3f", median(t[0]) / median(t[k]));
+			printf(" %6.3f", bench_median(t[0]) / bench_median(t[k]));
 		printf("\n");
 		fflush(stdout);
 	}
@@ -737,44 +713,6 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 
 /* ---------------------------------------------------------------- main */
 
-static double time_copy(void *dst, const void *src, uint64_t n, int reps)
-{
-	std::vector<double> t;
-
-	for (int i = 0; i < reps + 1; i++) {
-		uint64_t t0 = gpu_now_ns();
-
-		CK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
-		CK(cudaDeviceSynchronize());
-		if (i)
-			t.push_back((gpu_now_ns() - t0) / 1e6);
-	}
-	return median(t);
-}
-
-static std::vector<uint64_t> parse_list(const char *s, bool sizes)
-{
-	std::vector<uint64_t> v;
-	std::string str(s);
-	size_t pos = 0;
-
-	for (;;) {
-		size_t comma = str.find(',', pos);
-		std::string item = str.substr(pos, comma == std::string::npos ? std::string::npos :
-										 comma - pos);
-		uint64_t x;
-
-		if (sizes ? gpu_parse_size(item.c_str(), &x) != 0 :
-			    (x = strtoull(item.c_str(), NULL, 10)) == 0)
-			die("bad list item", item.c_str());
-		v.push_back(x);
-		if (comma == std::string::npos)
-			break;
-		pos = comma + 1;
-	}
-	return v;
-}
-
 static void read_line(const char *path, char *buf, size_t len)
 {
 	FILE *f = fopen(path, "r");
@@ -788,32 +726,9 @@ static void read_line(const char *path, char *buf, size_t len)
 
 static void print_header(void)
 {
-	cudaDeviceProp p;
-	char drv[128] = "?", date[64], host[64] = "?";
-	int dv = 0, rv = 0;
-	time_t now = time(NULL);
-	FILE *f = fopen("/proc/driver/nvidia/version", "r");
+	struct bench_machine m;
 
-	CK(cudaGetDeviceProperties(&p, 0));
-	cudaDriverGetVersion(&dv);
-	cudaRuntimeGetVersion(&rv);
-	if (f) {
-		char line[256];
-
-		if (fgets(line, sizeof(line), f)) {
-			for (char *tok = strtok(line, " \t"); tok; tok = strtok(NULL, " \t")) {
-				unsigned a, b;
-
-				if (sscanf(tok, "%u.%u", &a, &b) == 2 && strchr(tok, '.')) {
-					snprintf(drv, sizeof(drv), "%s", tok);
-					break;
-				}
-			}
-		}
-		fclose(f);
-	}
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
-	gethostname(host, sizeof(host) - 1);
+	bench_machine_get(&m);
 	{
 		/* PCIe link as the kernel reports it (sysfs wants the bus id in lower case). */
 		char bus[32] = "", path[128], speed[64] = "?", width[16] = "?";
@@ -828,11 +743,11 @@ static void print_header(void)
 		}
 		printf("gpu-e2e: %s (sm_%d%d, %d SMs, %.1f GiB), PCI %s link %s x%s, driver %s "
 		       "(CUDA %d.%d), runtime %d.%d\n",
-		       p.name, p.major, p.minor, p.multiProcessorCount,
-		       p.totalGlobalMem / (double)(1ull << 30), bus, speed, width, drv, dv / 1000,
-		       dv % 1000 / 10, rv / 1000, rv % 1000 / 10);
+		       m.p.name, m.p.major, m.p.minor, m.p.multiProcessorCount,
+		       m.p.totalGlobalMem / (double)(1ull << 30), bus, speed, width, m.drv, m.dv / 1000,
+		       m.dv % 1000 / 10, m.rv / 1000, m.rv % 1000 / 10);
 	}
-	printf("gpu-e2e: %s, host %s, %ld CPUs\n", date, host, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("gpu-e2e: %s, host %s, %ld CPUs\n", m.date, m.host, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 struct cell {
@@ -877,6 +792,8 @@ int main(int argc, char **argv)
 			return child_baseline(strtoull(argv[4], NULL, 10));
 		return child_rgaps(argv[3]);
 	}
+	std::string bad; /* a --sizes, --subs or --reps item that is neither */
+
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'b':
@@ -889,13 +806,16 @@ int main(int argc, char **argv)
 			topics[S_WHOLE] = optarg;
 			break;
 		case 's':
-			sizes = parse_list(optarg, true);
+			if (!bench_parse_list(optarg, true, &sizes, &bad))
+				die("bad list item", bad.c_str());
 			break;
 		case 'n':
-			subs = parse_list(optarg, false);
+			if (!bench_parse_list(optarg, false, &subs, &bad))
+				die("bad list item", bad.c_str());
 			break;
 		case 'r':
-			reps = parse_list(optarg, false);
+			if (!bench_parse_list(optarg, false, &reps, &bad))
+				die("bad list item", bad.c_str());
 			break;
 		case 'S':
 			only = optarg;
@@ -944,13 +864,13 @@ int main(int argc, char **argv)
 		uint64_t n = sizes[i];
 		int r = (int)reps[i];
 		double t[4] = {
-			time_copy(pinned, dbuf, n, r), time_copy(pageable, dbuf, n, r),
-			time_copy(dbuf, pinned, n, r), time_copy(dbuf, pageable, n, r),
+			bench_time_copy(pinned, dbuf, n, r), bench_time_copy(pageable, dbuf, n, r),
+			bench_time_copy(dbuf, pinned, n, r), bench_time_copy(dbuf, pageable, n, r),
 		};
 
 		d2h_pinned[i] = t[0];
 		h2d_pinned[i] = t[2];
-		printf("%-7s", size_str(n, sb, sizeof(sb)));
+		printf("%-7s", bench_size_str(n, sb, sizeof(sb)));
 		for (int k = 0; k < 4; k++)
 			printf(" %9.3f ms %6.1f GB/s", t[k], n / (t[k] * 1e6));
 		printf("\n");
@@ -1074,7 +994,7 @@ int main(int argc, char **argv)
 							       "stopped\n",
 							       scheme_names[si],
 							       (unsigned long long)subs[ni],
-							       size_str(n, sb, sizeof(sb)),
+							       bench_size_str(n, sb, sizeof(sb)),
 							       REC_TIMEOUT_MS / 1000);
 							ok = false;
 							c.broken = true;
@@ -1103,14 +1023,14 @@ int main(int argc, char **argv)
 					printf("  %-9s N=%-2llu %-6s p50 %9.3f  (D2H %8.3f  wire %8.3f  "
 					       "H2D all %8.3f)  %zu msgs\n",
 					       scheme_names[si], (unsigned long long)subs[ni],
-					       size_str(n, sb, sizeof(sb)), median(c.lat), median(c.d2h),
-					       median(c.wire), median(c.h2d), c.lat.size());
+					       bench_size_str(n, sb, sizeof(sb)), bench_median(c.lat), bench_median(c.d2h),
+					       bench_median(c.wire), bench_median(c.h2d), c.lat.size());
 				else
 					printf("  %-9s N=%-2llu %-6s p50 %9.3f  (first %8.3f, t0-based "
 					       "%8.3f, push call %7.3f)  %zu msgs\n",
 					       scheme_names[si], (unsigned long long)subs[ni],
-					       size_str(n, sb, sizeof(sb)), median(c.lat), median(c.first),
-					       median(c.mono), median(c.push), c.lat.size());
+					       bench_size_str(n, sb, sizeof(sb)), bench_median(c.lat), bench_median(c.first),
+					       bench_median(c.mono), bench_median(c.push), c.lat.size());
 				fflush(stdout);
 			}
 			if (si == S_BASE) {
@@ -1137,12 +1057,12 @@ int main(int argc, char **argv)
 	       "baseline", "whole/pipe", "base/pipe", "base/whole", "pipe N/N1");
 	for (size_t zi = 0; zi < sizes.size(); zi++) {
 		for (size_t ni = 0; ni < subs.size(); ni++) {
-			double p = median(res[S_PIPE][ni][zi].lat);
-			double w = median(res[S_WHOLE][ni][zi].lat);
-			double b = median(res[S_BASE][ni][zi].lat);
-			double p1 = median(res[S_PIPE][0][zi].lat);
+			double p = bench_median(res[S_PIPE][ni][zi].lat);
+			double w = bench_median(res[S_WHOLE][ni][zi].lat);
+			double b = bench_median(res[S_BASE][ni][zi].lat);
+			double p1 = bench_median(res[S_PIPE][0][zi].lat);
 
-			printf("%-6s %3llu %10.3f %10.3f %10.3f", size_str(sizes[zi], sb, sizeof(sb)),
+			printf("%-6s %3llu %10.3f %10.3f %10.3f", bench_size_str(sizes[zi], sb, sizeof(sb)),
 			       (unsigned long long)subs[ni], p, w, b);
 			printf(" %10.2f %10.2f %10.2f %10.3f\n", p > 0 ? w / p : 0, p > 0 ? b / p : 0,
 			       w > 0 ? b / w : 0, p1 > 0 ? p / p1 : 0);
@@ -1155,15 +1075,15 @@ int main(int argc, char **argv)
 	printf("%-6s %8s %10s %10s %10s %10s %12s %10s %10s\n", "size", "push", "D2H pin",
 	       "wire(tcp)", "H2D pin", "sum", "whole meas", "pipe meas", "max stage");
 	for (size_t zi = 0; zi < sizes.size(); zi++) {
-		double push = median(res[S_WHOLE][0][zi].push);
-		double wire = median(res[S_BASE][0][zi].wire);
+		double push = bench_median(res[S_WHOLE][0][zi].push);
+		double wire = bench_median(res[S_BASE][0][zi].wire);
 		double sum = push + d2h_pinned[zi] + wire + h2d_pinned[zi];
 		double mx = std::max(std::max(d2h_pinned[zi], wire), h2d_pinned[zi]);
 
 		printf("%-6s %8.3f %10.3f %10.3f %10.3f %10.3f %12.3f %10.3f %10.3f\n",
-		       size_str(sizes[zi], sb, sizeof(sb)), push, d2h_pinned[zi], wire,
-		       h2d_pinned[zi], sum, median(res[S_WHOLE][0][zi].lat),
-		       median(res[S_PIPE][0][zi].lat), mx);
+		       bench_size_str(sizes[zi], sb, sizeof(sb)), push, d2h_pinned[zi], wire,
+		       h2d_pinned[zi], sum, bench_median(res[S_WHOLE][0][zi].lat),
+		       bench_median(res[S_PIPE][0][zi].lat), mx);
 	}
 	printf("\nbaseline stages (ms, medians): D2H pageable / wire / all N H2D pageable\n");
 	for (size_t zi = 0; zi < sizes.size(); zi++)
@@ -1173,9 +1093,9 @@ int main(int argc, char **argv)
 			if (c.lat.empty())
 				continue;
 			printf("  %-6s N=%-2llu %9.3f %9.3f %9.3f  (wire %.2f GB/s)\n",
-			       size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
-			       median(c.d2h), median(c.wire), median(c.h2d),
-			       sizes[zi] / (median(c.wire) * 1e6));
+			       bench_size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
+			       bench_median(c.d2h), bench_median(c.wire), bench_median(c.h2d),
+			       sizes[zi] / (bench_median(c.wire) * 1e6));
 		}
 	printf("\nspread (min / p50 / max ms):\n");
 	for (int si = 0; si < NSCHEMES; si++)
@@ -1187,8 +1107,8 @@ int main(int argc, char **argv)
 					continue;
 				std::sort(v.begin(), v.end());
 				printf("  %-9s %-6s N=%-2llu %9.3f %9.3f %9.3f  (%zu msgs)%s\n",
-				       scheme_names[si], size_str(sizes[zi], sb, sizeof(sb)),
-				       (unsigned long long)subs[ni], v.front(), median(v), v.back(),
+				       scheme_names[si], bench_size_str(sizes[zi], sb, sizeof(sb)),
+				       (unsigned long long)subs[ni], v.front(), bench_median(v), v.back(),
 				       v.size(), res[si][ni][zi].broken ? " BROKEN" : "");
 			}
 	for (int k = 0; k < 2; k++)

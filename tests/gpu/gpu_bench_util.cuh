@@ -1,0 +1,147 @@
+/*
+ * Helpers shared by the two benchmark programs, gpu-bench (local path) and
+ * gpu-e2e (remote path): the median of samples, lists of sizes or counts from
+ * the command line, size labels, one timed cudaMemcpy, and the driver version
+ * for the tables' header line.
+ */
+#ifndef RGAPS_TESTS_GPU_BENCH_UTIL_CUH
+#define RGAPS_TESTS_GPU_BENCH_UTIL_CUH
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gpu_test.cuh"
+
+static inline double bench_median(std::vector<double> v)
+{
+	if (v.empty())
+		return 0;
+	std::sort(v.begin(), v.end());
+	return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+/*
+ * "4MiB,64MiB,1GiB" (sizes) or "1,2,4,8" (positive counts) into *v. false,
+ * with the offending item in *bad, when an item is neither.
+ */
+static inline bool bench_parse_list(const char *s, bool sizes, std::vector<uint64_t> *v,
+				    std::string *bad)
+{
+	std::string str(s);
+	size_t pos = 0;
+
+	v->clear();
+	for (;;) {
+		size_t comma = str.find(',', pos);
+		std::string item = str.substr(pos, comma == std::string::npos ? std::string::npos :
+										 comma - pos);
+		uint64_t x;
+
+		if (sizes ? gpu_parse_size(item.c_str(), &x) != 0 :
+			    (x = strtoull(item.c_str(), NULL, 10)) == 0) {
+			*bad = item;
+			return false;
+		}
+		v->push_back(x);
+		if (comma == std::string::npos)
+			return true;
+		pos = comma + 1;
+	}
+}
+
+/* "1GiB", "64MiB" or "4096B": the largest unit that divides b. */
+static inline const char *bench_size_str(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30) && b % (1ull << 30) == 0)
+		snprintf(buf, len, "%lluGiB", (unsigned long long)(b >> 30));
+	else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
+		snprintf(buf, len, "%lluMiB", (unsigned long long)(b >> 20));
+	else
+		snprintf(buf, len, "%lluB", (unsigned long long)b);
+	return buf;
+}
+
+/* Median ms of reps cudaMemcpy + device sync of n bytes, after one warm-up copy. */
+static inline double bench_time_copy(void *dst, const void *src, uint64_t n, int reps)
+{
+	std::vector<double> t;
+
+	for (int i = 0; i < reps + 1; i++) {
+		uint64_t t0 = gpu_now_ns();
+
+		CK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+		CK(cudaDeviceSynchronize());
+		if (i) /* the first is the warm-up */
+			t.push_back((gpu_now_ns() - t0) / 1e6);
+	}
+	return bench_median(t);
+}
+
+/* Wait up to 5 s for a child told to stop (SIGTERM), then SIGKILL it; reaped either way. */
+static inline void bench_wait_or_kill(pid_t pid)
+{
+	int st;
+
+	for (int i = 0; i < 100 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(50000);
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+}
+
+/* The kernel driver's version ("580.159.04") from /proc/driver/nvidia/version, else "?". */
+static inline void bench_driver_version(char *drv, size_t len)
+{
+	FILE *f = fopen("/proc/driver/nvidia/version", "r");
+	char line[256];
+
+	snprintf(drv, len, "?");
+	if (!f)
+		return;
+	if (fgets(line, sizeof(line), f)) {
+		/* "NVRM version: NVIDIA UNIX ... Module [for x86_64]  580.x.y ..." */
+		for (char *tok = strtok(line, " \t"); tok; tok = strtok(NULL, " \t")) {
+			unsigned a, b;
+
+			if (sscanf(tok, "%u.%u", &a, &b) == 2 && strchr(tok, '.')) {
+				snprintf(drv, len, "%s", tok);
+				break;
+			}
+		}
+	}
+	fclose(f);
+}
+
+/* What a table's header line says about the machine and the run. */
+struct bench_machine {
+	cudaDeviceProp p;	     /* device 0 */
+	char drv[128];		     /* kernel driver version */
+	int dv, rv;		     /* CUDA driver and runtime API versions */
+	char date[64], host[64]; /* UTC, hostname */
+};
+
+static inline void bench_machine_get(struct bench_machine *m)
+{
+	time_t now = time(NULL);
+
+	memset(m, 0, sizeof(*m));
+	CK(cudaGetDeviceProperties(&m->p, 0));
+	cudaDriverGetVersion(&m->dv);
+	cudaRuntimeGetVersion(&m->rv);
+	bench_driver_version(m->drv, sizeof(m->drv));
+	strftime(m->date, sizeof(m->date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+	snprintf(m->host, sizeof(m->host), "?");
+	gethostname(m->host, sizeof(m->host) - 1);
+}
+
+#endif
