@@ -407,7 +407,8 @@ int rgaps__plugin_options_check(const struct rgaps_loaded_plugin *lp, const void
 				snprintf(err + off, errlen - off, ")");
 			return -EINVAL;
 		}
-		if (!cJSON_IsNumber(it) || v < 0 || v != (double)(uint64_t)v) {
+		if (!cJSON_IsNumber(it) || !(v >= 0 && v < 18446744073709551616.0) ||
+		    v != (double)(uint64_t)v) {
 			snprintf(err, errlen, "key '%s%s': expected a non-negative integer", prefix,
 				 it->string);
 			return -EINVAL;
