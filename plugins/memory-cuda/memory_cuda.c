@@ -95,6 +95,8 @@ struct cuda_ctx {
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
 	struct copy_wait *q_head, *q_tail;
+	struct copy_wait *spare[CUDA_MAX_DEVICES]; /* finished, event kept for the next copy */
+	uint32_t nspare[CUDA_MAX_DEVICES];
 	pthread_t waiter;
 	bool waiter_started, waiter_stop;
 };
@@ -439,6 +441,13 @@ static void cuda_fini(void *vctx)
 
 		if (!ctx->stream[d] || enter_device(ctx, d, &old))
 			continue;
+		while (ctx->spare[d]) {
+			struct copy_wait *w = ctx->spare[d];
+
+			ctx->spare[d] = w->next;
+			cudaEventDestroy(w->ev);
+			free(w);
+		}
 		cudaStreamDestroy(ctx->stream[d]);
 		leave_device(d, old);
 	}
@@ -915,6 +924,7 @@ out:
  * context sleeps, so no core spins when nothing moves.
  */
 #define COPY_SPIN_NS 2000000ull /* covers a 64 MiB copy (1.2 ms at 55 GB/s) */
+#define COPY_SPARES 64		 /* finished entries (and their events) kept per device */
 
 static uint64_t mono_ns(void)
 {
@@ -941,14 +951,59 @@ static int copy_wait_event(struct cuda_ctx *ctx, struct copy_wait *w)
 	return e == cudaSuccess ? 0 : rt_fail(ctx, "asynchronous copy into/out of the pool", e);
 }
 
+/*
+ * An entry with its event for a copy on dev: a spare one (creating an event
+ * costs microseconds, which a 4 MiB copy's report would otherwise wait for),
+ * else a new one. Called with dev current. NULL: out of memory or events.
+ */
+static struct copy_wait *copy_wait_get(struct cuda_ctx *ctx, int dev)
+{
+	struct copy_wait *w;
+
+	pthread_mutex_lock(&ctx->qlock);
+	w = ctx->spare[dev];
+	if (w) {
+		ctx->spare[dev] = w->next;
+		ctx->nspare[dev]--;
+	}
+	pthread_mutex_unlock(&ctx->qlock);
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (w && cudaEventCreateWithFlags(&w->ev, cudaEventBlockingSync |
+							  cudaEventDisableTiming) != cudaSuccess) {
+		free(w);
+		w = NULL;
+	}
+	if (w)
+		w->device = dev;
+	return w;
+}
+
+/* A finished entry goes back to its device's spares (or away). Called with qlock held. */
+static void copy_wait_put(struct cuda_ctx *ctx, struct copy_wait *w)
+{
+	if (ctx->nspare[w->device] < COPY_SPARES) {
+		w->next = ctx->spare[w->device];
+		ctx->spare[w->device] = w;
+		ctx->nspare[w->device]++;
+		return;
+	}
+	cudaEventDestroy(w->ev);
+	free(w);
+}
+
 static void *copy_waiter_main(void *p)
 {
 	struct cuda_ctx *ctx = p;
+	int current = -1;
 
 	pthread_setname_np(pthread_self(), "rgaps-cuda-wait");
 	pthread_mutex_lock(&ctx->qlock);
 	for (;;) {
+		void (*done)(void *arg, int status);
 		struct copy_wait *w;
+		void *arg;
 		int status;
 
 		while (!ctx->q_head && !ctx->waiter_stop)
@@ -957,16 +1012,20 @@ static void *copy_waiter_main(void *p)
 		if (!w)
 			break; /* stopping, and every copy reported */
 		pthread_mutex_unlock(&ctx->qlock);
-		cudaSetDevice(w->device); /* this thread's runtime calls go to that device */
+		if (w->device != current) { /* this thread's runtime calls go to that device */
+			cudaSetDevice(w->device);
+			current = w->device;
+		}
 		status = copy_wait_event(ctx, w);
-		cudaEventDestroy(w->ev);
+		done = w->done;
+		arg = w->arg;
 		pthread_mutex_lock(&ctx->qlock);
 		ctx->q_head = w->next;
 		if (!ctx->q_head)
 			ctx->q_tail = NULL;
+		copy_wait_put(ctx, w);
 		pthread_mutex_unlock(&ctx->qlock);
-		w->done(w->arg, status);
-		free(w);
+		done(arg, status);
 		pthread_mutex_lock(&ctx->qlock);
 	}
 	pthread_mutex_unlock(&ctx->qlock);
@@ -984,6 +1043,7 @@ static int copy_wait_push(struct cuda_ctx *ctx, struct copy_wait *w)
 		ctx->waiter_started = r == 0;
 	}
 	if (r == 0) {
+		w->next = NULL;
 		if (ctx->q_tail)
 			ctx->q_tail->next = w;
 		else
@@ -1007,34 +1067,25 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 	dev = copy_device(ctx, dst, src, dir);
 	if (dev < 0 || dev >= CUDA_MAX_DEVICES)
 		return -ENODEV;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	w->device = dev;
-	w->done = done;
-	w->arg = arg;
 	r = enter_device(ctx, dev, &old);
-	if (r) {
-		free(w);
+	if (r)
 		return r;
-	}
 	s = lazy_stream(ctx, &ctx->stream[dev]);
-	if (!s) {
-		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream on GPU %d", dev);
-		free(w);
+	w = s ? copy_wait_get(ctx, dev) : NULL;
+	if (!w) {
+		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream or event on GPU %d", dev);
 		leave_device(dev, old);
 		return -ENOMEM;
 	}
+	w->done = done;
+	w->arg = arg;
 	e = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s) : cudaSuccess;
 	if (e == cudaSuccess)
-		e = cudaEventCreateWithFlags(&w->ev, cudaEventBlockingSync | cudaEventDisableTiming);
-	if (e == cudaSuccess) {
 		e = cudaEventRecord(w->ev, s);
-		if (e != cudaSuccess)
-			cudaEventDestroy(w->ev);
-	}
 	if (e != cudaSuccess) {
-		free(w);
+		pthread_mutex_lock(&ctx->qlock);
+		copy_wait_put(ctx, w);
+		pthread_mutex_unlock(&ctx->qlock);
 		r = rt_fail(ctx, "asynchronous copy into/out of the pool", e);
 	} else {
 		r = copy_wait_push(ctx, w);
@@ -1042,8 +1093,9 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 			plog(ctx, LOG_WARN, "cuda: no completion thread (%s): copy waited for",
 			     strerror(-r));
 			r = copy_wait_event(ctx, w);
-			cudaEventDestroy(w->ev);
-			free(w);
+			pthread_mutex_lock(&ctx->qlock);
+			copy_wait_put(ctx, w);
+			pthread_mutex_unlock(&ctx->qlock);
 			leave_device(dev, old);
 			done(arg, r);
 			return 0;
