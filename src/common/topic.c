@@ -97,10 +97,11 @@ struct rgaps_lathist *rgaps_topic_sub_latency(const struct rgaps_topic *t, uint3
 void rgaps_topic_record_latency(struct rgaps_topic *t, uint32_t slot, uint64_t ts_ns,
 				uint64_t now_ns)
 {
-	struct rgaps_lathist *mine = rgaps_topic_sub_latency(t, slot);
+	struct rgaps_lathist *mine;
 
 	if (slot >= t->hdr->max_subscribers)
 		return;
+	mine = rgaps_topic_sub_latency(t, slot);
 	if (ts_ns > now_ns) { /* stamped by a host whose clock runs ahead */
 		__atomic_fetch_add(&mine->skewed, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->hdr->latency.skewed, 1, __ATOMIC_RELAXED);
