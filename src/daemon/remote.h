@@ -12,9 +12,9 @@
  *             space is given back (Head, watermark), and the last chunk
  *             publishes the message to the local subscribers.
  *
- * The per-message state machines of both halves are in remote.c (enum
- * rt_out_state, enum rt_in_state), each with one driver and a counter per
- * transition, reported by `rgaps stats`.
+ * The code is in src/daemon/remote/, one file per job (remote/internal.h
+ * draws the map): sender.c and receiver.c hold the two state machines, each
+ * with one driver and a counter per transition, reported by `rgaps stats`.
  */
 #ifndef RGAPSD_REMOTE_H
 #define RGAPSD_REMOTE_H

@@ -3,7 +3,7 @@
  * collects its cells first and sizes every column to its widest cell, so the
  * same frame reads well in a terminal and in a script's log. The reply's
  * layout is the daemon's (src/daemon/requests.c topic_summary(),
- * src/daemon/remote.c rgapsd_remote_stats()); nothing here assumes a field
+ * src/daemon/remote/stats.c rgapsd_remote_stats()); nothing here assumes a field
  * is present.
  */
 #include "top_view.h"

@@ -1,0 +1,490 @@
+/*
+ * Private to src/daemon/remote/: the structures every room of the remote path
+ * shares, and what each file offers the others. The rest of rgapsd sees only
+ * ../remote.h.
+ *
+ * Files, each calling only the ones below it (no circle):
+ *
+ *   remote.c      start, stop and the daemon's hooks (../remote.h)
+ *   stats.c       the "peers" section of `rgaps stats`
+ *   transports.c  the transport plugins: load, options, listen; routes their callbacks
+ *   session.c     peer sessions: up/down, control-message dispatch, the tick
+ *   links.c       data links: offer, accept, connect, loss
+ *   sender.c      out rings and chunks: the sender's state machine and its driver
+ *   receiver.c    in rings and records: the receiver's state machine and its driver
+ *   forwarder.c   the thread that takes each local message for the sender
+ *   staging.c     DP1: device-pool chunks copied to pinned host slots
+ *   copies.c      copies between pools and host memory off the loop; NUMA placement
+ *   peer.c        one peer as the core sees it: lookup, sending, refusing a hostile one
+ *   local.c       the remote path's view of the local topic (the only user of ../../common/topic.h)
+ *   wire.c        pure codecs: hex, control-message helpers
+ *
+ * Everything runs on the loop thread except the forwarder threads and the copy
+ * worker, which reach the loop only through the mailbox (../worker.h).
+ */
+#ifndef RGAPSD_REMOTE_INTERNAL_H
+#define RGAPSD_REMOTE_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../../common/futex.h"
+#include "../../common/plugin_loader.h"
+#include "../../common/record.h"
+#include "../../common/ring.h"
+#include "../daemon.h"
+#include "../peers.h"
+#include "../remote.h"
+#include "../worker.h"
+
+#define RT_RINGS 128		 /* ring ids per direction of a peer pair (immediate: 7 bits) */
+#define RT_HDR_SLOTS 512	 /* record headers in flight per out ring */
+#define RT_SETUP_TIMEOUT_MS 5000 /* a publisher's attach waits at most this for peers */
+#define RT_TICK_MS 500
+#define RT_RETRY_MS 2		/* blocked receivers retry this often */
+#define RT_RESETUP_MIN_MS 500	/* a refused topic set-up is asked again after this, */
+#define RT_RESETUP_MAX_MS 8000	/* doubling up to this */
+#define RT_DEFERRED_MAX 64	/* set-ups held while the data link they need connects */
+
+enum { TR_TCP, TR_VERBS, TR_NUM };
+extern const char *const rt_tr_names[TR_NUM];
+extern const uint16_t rt_tr_port_offset[TR_NUM]; /* data ports: control port + n */
+
+/* ---------------------------------------------------------------- local.c */
+
+/* A message the forwarder took from the local topic. */
+struct rt_local_msg {
+	uint64_t seq, size, ts_ns;
+	const uint8_t *data; /* its bytes in this process (a device address for device pools) */
+	bool remote_origin;  /* landed from a peer: never forwarded again */
+	uint32_t token;	     /* the hold, for release */
+};
+
+/* The forwarder's subscriber slot of a topic. */
+struct rt_local_sub {
+	struct rgapsd_topic *t;
+	uint32_t slot;
+	bool open;
+};
+
+/* The publisher slot that lands messages from one in ring. */
+struct rt_local_pub {
+	struct rgapsd_topic *t;
+	uint32_t slot;
+	bool open;
+};
+
+int rt_local_sub_open(struct rgapsd_topic *t, struct rt_local_sub *s);
+/*
+ * Take the next message (waits up to timeout_ms). 0; -ETIMEDOUT, -EAGAIN or
+ * -EINTR: nothing yet; -ENOBUFS: every hold of the slot is in flight (wait for a
+ * release); anything else: the topic is gone.
+ */
+int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p);
+void rt_local_sub_release(struct rt_local_sub *s, const struct rt_local_msg *m);
+void rt_local_sub_close(struct rt_local_sub *s);
+
+int rt_local_pub_open(struct rgapsd_topic *t, struct rt_local_pub *p);
+/* Borrow size bytes: the token and where to write them. -EAGAIN / -ENOBUFS: try again later. */
+int rt_local_pub_loan(struct rt_local_pub *p, uint64_t size, uint32_t *token_p, uint8_t **dst_p);
+/* Publish a loan as a message from a peer (gap: lost before it). -EAGAIN: queue full, retry. */
+int rt_local_pub_commit(struct rt_local_pub *p, uint32_t token, uint64_t size, uint64_t ts_ns,
+			uint32_t gap);
+void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token);
+void rt_local_pub_close(struct rt_local_pub *p);
+
+/* The topic's pool in this process (what the transports register as a record source). */
+uint8_t *rt_local_pool(const struct rgapsd_topic *t);
+
+/* ---------------------------------------------------------------- state machines */
+
+/* A message on the sender side (one per locally published message). */
+enum rt_out_state {
+	OUT_TAKEN,    /* held from the topic by the forwarder's subscriber slot */
+	OUT_QUEUED,   /* chunks queued on the ring of every interested peer */
+	OUT_SENT,     /* every record left the source memory */
+	OUT_RELEASED, /* hold released: the pool block may be freed */
+	OUT_DROPPED,  /* a destination went away before all was sent (counted) */
+	OUT_NUM_STATES
+};
+extern const char *const rt_out_state_names[OUT_NUM_STATES];
+
+/* A record on the receiver side (one per landed chunk). */
+enum rt_in_state {
+	IN_LANDED,    /* in the ring, header checked */
+	IN_ALLOCATED, /* its message has a pool block (the first chunk allocates) */
+	IN_COPYING,   /* the worker copies ring -> pool */
+	IN_COPIED,    /* chunk in the pool */
+	IN_PUBLISHED, /* last chunk: the message is committed to local subscribers */
+	IN_RELEASED,  /* ring space given back (Head advanced) */
+	IN_DROPPED,   /* the message was refused or its link lost: nothing published */
+	IN_NUM_STATES
+};
+extern const char *const rt_in_state_names[IN_NUM_STATES];
+
+/* ---------------------------------------------------------------- structures */
+
+struct rgapsd_remote;
+struct rt_peer;
+struct rt_topic;
+
+struct rt_transport {
+	struct rgapsd_remote *rt;
+	int idx;
+	struct rgaps_loaded_plugin *lp;
+	void *ctx;
+	struct rgaps_transport_cbs cbs;
+	bool usable;
+};
+
+enum rt_link_state {
+	LINK_NONE,	 /* nothing */
+	LINK_OFFERED,	 /* we expect the peer to connect with our token */
+	LINK_CONNECTING, /* we connect with the peer's token */
+	LINK_UP,
+};
+
+struct rt_link {
+	enum rt_link_state state;
+	struct rgaps_link *link;
+	uint8_t token[RGAPS_LINK_TOKEN_LEN];
+};
+
+struct rt_omsg {
+	struct rt_topic *tt;
+	struct rt_local_msg msg;
+	uint32_t refs; /* chunks in flight + 1 while queuing */
+	bool dropped;
+	enum rt_out_state state;
+};
+
+/*
+ * A chunk of a message whose pool is device memory, copied once (D2H) into a
+ * slot of the topic's pinned staging buffer and sent from there to every
+ * interested ring (DP1). Chunk k+1 is staged while chunk k is on the wire.
+ */
+struct rt_stage {
+	struct rgapsd_job job; /* worker fallback; job.done is the completion message */
+	struct rt_stage *next;
+	struct rt_topic *tt;
+	struct rt_omsg *m;
+	uint64_t off, len;
+	uint32_t slot;
+	uint32_t refs; /* ring chunks that send from it */
+	int status;
+	bool ready;
+};
+
+struct rt_chunk {
+	struct rt_chunk *next;
+	struct rt_omsg *m;
+	struct rt_stage *stage; /* NULL: sent straight from the (host) pool */
+	struct rt_out *o;
+	uint64_t off, len;
+	uint32_t flags;
+	uint32_t hdr_slot;
+	bool reserved; /* ring space taken (a post refused for credits keeps it) */
+	struct rgaps_ring_slot slot;
+};
+
+struct rt_out {
+	struct rt_peer *p;
+	struct rt_topic *tt;
+	struct rt_out *next_in_topic;
+	uint32_t id;
+	int tr;
+	enum { OUT_RING_PREPARING, OUT_RING_READY, OUT_RING_CLOSING } state;
+	bool tell_peer; /* send topic_teardown once closed */
+	struct rgaps_ring_geom geom;
+	struct rgaps_ring_sender ring;
+	uint8_t *hdrs;
+	void *hdrs_mr;
+	uint32_t hdr_head, hdr_used;
+	struct rt_chunk *q_head, *q_tail; /* waiting for ring space or credits */
+	struct rt_chunk *inflight_head, *inflight_tail;
+	uint64_t record_seq;
+	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs;
+};
+
+struct rt_rec {
+	struct rgapsd_job job;
+	struct rt_rec *next;
+	struct rt_in *in;
+	struct rgaps_ring_slot slot;
+	struct rgaps_record_hdr h;
+	enum rt_in_state state;
+	uint32_t loan_token;
+	uint8_t *loan_dst;
+	uint32_t gap; /* upstream gap before this message (first chunk) */
+	int copy_status;
+};
+
+struct rt_in {
+	struct rt_peer *p;
+	struct rgapsd_topic *topic;
+	uint32_t id;
+	int tr;
+	uint8_t *mem;
+	uint64_t size;
+	struct rgaps_ring_geom geom;
+	struct rgaps_ring_receiver ring;
+	struct rt_local_pub pub;
+	/* landing-order checks */
+	uint64_t next_record_seq;
+	bool land_in_msg;
+	uint64_t land_msg_seq, land_msg_size, land_next_off;
+	bool have_last_seq;
+	uint64_t last_msg_seq;
+	/* processing */
+	bool asm_open; /* a loan is open for the message being assembled */
+	uint32_t asm_token;
+	uint8_t *asm_dst;
+	struct rt_rec *q_head, *q_tail;
+	uint32_t jobs; /* records with the worker */
+	struct rt_rec *drive_from; /* first record not yet handed to the worker */
+	bool blocked;
+	bool dead;
+	uint32_t pending_gap; /* refused here: reported with the next published message */
+	bool pinned;	      /* ring registered with the memory plugin (device pools) */
+	bool have_pub_seq;    /* the sender's sequence number of the last message published */
+	uint64_t pub_seq;
+	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries;
+};
+
+/* Last sequence number landed per topic, kept across rings and sessions. */
+struct rt_seen {
+	char topic[RGAPS_TOPIC_NAME_MAX + 1];
+	uint64_t last_seq;
+};
+
+struct rt_peer {
+	struct rgapsd_remote *rt;
+	struct rgapsd_peer *peer;
+	struct rt_peer *next;
+	bool initiator;
+	struct rt_link links[TR_NUM];
+	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1];
+	uint32_t nsubs;
+	struct rt_out *out[RT_RINGS];
+	struct rt_in *in[RT_RINGS];
+	uint32_t next_ring; /* round-robin cursor in our half of the ring ids */
+	/* So that messages lost while a link was down reach subscribers as a gap. */
+	struct rt_seen *seen;
+	uint32_t nseen;
+	/* Receiver: set-ups that arrived before the data link they name (its connect
+	 * and the set-up race on two sockets); run when the link comes up. */
+	cJSON *deferred[TR_NUM];
+	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
+	uint64_t resetup_at_ns;
+	uint32_t resetup_ms;
+	uint64_t hostile, link_downs, setup_refusals, setups_deferred;
+};
+
+struct rt_waiter {
+	struct rt_waiter *next;
+	void (*done)(void *arg, int status);
+	void *arg;
+	uint64_t deadline;
+};
+
+struct rt_topic {
+	struct rgapsd_remote *rt;
+	struct rgapsd_topic *t;
+	struct rt_topic *next;
+	struct rt_out *outs;
+	void *pool_mr[TR_NUM];
+	struct rt_waiter *waiters;
+	/* forwarder */
+	pthread_t fwd_thread;
+	bool fwd_started;
+	uint32_t fwd_stop;
+	uint32_t fwd_released; /* futex word: bumped when the loop releases a forwarded hold */
+	struct rt_local_sub fwd;
+	void (*fwd_deliver)(struct rt_topic *tt, const struct rt_local_msg *m); /* on the loop */
+	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large;
+	/* staging (device-memory pools only) */
+	bool staged;
+	uint8_t *stg;
+	uint64_t stg_slot, stg_size;
+	uint32_t stg_nslots, stg_nfree;
+	uint32_t *stg_free;
+	bool stg_pinned;
+	void *stg_mr[TR_NUM];
+	struct rt_stage *stage_head, *stage_tail; /* waiting for a slot */
+	void (*stage_ready)(struct rt_stage *st); /* a copy finished (on the loop) */
+	uint64_t staged_chunks, staged_bytes;
+};
+
+/*
+ * Fault injection for the tests (RGAPSD_FAULT=name[:after]): the sender
+ * corrupts its N+1-th record in the named way so the receiver's checks can be
+ * tested end to end against a real hostile peer. Never set in production.
+ */
+enum rt_fault {
+	FAULT_NONE,
+	FAULT_MAGIC,	/* bad record magic */
+	FAULT_OVERSIZE, /* msg_size over the topic maximum */
+	FAULT_OFFSET,	/* write at an offset the receiver does not expect */
+	FAULT_ORDER,	/* record_seq skips one */
+	FAULT_OUTSIDE,	/* claim an offset past the end of the ring */
+	/* Not a corruption: the receiver handles each accepted data link N ms late, so
+	 * a sender's topic set-up surely arrives before the link it names. */
+	FAULT_LATE_ACCEPT,
+};
+
+struct rt_late_accept { /* FAULT_LATE_ACCEPT: one accepted link, held back */
+	uv_timer_t timer;
+	struct rt_transport *tr;
+	struct rgaps_link *link;
+	uint8_t token[RGAPS_LINK_TOKEN_LEN];
+};
+
+struct rgapsd_remote {
+	struct rgapsd *d;
+	enum rt_fault fault;
+	uint64_t fault_after;
+	struct rt_late_accept *late; /* FAULT_LATE_ACCEPT, while one is held back */
+	struct rgapsd_peers *pm;
+	struct rt_transport tr[TR_NUM];
+	struct rt_peer *peers;
+	struct rt_topic *topics;
+	struct rgapsd_mailbox mb;
+	struct rgapsd_worker worker;
+	uv_timer_t tick, retry;
+	bool retry_armed;
+	uint8_t key[RGAPSD_PEER_KEY_MAX];
+	size_t keylen;
+	uint64_t out_trans[OUT_NUM_STATES][OUT_NUM_STATES];
+	uint64_t in_trans[IN_NUM_STATES][IN_NUM_STATES];
+	uint64_t unknown_tokens;
+	bool mem_async_missing; /* the memory plugin has no copy_async: use the worker */
+};
+
+/* ---------------------------------------------------------------- wire.c */
+
+/* Lower-case hex of n bytes into out (2n + 1 bytes). */
+void rt_hex(const uint8_t *b, size_t n, char *out);
+/* Hex text s into at most max bytes. 0, or -EINVAL (NULL, odd length, too long, not hex). */
+int rt_unhex(const char *s, uint8_t *b, size_t max, size_t *n_p);
+const char *rt_jstr(const cJSON *o, const char *k);
+bool rt_jnum(const cJSON *o, const char *k, double *v);
+/* A control message {"type": type}; the caller adds its fields. */
+cJSON *rt_msg_new(const char *type);
+
+/* ---------------------------------------------------------------- peer.c */
+
+/* The core's state for peer (created on first use; NULL when out of memory). */
+struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer);
+/* The peer whose data link of transport tr is link, or NULL. */
+struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link);
+bool rt_peer_subscribes(const struct rt_peer *p, const char *topic);
+/* Send a control message (consumes o). */
+void rt_peer_send(struct rt_peer *p, cJSON *o);
+/* A peer broke the protocol: log why, drop the session; nothing it sent goes further. */
+void rt_hostile(struct rt_peer *p, const char *fmt, ...) RGAPS_PRINTF(2, 3);
+/* Transport index of a name, or -1. */
+int rt_tr_index(const char *name);
+/* The transport a topic uses towards p: its configured one, or auto = verbs when up; -1: none. */
+int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *tc);
+
+/* ---------------------------------------------------------------- copies.c */
+
+/*
+ * Copy between a pool and host memory off the loop thread: on the memory
+ * plugin's own stream (cuda: completion by a stream host function), else on
+ * the worker (job->run does the copy there). job->done runs on the loop either
+ * way, in start order, with *status set.
+ */
+void rt_copy_start(struct rgapsd_remote *rt, struct rgaps_loaded_plugin *mem,
+		   struct rgapsd_job *job, int *status, void *dst, const void *src, uint64_t n,
+		   uint32_t dir);
+/* Host memory a GPU copies to or from goes on the GPU's NUMA node: bind, check, log. */
+void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const char *what);
+
+/* ---------------------------------------------------------------- staging.c */
+
+/* Set up the topic's pinned staging buffer and register it with transport tr. */
+int rt_staging_setup(struct rt_topic *tt, int tr);
+/*
+ * Queue st for a staging slot; tt->stage_ready(st) runs on the loop once its
+ * copy is done (st->status says how), holding a reference it must put.
+ */
+void rt_stage_queue(struct rt_stage *st);
+/* Start the copies that have a free slot now. */
+void rt_stage_pump(struct rt_topic *tt);
+/*
+ * Drop one reference. The last frees st and gives its slot back; it returns
+ * the message whose reference st held (the caller drops it), else NULL.
+ */
+struct rt_omsg *rt_stage_put(struct rt_stage *st);
+void rt_staging_free(struct rt_topic *tt);
+
+/* ---------------------------------------------------------------- forwarder.c */
+
+/* Start the topic's forwarder (idempotent): each local message reaches tt->fwd_deliver. */
+int rt_forwarder_start(struct rt_topic *tt);
+void rt_forwarder_stop(struct rt_topic *tt);
+/* The loop is done with a forwarded message: release its hold, wake the forwarder. */
+void rt_forwarder_release(struct rt_topic *tt, const struct rt_local_msg *m);
+
+/* ---------------------------------------------------------------- sender.c */
+
+struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, bool create);
+/* Make the out rings of one topic (of every topic) match who subscribes to it. */
+void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+void rt_reconcile_all(struct rgapsd_remote *rt);
+/* Answer publishers that wait for the set-ups (force: even while some still run). */
+void rt_waiters_check(struct rt_topic *tt, bool force);
+/* Retire an out ring (tell_peer: send topic_teardown once its records are back). */
+void rt_out_free(struct rt_out *o, bool tell_peer);
+void rt_on_topic_ready(struct rt_peer *p, const cJSON *m);
+void rt_on_topic_refused(struct rt_peer *p, const cJSON *m);
+void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status);
+void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head);
+/* The topic goes: its out rings, forwarder, registrations and staging. */
+void rt_sender_topic_gone(struct rt_topic *tt);
+
+/* ---------------------------------------------------------------- receiver.c */
+
+void rt_in_free(struct rt_in *in);
+void rt_in_teardown(struct rt_in *in);
+void rt_on_topic_setup(struct rt_peer *p, const cJSON *m);
+void rt_on_topic_teardown(struct rt_peer *p, const cJSON *m);
+/* The data link that deferred set-ups wait for is up: answer them in arrival order. */
+void rt_run_deferred(struct rt_peer *p, int tr);
+void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			 uint64_t len);
+void rt_on_retry(uv_timer_t *t);
+
+/* ---------------------------------------------------------------- links.c */
+
+/* Offer a data link of every usable transport the peer lacks (session initiator only). */
+void rt_offer_links(struct rt_peer *p);
+void rt_on_link_offer(struct rt_peer *p, const cJSON *m);
+void rt_on_link_accept(struct rt_peer *p, const cJSON *m);
+void rt_on_link_refuse(struct rt_peer *p, const cJSON *m);
+/* The link of transport tr is gone: rings over it go, set-ups waiting for it too. */
+void rt_link_lost(struct rt_peer *p, int tr);
+void rt_on_link_accepted(void *arg, struct rgaps_link *link,
+			 const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
+void rt_on_link_connected(void *arg, struct rgaps_link *link, int status);
+void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *why);
+void rt_links_stop(struct rgapsd_remote *rt);
+
+/* ---------------------------------------------------------------- session.c */
+
+extern const struct rgapsd_peers_ops rt_peer_ops;
+void rt_send_subs(struct rt_peer *p);
+void rt_on_tick(uv_timer_t *t);
+
+/* ---------------------------------------------------------------- transports.c */
+
+/* Load, configure, probe and listen with every transport. -EINVAL: options refused. */
+int rt_transports_start(struct rgapsd_remote *rt);
+void rt_transports_fini(struct rgapsd_remote *rt);
+void rt_transports_unload(struct rgapsd_remote *rt);
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * Data links (one per peer and transport): the session initiator offers a
+ * token for each usable transport (link_offer), the other end accepts
+ * (link_accept) and connects to the offerer's data port presenting it; the
+ * listener matches the token to the peer (docs/PROTOCOL.md section 4). A lost
+ * link takes the rings over it along; the sender then picks another transport
+ * if one is up.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "../../common/log.h"
+#include "internal.h"
+
+static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
+			  const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
+
+void rt_link_lost(struct rt_peer *p, int tr_idx)
+{
+	struct rt_link *l = &p->links[tr_idx];
+
+	/* Rings over this link go first (the transport already dropped the link). */
+	l->state = LINK_NONE;
+	l->link = NULL;
+	cJSON_Delete(p->deferred[tr_idx]); /* their sender drops its rings over this link too */
+	p->deferred[tr_idx] = NULL;
+	for (uint32_t i = 0; i < RT_RINGS; i++) {
+		if (p->out[i] && p->out[i]->tr == tr_idx)
+			rt_out_free(p->out[i], false);
+		if (p->in[i] && p->in[i]->tr == tr_idx)
+			rt_in_free(p->in[i]);
+	}
+}
+
+void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *why)
+{
+	struct rt_transport *tr = arg;
+	struct rt_peer *p = rt_peer_of_link(tr->rt, tr->idx, link);
+
+	if (!p)
+		return;
+	p->link_downs++;
+	rgaps_warn("peer %s: %s data link down: %s", rgapsd_peer_name(p->peer), rt_tr_names[tr->idx],
+		   why);
+	rt_link_lost(p, tr->idx);
+	rt_reconcile_all(tr->rt); /* another transport may still carry the topics */
+}
+
+static void on_late_accept_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_late_accept(uv_timer_t *t)
+{
+	struct rt_late_accept *la = t->data;
+
+	la->tr->rt->late = NULL;
+	link_accepted(la->tr, la->link, la->token);
+	uv_close((uv_handle_t *)&la->timer, on_late_accept_closed);
+}
+
+void rt_on_link_accepted(void *arg, struct rgaps_link *link,
+			     const uint8_t token[RGAPS_LINK_TOKEN_LEN])
+{
+	struct rt_transport *tr = arg;
+	struct rgapsd_remote *rt = tr->rt;
+	struct rt_late_accept *la;
+
+	if (rt->fault == FAULT_LATE_ACCEPT && !rt->late && (la = calloc(1, sizeof(*la)))) {
+		rgaps_warn("fault injection: %s data link accepted, handled in %llu ms",
+			   rt_tr_names[tr->idx], (unsigned long long)rt->fault_after);
+		la->tr = tr;
+		la->link = link;
+		memcpy(la->token, token, sizeof(la->token));
+		uv_timer_init(rt->d->loop, &la->timer);
+		la->timer.data = la;
+		uv_timer_start(&la->timer, on_late_accept, rt->fault_after, 0);
+		rt->late = la;
+		return;
+	}
+	link_accepted(tr, link, token);
+}
+
+static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
+			  const uint8_t token[RGAPS_LINK_TOKEN_LEN])
+{
+	for (struct rt_peer *p = tr->rt->peers; p; p = p->next) {
+		struct rt_link *l = &p->links[tr->idx];
+
+		if (l->state == LINK_OFFERED &&
+		    sodium_memcmp(l->token, token, RGAPS_LINK_TOKEN_LEN) == 0) {
+			l->link = link;
+			l->state = LINK_UP;
+			rgaps_info("peer %s: %s data link up (accepted)", rgapsd_peer_name(p->peer),
+				   rt_tr_names[tr->idx]);
+			rt_run_deferred(p, tr->idx);
+			rt_reconcile_all(tr->rt);
+			return;
+		}
+	}
+	tr->rt->unknown_tokens++;
+	rgaps_warn("%s: data link with an unknown token refused", rt_tr_names[tr->idx]);
+	tr->lp->ops.transport.close(tr->ctx, link);
+}
+
+void rt_on_link_connected(void *arg, struct rgaps_link *link, int status)
+{
+	struct rt_transport *tr = arg;
+	struct rt_peer *p = rt_peer_of_link(tr->rt, tr->idx, link);
+
+	if (!p)
+		return;
+	if (status) {
+		rgaps_warn("peer %s: %s data link failed: %s (retrying)", rgapsd_peer_name(p->peer),
+			   rt_tr_names[tr->idx], strerror(-status));
+		rt_link_lost(p, tr->idx); /* and the rings attached while it was connecting */
+		return;
+	}
+	p->links[tr->idx].state = LINK_UP;
+	rgaps_info("peer %s: %s data link up (connected)", rgapsd_peer_name(p->peer),
+		   rt_tr_names[tr->idx]);
+	rt_reconcile_all(tr->rt);
+}
+
+void rt_offer_links(struct rt_peer *p)
+{
+	struct rgapsd_remote *rt = p->rt;
+
+	if (!p->initiator || !rgapsd_peer_is_up(p->peer))
+		return;
+	for (int i = 0; i < TR_NUM; i++) {
+		struct rt_link *l = &p->links[i];
+		char hex[2 * RGAPS_LINK_TOKEN_LEN + 1];
+		cJSON *m;
+
+		if (!rt->tr[i].usable || l->state != LINK_NONE)
+			continue;
+		randombytes_buf(l->token, sizeof(l->token));
+		rt_hex(l->token, sizeof(l->token), hex);
+		l->state = LINK_OFFERED; /* until the peer accepts: then we connect */
+		m = rt_msg_new("link_offer");
+		cJSON_AddStringToObject(m, "transport", rt_tr_names[i]);
+		cJSON_AddStringToObject(m, "token", hex);
+		rt_peer_send(p, m);
+	}
+}
+
+void rt_on_link_offer(struct rt_peer *p, const cJSON *m)
+{
+	struct rgapsd_remote *rt = p->rt;
+	int i = rt_tr_index(rt_jstr(m, "transport"));
+	size_t n = 0;
+	cJSON *r;
+
+	if (i < 0 || rt_unhex(rt_jstr(m, "token"), p->links[i].token, RGAPS_LINK_TOKEN_LEN, &n) ||
+	    n != RGAPS_LINK_TOKEN_LEN) {
+		rt_hostile(p, "bad link_offer");
+		return;
+	}
+	r = rt_msg_new(rt->tr[i].usable ? "link_accept" : "link_refuse");
+	cJSON_AddStringToObject(r, "transport", rt_tr_names[i]);
+	if (rt->tr[i].usable) {
+		if (p->links[i].state != LINK_NONE)
+			rt_link_lost(p, i); /* a new offer replaces the old link and what waited for it */
+		p->links[i].state = LINK_OFFERED;
+		p->links[i].link = NULL;
+	}
+	rt_peer_send(p, r);
+}
+
+void rt_on_link_accept(struct rt_peer *p, const cJSON *m)
+{
+	struct rgapsd_remote *rt = p->rt;
+	int i = rt_tr_index(rt_jstr(m, "transport"));
+	char host[256];
+	uint16_t port;
+	struct rgaps_link *link = NULL;
+	int e;
+
+	if (i < 0 || p->links[i].state != LINK_OFFERED) {
+		rt_hostile(p, "unexpected link_accept");
+		return;
+	}
+	if (rgapsd_parse_hostport(rgapsd_peer_name(p->peer), host, sizeof(host), &port) != 0)
+		return;
+	e = rt->tr[i].lp->ops.transport.connect(rt->tr[i].ctx, host,
+						 (uint16_t)(port + rt_tr_port_offset[i]),
+						 p->links[i].token, &link);
+	if (e) {
+		rgaps_warn("peer %s: %s connect failed: %s", rgapsd_peer_name(p->peer), rt_tr_names[i],
+			   strerror(-e));
+		p->links[i].state = LINK_NONE;
+		return;
+	}
+	p->links[i].link = link;
+	p->links[i].state = LINK_CONNECTING;
+}
+
+void rt_on_link_refuse(struct rt_peer *p, const cJSON *m)
+{
+	int i = rt_tr_index(rt_jstr(m, "transport"));
+
+	if (i >= 0 && p->links[i].state == LINK_OFFERED)
+		p->links[i].state = LINK_NONE;
+}
+
+void rt_links_stop(struct rgapsd_remote *rt)
+{
+	if (rt->late) { /* FAULT_LATE_ACCEPT: the link nobody took */
+		rt->late->tr->lp->ops.transport.close(rt->late->tr->ctx, rt->late->link);
+		uv_close((uv_handle_t *)&rt->late->timer, on_late_accept_closed);
+		rt->late = NULL;
+	}
+}

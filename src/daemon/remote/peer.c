@@ -1,0 +1,93 @@
+/*
+ * One peer daemon as the remote path sees it (struct rt_peer, attached to the
+ * session object of ../peers.c): finding it, sending it a control message,
+ * and dropping it when it breaks the protocol. Every room above uses these.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/log.h"
+#include "internal.h"
+
+const char *const rt_tr_names[TR_NUM] = { "tcp", "verbs" };
+const uint16_t rt_tr_port_offset[TR_NUM] = { 1, 2 };
+
+struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
+{
+	struct rt_peer *p = rgapsd_peer_get_data(peer);
+
+	if (p)
+		return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->rt = rt;
+	p->peer = peer;
+	p->next = rt->peers;
+	rt->peers = p;
+	rgapsd_peer_set_data(peer, p);
+	return p;
+}
+
+struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link)
+{
+	for (struct rt_peer *p = rt->peers; p; p = p->next)
+		if (p->links[tr].link == link && p->links[tr].state != LINK_NONE)
+			return p;
+	return NULL;
+}
+
+bool rt_peer_subscribes(const struct rt_peer *p, const char *topic)
+{
+	for (uint32_t i = 0; i < p->nsubs; i++)
+		if (strcmp(p->subs[i], topic) == 0)
+			return true;
+	return false;
+}
+
+void rt_peer_send(struct rt_peer *p, cJSON *o)
+{
+	char *text = cJSON_PrintUnformatted(o);
+
+	if (text && rgapsd_peer_send(p->peer, text, strlen(text)) != 0)
+		rgaps_warn("peer %s: control message dropped (session going down)",
+			   rgapsd_peer_name(p->peer));
+	free(text);
+	cJSON_Delete(o);
+}
+
+void rt_hostile(struct rt_peer *p, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	p->hostile++;
+	rgaps_warn("peer %s: %s: disconnecting", rgapsd_peer_name(p->peer), why);
+	rgapsd_peer_disconnect(p->peer, why);
+}
+
+int rt_tr_index(const char *name)
+{
+	for (int i = 0; name && i < TR_NUM; i++)
+		if (strcmp(name, rt_tr_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *tc)
+{
+	int want = rt_tr_index(tc->transport);
+
+	if (want >= 0)
+		return p->links[want].state == LINK_UP ? want : -1;
+	if (p->links[TR_VERBS].state == LINK_UP)
+		return TR_VERBS;
+	if (p->links[TR_TCP].state == LINK_UP)
+		return TR_TCP;
+	return -1;
+}

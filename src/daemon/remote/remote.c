@@ -1,0 +1,225 @@
+/*
+ * The remote path of rgapsd (../remote.h has the picture; internal.h the map
+ * of this folder): start and stop, and the hooks through which the rest of
+ * the daemon tells it about local subscribers, publishers and topics.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "../../common/log.h"
+#include "internal.h"
+
+/* ================================================================ daemon hooks */
+
+void rgapsd_remote_subscribers_changed(struct rgapsd *d, struct rgapsd_topic *t)
+{
+	struct rgapsd_remote *rt = d->remote;
+
+	if (!rt)
+		return;
+	for (struct rt_peer *p = rt->peers; p; p = p->next)
+		if (rgapsd_peer_is_up(p->peer))
+			rt_send_subs(p);
+}
+
+bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
+				    void (*done)(void *arg, int status), void *arg)
+{
+	struct rgapsd_remote *rt = d->remote;
+	struct rt_topic *tt;
+	struct rt_waiter *w;
+	bool preparing = false;
+
+	t->publishers_seen = true;
+	if (!rt)
+		return false;
+	rt_reconcile_topic(rt, t);
+	tt = rt_topic_of(rt, t, false);
+	for (struct rt_out *o = tt ? tt->outs : NULL; o; o = o->next_in_topic)
+		if (o->state == OUT_RING_PREPARING)
+			preparing = true;
+	if (!preparing)
+		return false;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return false;
+	w->done = done;
+	w->arg = arg;
+	w->deadline = rgaps_now_ns(CLOCK_MONOTONIC) + RT_SETUP_TIMEOUT_MS * 1000000ull;
+	w->next = tt->waiters;
+	tt->waiters = w;
+	return true;
+}
+
+void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
+{
+	struct rgapsd_remote *rt = d->remote;
+
+	for (struct rt_topic *tt = rt ? rt->topics : NULL; tt; tt = tt->next) {
+		for (struct rt_waiter **wp = &tt->waiters; *wp;) {
+			struct rt_waiter *w = *wp;
+
+			if (w->arg == arg) {
+				*wp = w->next;
+				free(w);
+			} else {
+				wp = &w->next;
+			}
+		}
+	}
+}
+
+void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
+{
+	struct rgapsd_remote *rt = d->remote;
+	struct rt_topic *tt;
+
+	if (!rt)
+		return;
+	for (struct rt_peer *p = rt->peers; p; p = p->next)
+		for (uint32_t i = 0; i < RT_RINGS; i++)
+			if (p->in[i] && p->in[i]->topic == t)
+				rt_in_teardown(p->in[i]);
+	tt = rt_topic_of(rt, t, false);
+	if (tt)
+		rt_sender_topic_gone(tt);
+}
+
+/* ================================================================ start / stop */
+
+/* RGAPSD_FAULT=name[:after], tests only (enum rt_fault). */
+static void fault_from_env(struct rgapsd_remote *rt)
+{
+	static const char *const names[] = { "", "magic", "oversize", "offset", "order",
+					     "outside", "late_accept" };
+	const char *f = getenv("RGAPSD_FAULT");
+
+	for (int i = 1; f && i < (int)RGAPS_ARRAY_SIZE(names); i++) {
+		if (strncmp(f, names[i], strlen(names[i])) == 0) {
+			rt->fault = (enum rt_fault)i;
+			if (f[strlen(names[i])] == ':')
+				rt->fault_after = strtoull(f + strlen(names[i]) + 1, NULL, 10);
+			rgaps_warn("RGAPSD_FAULT=%s: this daemon misbehaves on purpose (tests only)", f);
+		}
+	}
+}
+
+int rgapsd_remote_start(struct rgapsd *d)
+{
+	struct rgapsd_peers_config pc = { 0 };
+	const char *peers[RGAPS_CFG_MAX_PEERS];
+	struct rgapsd_remote *rt;
+	char err[512];
+	int e, n;
+
+	if (!d->cfg.listen[0])
+		return 0;
+	if (!d->cfg.key_file[0]) {
+		rgaps_error("\"listen\" needs \"key_file\": peers authenticate with a pre-shared key");
+		return -EINVAL;
+	}
+	if (sodium_init() < 0)
+		return -EIO;
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->d = d;
+	fault_from_env(rt);
+	n = rgapsd_peers_load_key(d->cfg.key_file, rt->key, sizeof(rt->key), err, sizeof(err));
+	if (n < 0) {
+		rgaps_error("key file: %s", err);
+		free(rt);
+		return n;
+	}
+	rt->keylen = (size_t)n;
+	e = rgapsd_mailbox_init(d->loop, &rt->mb);
+	if (e) {
+		free(rt);
+		return e;
+	}
+	e = rgapsd_worker_start(&rt->worker, &rt->mb, "rgapsd-copy");
+	if (e)
+		goto err_mb;
+	e = rt_transports_start(rt);
+	if (e)
+		goto err_worker;
+	for (uint32_t i = 0; i < d->cfg.npeers; i++)
+		peers[i] = d->cfg.peers[i];
+	pc.listen = d->cfg.listen;
+	pc.peers = peers;
+	pc.npeers = d->cfg.npeers;
+	pc.key = rt->key;
+	pc.keylen = rt->keylen;
+	pc.keepalive_ms = d->cfg.keepalive_ms;
+	d->remote = rt;
+	e = rgapsd_peers_start(d->loop, &pc, &rt_peer_ops, rt, &rt->pm);
+	if (e) {
+		rgaps_error("cannot serve peers on %s: %s", d->cfg.listen, strerror(-e));
+		d->remote = NULL;
+		goto err_worker;
+	}
+	uv_timer_init(d->loop, &rt->tick);
+	uv_timer_init(d->loop, &rt->retry);
+	rt->tick.data = rt->retry.data = rt;
+	uv_timer_start(&rt->tick, rt_on_tick, RT_TICK_MS, RT_TICK_MS);
+	rgaps_info("peers: listening on %s, %u configured", d->cfg.listen, d->cfg.npeers);
+	return 0;
+
+err_worker:
+	rgapsd_worker_stop(&rt->worker);
+	rt_transports_fini(rt);
+	rt_transports_unload(rt);
+err_mb:
+	rgapsd_mailbox_close(&rt->mb);
+	sodium_memzero(rt->key, sizeof(rt->key));
+	d->remote_dead = rt; /* its async handle closes with the loop; freed in rgapsd_fini */
+	return e;
+}
+
+void rgapsd_remote_stop(struct rgapsd *d)
+{
+	struct rgapsd_remote *rt = d->remote;
+
+	if (!rt)
+		return;
+	/* Forwarders first (they post to the mailbox), then sessions, links, transports. */
+	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next)
+		rt_forwarder_stop(tt);
+	rgapsd_worker_stop(&rt->worker);
+	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the worker posted */
+	rt_links_stop(rt);
+	rgapsd_peers_stop(rt->pm); /* peer_down for each: rings and links go */
+	while (rt->topics)
+		rgapsd_remote_topic_gone(d, rt->topics->t);
+	/* fini closes the plugins' uv handles; their close callbacks live in the plugins,
+	 * so the modules are unloaded only in rgapsd_remote_free, after the loop ran. */
+	rt_transports_fini(rt);
+	while (rt->peers) {
+		struct rt_peer *p = rt->peers;
+
+		rt->peers = p->next;
+		for (int i = 0; i < TR_NUM; i++)
+			cJSON_Delete(p->deferred[i]);
+		free(p->subs);
+		free(p->seen);
+		free(p);
+	}
+	uv_close((uv_handle_t *)&rt->tick, NULL);
+	uv_close((uv_handle_t *)&rt->retry, NULL);
+	sodium_memzero(rt->key, sizeof(rt->key));
+	/* rt itself is freed in rgapsd_fini, after the loop closed its handles. */
+}
+
+void rgapsd_remote_free(struct rgapsd *d)
+{
+	if (d->remote)
+		rt_transports_unload(d->remote);
+	free(d->remote);
+	free(d->remote_dead);
+	d->remote = NULL;
+	d->remote_dead = NULL;
+}

@@ -1,0 +1,674 @@
+/*
+ * The sender half of the remote path (DESIGN.md sections 1 and 4): for each
+ * topic with a local publisher, one out ring per interested peer; each message
+ * the forwarder takes is cut into chunks, and every chunk becomes one record
+ * written into the peer's receive ring (one transfer per interested host).
+ * Also the sender's side of the topic initialisation sequence (topic_setup ->
+ * topic_ready / topic_refused, DESIGN.md section 7) and the publishers that
+ * wait for it at attach.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/log.h"
+#include "internal.h"
+
+const char *const rt_out_state_names[OUT_NUM_STATES] = {
+	"taken", "queued", "sent", "released", "dropped",
+};
+
+static void out_pump(struct rt_out *o);
+static void out_finish(struct rt_out *o);
+static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg);
+static void stage_ready(struct rt_stage *st);
+
+static void out_set(struct rgapsd_remote *rt, struct rt_omsg *m, enum rt_out_state s)
+{
+	rt->out_trans[m->state][s]++;
+	m->state = s;
+}
+
+struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, bool create)
+{
+	struct rt_topic *tt;
+
+	for (tt = rt->topics; tt; tt = tt->next)
+		if (tt->t == t)
+			return tt;
+	if (!create)
+		return NULL;
+	tt = calloc(1, sizeof(*tt));
+	if (!tt)
+		return NULL;
+	tt->rt = rt;
+	tt->t = t;
+	tt->fwd_deliver = on_forwarded;
+	tt->stage_ready = stage_ready;
+	tt->next = rt->topics;
+	rt->topics = tt;
+	return tt;
+}
+
+void rt_waiters_check(struct rt_topic *tt, bool force)
+{
+	bool preparing = false;
+	struct rt_waiter **wp = &tt->waiters;
+
+	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+		if (o->state == OUT_RING_PREPARING)
+			preparing = true;
+	while (*wp) {
+		struct rt_waiter *w = *wp;
+		uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+		if (preparing && !force && now < w->deadline) {
+			wp = &w->next;
+			continue;
+		}
+		if (preparing)
+			rgaps_warn("topic '%s': set-up with every interested peer not finished in %d ms; "
+				   "the publisher attaches anyway",
+				   tt->t->cfg.name, RT_SETUP_TIMEOUT_MS);
+		*wp = w->next;
+		w->done(w->arg, 0);
+		free(w);
+	}
+}
+
+static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
+{
+	rgaps_require(m->refs > 0);
+	if (--m->refs)
+		return;
+	if (m->state == OUT_QUEUED)
+		out_set(rt, m, m->dropped ? OUT_DROPPED : OUT_SENT);
+	rt_forwarder_release(m->tt, &m->msg);
+	out_set(rt, m, OUT_RELEASED);
+	free(m);
+}
+
+
+static void chunk_free(struct rgapsd_remote *rt, struct rt_chunk *c, bool dropped)
+{
+	if (dropped)
+		c->m->dropped = true;
+	if (c->stage) {
+		struct rt_omsg *m = rt_stage_put(c->stage);
+
+		if (m)
+			omsg_put(rt, m);
+	}
+	omsg_put(rt, c->m);
+	free(c);
+}
+
+/* A chunk's D2H copy into its staging slot finished (device pools). */
+static void stage_ready(struct rt_stage *st)
+{
+	struct rt_topic *tt = st->tt;
+	struct rt_omsg *m;
+
+	if (st->status) {
+		/* Ring space is reserved for it already: restart the sessions, never send garbage. */
+		rgaps_error("topic '%s': staging copy failed: %s; restarting its peer sessions",
+			    tt->t->cfg.name, strerror(-st->status));
+		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+			rgapsd_peer_disconnect(o->p->peer, "local staging copy failed");
+	} else {
+		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+			out_pump(o);
+	}
+	m = rt_stage_put(st); /* the copy's reference */
+	if (m)
+		omsg_put(tt->rt, m);
+}
+
+static void out_pump(struct rt_out *o)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	struct rt_transport *tr = &rt->tr[o->tr];
+	struct rt_link *l = &o->p->links[o->tr];
+	bool posted = false;
+
+	if (o->state != OUT_RING_READY || l->state != LINK_UP)
+		return;
+	while (o->q_head) {
+		struct rt_chunk *c = o->q_head;
+		struct rgaps_record_hdr *h;
+		struct rgaps_sg sg[2];
+		int r;
+
+		if (o->hdr_used == RT_HDR_SLOTS)
+			break;
+		if (c->stage && (!c->stage->ready || c->stage->status))
+			break; /* D2H of this chunk still running: resumes in stage_done */
+		if (!c->reserved) {
+			r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len, &c->slot);
+			if (r == -EAGAIN) {
+				o->ring_stalls++; /* resumes on the next head_update */
+				break;
+			}
+			if (r) {
+				rgaps_error("topic '%s' ring %u to %s: cannot place a %llu-byte record: %s",
+					    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer),
+					    (unsigned long long)c->len, strerror(-r));
+				o->q_head = c->next;
+				if (!o->q_head)
+					o->q_tail = NULL;
+				o->dropped_msgs++;
+				chunk_free(rt, c, true);
+				continue;
+			}
+			c->reserved = true;
+			c->hdr_slot = (o->hdr_head + o->hdr_used) % RT_HDR_SLOTS;
+			h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
+			memset(h, 0, sizeof(*h));
+			h->magic = RGAPS_RECORD_MAGIC;
+			h->flags = c->flags;
+			h->msg_seq = c->m->msg.seq;
+			h->msg_size = c->m->msg.size;
+			h->chunk_off = c->off;
+			h->chunk_len = (uint32_t)c->len;
+			h->ring_id = o->id;
+			h->ts_ns = c->m->msg.ts_ns;
+			h->record_seq = o->record_seq++;
+			o->hdr_used++;
+			if (rt->fault && rt->fault < FAULT_LATE_ACCEPT &&
+			    o->records >= rt->fault_after) {
+				rgaps_warn("fault injection: corrupting record %llu to %s",
+					   (unsigned long long)h->record_seq,
+					   rgapsd_peer_name(o->p->peer));
+				switch (rt->fault) {
+				case FAULT_MAGIC:
+					h->magic ^= 0xff;
+					break;
+				case FAULT_OVERSIZE:
+					h->msg_size = UINT64_MAX / 2;
+					break;
+				case FAULT_OFFSET:
+					c->slot.off = (c->slot.off + 4096) % o->geom.size;
+					break;
+				case FAULT_ORDER:
+					h->record_seq++;
+					break;
+				case FAULT_OUTSIDE:
+					c->slot.off = o->geom.size - 64;
+					break;
+				case FAULT_NONE:
+				case FAULT_LATE_ACCEPT:
+					break;
+				}
+				rt->fault = FAULT_NONE;
+			}
+		}
+		h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
+		sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = h, .len = RGAPS_RECORD_HDR };
+		if (c->stage) {
+			sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
+						   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
+						   .len = c->len };
+		} else {
+			sg[1] = (struct rgaps_sg){ .mr = o->tt->pool_mr[o->tr],
+						   .addr = (void *)(c->m->msg.data + c->off),
+						   .len = c->len };
+		}
+		r = tr->lp->ops.transport.post_record(tr->ctx, l->link, o->id, c->slot.off, sg, 2,
+						      (uint64_t)(uintptr_t)c);
+		if (r == -EAGAIN) {
+			o->credit_stalls++; /* resumes on the next record_sent */
+			break;
+		}
+		if (r == -ENOTCONN)
+			break; /* the link is going down: link_down follows */
+		if (r) {
+			/* The transport refused what we asked: our state is wrong, start over. */
+			rgaps_error("topic '%s' ring %u to %s: the transport refused a record: %s; "
+				    "restarting the session",
+				    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer), strerror(-r));
+			rgapsd_peer_disconnect(o->p->peer, "transport refused a record");
+			break;
+		}
+		o->q_head = c->next;
+		if (!o->q_head)
+			o->q_tail = NULL;
+		c->next = NULL;
+		if (o->inflight_tail)
+			o->inflight_tail->next = c;
+		else
+			o->inflight_head = c;
+		o->inflight_tail = c;
+		o->records++;
+		o->bytes += c->len;
+		posted = true;
+	}
+	if (posted)
+		tr->lp->ops.transport.flush(tr->ctx, l->link);
+}
+
+
+/*
+ * Retire an out ring. Records already posted may still be read by the NIC from
+ * the pool: while the link is up, the ring waits in CLOSING until their
+ * completions came back, and only then is detached and its holds released.
+ * When the link is gone, the transport has completed or failed every record.
+ */
+void rt_out_free(struct rt_out *o, bool tell_peer)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	struct rt_out **op;
+	struct rt_chunk *c;
+
+	for (op = &o->tt->outs; *op; op = &(*op)->next_in_topic) {
+		if (*op == o) {
+			*op = o->next_in_topic;
+			break;
+		}
+	}
+	while ((c = o->q_head)) {
+		o->q_head = c->next;
+		chunk_free(rt, c, true);
+	}
+	o->q_tail = NULL;
+	o->tell_peer = tell_peer;
+	o->state = OUT_RING_CLOSING;
+	rt_waiters_check(o->tt, false);
+	if (o->inflight_head && o->p->links[o->tr].state == LINK_UP)
+		return; /* on_record_sent finishes it */
+	out_finish(o);
+}
+
+static void out_finish(struct rt_out *o)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	struct rt_transport *tr = &rt->tr[o->tr];
+	struct rt_chunk *c;
+	bool tell_peer = o->tell_peer;
+
+	o->p->out[o->id] = NULL;
+	while ((c = o->inflight_head)) {
+		o->inflight_head = c->next;
+		chunk_free(rt, c, true);
+	}
+	if (o->p->links[o->tr].state == LINK_UP) {
+		tr->lp->ops.transport.ring_detach(tr->ctx, o->p->links[o->tr].link, o->id);
+		if (tell_peer) {
+			cJSON *m = rt_msg_new("topic_teardown");
+
+			cJSON_AddNumberToObject(m, "ring_id", o->id);
+			rt_peer_send(o->p, m);
+		}
+	}
+	if (o->hdrs_mr)
+		tr->lp->ops.transport.dereg_local(tr->ctx, o->hdrs_mr);
+	free(o->hdrs);
+	free(o);
+}
+
+static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
+{
+	struct rgapsd_remote *rt = p->rt;
+	struct rt_transport *tr = &rt->tr[tr_idx];
+	struct rt_link *l = &p->links[tr_idx];
+	uint8_t desc[RGAPS_RING_DESC_MAX];
+	char hex[2 * RGAPS_RING_DESC_MAX + 1];
+	size_t dlen = sizeof(desc);
+	struct rt_out *o;
+	uint32_t id;
+	cJSON *m;
+	int r;
+
+	/*
+	 * Each direction of a link owns half of the ring ids (the session initiator
+	 * sends on 0..63, the other side on 64..127), so a ring id names one ring on
+	 * a link whichever end speaks of it; ids go round-robin so a torn-down id is
+	 * not reused while a late Head update for it may still be on the wire.
+	 */
+	{
+		uint32_t base = p->initiator ? 0 : RT_RINGS / 2, k;
+
+		for (k = 0; k < RT_RINGS / 2; k++) {
+			id = base + (p->next_ring + k) % (RT_RINGS / 2);
+			if (!p->out[id])
+				break;
+		}
+		if (k == RT_RINGS / 2)
+			id = RT_RINGS;
+		else
+			p->next_ring = (id - base + 1) % (RT_RINGS / 2);
+	}
+	if (id == RT_RINGS) {
+		rgaps_error("peer %s: all %d rings of this direction in use; topic '%s' not sent there",
+			    rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
+		return;
+	}
+	if (tt->t->pool.kind != RGAPS_MEM_HOST) {
+		r = rt_staging_setup(tt, tr_idx);
+		if (r) {
+			rgaps_error("topic '%s': %s cannot use a staging buffer: %s", tt->t->cfg.name,
+				    rt_tr_names[tr_idx], strerror(-r));
+			return;
+		}
+	} else if (!tt->pool_mr[tr_idx]) {
+		r = tr->lp->ops.transport.reg_local(tr->ctx, rt_local_pool(tt->t), tt->t->pool.size,
+						    &tt->pool_mr[tr_idx]);
+		if (r) {
+			rgaps_error("topic '%s': %s cannot register the pool: %s", tt->t->cfg.name,
+				    rt_tr_names[tr_idx], strerror(-r));
+			return;
+		}
+	}
+	if (rt_forwarder_start(tt))
+		return;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return;
+	o->p = p;
+	o->tt = tt;
+	o->id = id;
+	o->tr = tr_idx;
+	o->state = OUT_RING_PREPARING;
+	o->hdrs = aligned_alloc(4096, (size_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR);
+	if (!o->hdrs ||
+	    tr->lp->ops.transport.reg_local(tr->ctx, o->hdrs, (uint64_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR,
+					    &o->hdrs_mr) != 0) {
+		rgaps_error("topic '%s': cannot set up header buffers", tt->t->cfg.name);
+		free(o->hdrs);
+		free(o);
+		return;
+	}
+	r = tr->lp->ops.transport.sender_ring_prepare(tr->ctx, l->link, id, desc, &dlen);
+	if (r) {
+		rgaps_error("topic '%s': %s ring prepare failed: %s", tt->t->cfg.name,
+			    rt_tr_names[tr_idx], strerror(-r));
+		tr->lp->ops.transport.dereg_local(tr->ctx, o->hdrs_mr);
+		free(o->hdrs);
+		free(o);
+		return;
+	}
+	p->out[id] = o;
+	o->next_in_topic = tt->outs;
+	tt->outs = o;
+	rt_hex(desc, dlen, hex);
+	m = rt_msg_new("topic_setup");
+	cJSON_AddStringToObject(m, "topic", tt->t->cfg.name);
+	cJSON_AddNumberToObject(m, "ring_id", id);
+	cJSON_AddStringToObject(m, "transport", rt_tr_names[tr_idx]);
+	cJSON_AddStringToObject(m, "head_desc", hex);
+	cJSON_AddNumberToObject(m, "chunk_size", (double)tt->t->cfg.chunk_size);
+	rt_peer_send(p, m);
+	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
+		   rgapsd_peer_name(p->peer), rt_tr_names[tr_idx]);
+}
+
+static bool topic_is_source(const struct rgapsd_topic *t)
+{
+	return t->publishers_seen;
+}
+
+/* Make the out rings of one topic match who subscribes to it. */
+void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t)
+{
+	struct rt_topic *tt;
+
+	if (!topic_is_source(t))
+		return;
+	tt = rt_topic_of(rt, t, true);
+	if (!tt)
+		return;
+	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+		struct rt_out *have = NULL;
+		bool want = rgapsd_peer_is_up(p->peer) && rt_peer_subscribes(p, t->cfg.name);
+		int tr;
+
+		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+			if (o->p == p)
+				have = o;
+		if (have && !want)
+			rt_out_free(have, rgapsd_peer_is_up(p->peer));
+		if (have || !want)
+			continue;
+		tr = rt_pick_transport(p, &t->cfg);
+		if (tr >= 0)
+			out_create(p, tt, tr);
+	}
+	rt_waiters_check(tt, false);
+}
+
+void rt_reconcile_all(struct rgapsd_remote *rt)
+{
+	for (struct rgapsd_topic *t = rt->d->topics; t; t = t->next)
+		rt_reconcile_topic(rt, t);
+}
+
+/* A locally published message reached the loop from the forwarder thread. */
+static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
+{
+	struct rgapsd_remote *rt = tt->rt;
+	struct rt_omsg *m = calloc(1, sizeof(*m));
+	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : msg->size;
+	struct rt_stage **stages = NULL;
+	uint64_t nstages = 0;
+	uint32_t rings = 0;
+
+	if (!m) {
+		rt_forwarder_release(tt, msg);
+		return;
+	}
+	m->tt = tt;
+	m->msg = *msg;
+	m->refs = 1;
+	m->state = OUT_TAKEN;
+	rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
+	tt->forwarded++;
+	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic) {
+		if (RGAPS_RECORD_HDR + RGAPS_MIN(chunk, m->msg.size) > o->geom.max_record &&
+		    o->state == OUT_RING_READY) {
+			/* Whole-message mode with a message over half the ring. */
+			tt->too_large++;
+			o->dropped_msgs++;
+			m->dropped = true;
+			continue;
+		}
+		for (uint64_t off = 0, k = 0; off < m->msg.size; off += chunk, k++) {
+			struct rt_chunk *c = calloc(1, sizeof(*c));
+
+			if (!c) {
+				m->dropped = true;
+				break;
+			}
+			if (tt->staged) {
+				/* One D2H per chunk, shared by every ring that sends it. */
+				if (k >= nstages) {
+					struct rt_stage **ns = realloc(stages, (k + 1) * sizeof(*ns));
+
+					if (!ns) {
+						free(c);
+						m->dropped = true;
+						break;
+					}
+					stages = ns;
+					stages[k] = calloc(1, sizeof(**stages));
+					if (!stages[k]) {
+						free(c);
+						m->dropped = true;
+						break;
+					}
+					stages[k]->tt = tt;
+					stages[k]->m = m;
+					stages[k]->off = off;
+					stages[k]->len = RGAPS_MIN(chunk, m->msg.size - off);
+					stages[k]->slot = UINT32_MAX;
+					m->refs++;
+					nstages = k + 1;
+				}
+				c->stage = stages[k];
+				c->stage->refs++;
+			}
+			c->m = m;
+			c->o = o;
+			c->off = off;
+			c->len = RGAPS_MIN(chunk, m->msg.size - off);
+			c->flags = (off == 0 ? RGAPS_RECORD_FIRST : 0) |
+				   (off + c->len == m->msg.size ? RGAPS_RECORD_LAST : 0);
+			m->refs++;
+			if (o->q_tail)
+				o->q_tail->next = c;
+			else
+				o->q_head = c;
+			o->q_tail = c;
+		}
+		rings++;
+	}
+	if (!rings)
+		tt->unsent_no_peer++;
+	for (uint64_t k = 0; k < nstages; k++) {
+		struct rt_stage *st = stages[k];
+
+		if (!st->refs) { /* no ring took it (allocation failure) */
+			omsg_put(rt, m);
+			free(st);
+			continue;
+		}
+		rt_stage_queue(st);
+	}
+	free(stages);
+	rt_stage_pump(tt);
+	out_set(rt, m, OUT_QUEUED);
+	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+		out_pump(o);
+	omsg_put(rt, m);
+}
+
+/*
+ * One per topic that has interested peers: a subscriber of the topic like any
+ * other, so back-pressure and drop policies apply to the remote path too.
+ * Messages that came from a peer are not forwarded again.
+ */
+void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status)
+{
+	struct rt_transport *tr = arg;
+	struct rt_chunk *c = (struct rt_chunk *)(uintptr_t)cookie;
+	struct rt_out *o = c->o;
+
+	/* Completions come in posting order per ring. */
+	rgaps_require(o->inflight_head == c);
+	o->inflight_head = c->next;
+	if (!o->inflight_head)
+		o->inflight_tail = NULL;
+	o->hdr_head = (o->hdr_head + 1) % RT_HDR_SLOTS;
+	o->hdr_used--;
+	chunk_free(tr->rt, c, status != 0);
+	if (o->state == OUT_RING_CLOSING) {
+		if (!o->inflight_head)
+			out_finish(o);
+		return;
+	}
+	out_pump(o);
+}
+
+void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head)
+{
+	struct rt_transport *tr = arg;
+	struct rt_peer *p = rt_peer_of_link(tr->rt, tr->idx, link);
+	struct rt_out *o;
+
+	if (!p)
+		return;
+	o = ring_id < RT_RINGS ? p->out[ring_id] : NULL;
+	if (o && o->state == OUT_RING_CLOSING)
+		return; /* late, harmless */
+	if (!o || o->state != OUT_RING_READY) {
+		rt_hostile(p, "Head update for ring %u, which is not ours", ring_id);
+		return;
+	}
+	if (rgaps_ring_sender_update_dhead(&o->ring, head) != 0) {
+		rt_hostile(p, "ring %u: Head %llu goes backwards or past Tail", ring_id,
+			(unsigned long long)head);
+		return;
+	}
+	out_pump(o);
+}
+
+void rt_on_topic_ready(struct rt_peer *p, const cJSON *m)
+{
+	struct rgapsd_remote *rt = p->rt;
+	uint8_t desc[RGAPS_RING_DESC_MAX];
+	size_t dlen = 0;
+	double id, size;
+	struct rt_out *o;
+	struct rt_transport *tr;
+	int e;
+
+	if (!rt_jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS || !rt_jnum(m, "ring_size", &size) ||
+	    rt_unhex(rt_jstr(m, "ring_desc"), desc, sizeof(desc), &dlen)) {
+		rt_hostile(p, "bad topic_ready");
+		return;
+	}
+	o = p->out[(uint32_t)id];
+	if (!o || o->state != OUT_RING_PREPARING)
+		return; /* torn down meanwhile */
+	tr = &rt->tr[o->tr];
+	e = rgaps_ring_geom_init((uint64_t)size, (uint64_t)size / 2 - RGAPS_RING_ALIGN,
+				 RGAPS_RING_ALIGN, &o->geom);
+	if (!e)
+		e = tr->lp->ops.transport.sender_ring_connect(tr->ctx, p->links[o->tr].link, o->id,
+							      desc, dlen);
+	if (e) {
+		rgaps_error("topic '%s': ring %u to %s unusable: %s", o->tt->t->cfg.name, o->id,
+			    rgapsd_peer_name(p->peer), strerror(-e));
+		rt_out_free(o, true);
+		return;
+	}
+	rgaps_ring_sender_init(&o->ring, &o->geom);
+	o->state = OUT_RING_READY;
+	p->resetup_ms = 0; /* the peer answers again: the next refusal starts the back-off anew */
+	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
+		   rgapsd_peer_name(p->peer));
+	rt_waiters_check(o->tt, false);
+	out_pump(o);
+}
+
+void rt_on_topic_refused(struct rt_peer *p, const cJSON *m)
+{
+	double id;
+	struct rt_out *o;
+
+	if (!rt_jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
+		rt_hostile(p, "bad topic_refused");
+		return;
+	}
+	o = p->out[(uint32_t)id];
+	if (!o)
+		return;
+	p->setup_refusals++;
+	p->resetup_ms = p->resetup_ms ? RGAPS_MIN(2 * p->resetup_ms, RT_RESETUP_MAX_MS)
+				      : RT_RESETUP_MIN_MS;
+	p->resetup_at_ns = rgaps_now_ns(CLOCK_MONOTONIC) + p->resetup_ms * 1000000ull;
+	rgaps_warn("topic '%s': %s refused the set-up: %s (asking again in %u ms)",
+		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer),
+		   rt_jstr(m, "reason") ? rt_jstr(m, "reason") : "?", p->resetup_ms);
+	rt_out_free(o, false);
+}
+
+void rt_sender_topic_gone(struct rt_topic *tt)
+{
+	struct rgapsd_remote *rt = tt->rt;
+
+	rt_forwarder_stop(tt);
+	while (tt->outs)
+		rt_out_free(tt->outs, false);
+	rt_waiters_check(tt, true);
+	for (int i = 0; i < TR_NUM; i++)
+		if (tt->pool_mr[i])
+			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, tt->pool_mr[i]);
+	rt_staging_free(tt);
+	for (struct rt_topic **tp = &rt->topics; *tp; tp = &(*tp)->next) {
+		if (*tp == tt) {
+			*tp = tt->next;
+			break;
+		}
+	}
+	rt_local_sub_close(&tt->fwd);
+	free(tt);
+}

@@ -1,0 +1,158 @@
+/*
+ * The "peers" section of a `rgaps stats` reply (docs/PROTOCOL.md): sessions
+ * and their data links, the transitions of the sender's and the receiver's
+ * state machines, every ring and every forwarder. Reads the state; changes
+ * nothing.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static cJSON *transitions(const uint64_t *m, int n, const char *const *names)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	for (int a = 0; a < n; a++) {
+		for (int b = 0; b < n; b++) {
+			char k[48];
+
+			if (!m[a * n + b])
+				continue;
+			if (a == b)
+				snprintf(k, sizeof(k), "->%s", names[b]);
+			else
+				snprintf(k, sizeof(k), "%s->%s", names[a], names[b]);
+			cJSON_AddNumberToObject(o, k, (double)m[a * n + b]);
+		}
+	}
+	return o;
+}
+
+void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filter)
+{
+	struct rgapsd_remote *rt = d->remote;
+	struct rgapsd_peers_stats ps;
+	cJSON *peers, *topics, *sm;
+
+	if (!rt)
+		return;
+	rgapsd_peers_get_stats(rt->pm, &ps);
+	peers = cJSON_AddObjectToObject(reply, "peers");
+	cJSON_AddStringToObject(peers, "listen", d->cfg.listen);
+	cJSON_AddNumberToObject(peers, "accepted", (double)ps.accepted);
+	cJSON_AddNumberToObject(peers, "auth_failures", (double)ps.auth_failures);
+	cJSON_AddNumberToObject(peers, "unknown_peers", (double)ps.unknown_peers);
+	cJSON_AddNumberToObject(peers, "protocol_errors", (double)ps.protocol_errors);
+	cJSON_AddNumberToObject(peers, "unknown_link_tokens", (double)rt->unknown_tokens);
+	cJSON *arr = cJSON_AddArrayToObject(peers, "sessions");
+	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+		struct rgapsd_peer_stats st;
+		cJSON *po = cJSON_CreateObject(), *links;
+
+		rgapsd_peer_get_stats(p->peer, &st);
+		cJSON_AddStringToObject(po, "name", rgapsd_peer_name(p->peer));
+		cJSON_AddBoolToObject(po, "up", st.up);
+		cJSON_AddNumberToObject(po, "sessions", (double)st.sessions);
+		cJSON_AddNumberToObject(po, "reconnects", (double)st.reconnects);
+		cJSON_AddNumberToObject(po, "rtt_ms", st.rtt_ms);
+		cJSON_AddNumberToObject(po, "hostile", (double)p->hostile);
+		cJSON_AddNumberToObject(po, "link_downs", (double)p->link_downs);
+		cJSON_AddNumberToObject(po, "setup_refusals", (double)p->setup_refusals);
+		cJSON_AddNumberToObject(po, "setups_deferred", (double)p->setups_deferred);
+		cJSON *subs = cJSON_AddArrayToObject(po, "subscribes");
+		for (uint32_t i = 0; i < p->nsubs; i++)
+			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
+		links = cJSON_AddObjectToObject(po, "links");
+		for (int i = 0; i < TR_NUM; i++) {
+			static const char *const ls[] = { "none", "offered", "connecting", "up" };
+			struct rgaps_link_stats lst;
+			cJSON *lo = cJSON_AddObjectToObject(links, rt_tr_names[i]);
+
+			cJSON_AddStringToObject(lo, "state", ls[p->links[i].state]);
+			if (p->links[i].state != LINK_UP)
+				continue;
+			rt->tr[i].lp->ops.transport.link_stats(rt->tr[i].ctx, p->links[i].link,
+								&lst);
+			cJSON_AddNumberToObject(lo, "records_sent", (double)lst.records_sent);
+			cJSON_AddNumberToObject(lo, "bytes_sent", (double)lst.bytes_sent);
+			cJSON_AddNumberToObject(lo, "records_landed", (double)lst.records_landed);
+			cJSON_AddNumberToObject(lo, "bytes_landed", (double)lst.bytes_landed);
+			cJSON_AddNumberToObject(lo, "send_credit_stalls",
+						(double)lst.send_credit_stalls);
+			cJSON_AddNumberToObject(lo, "cq_events", (double)lst.cq_events);
+			cJSON_AddNumberToObject(lo, "cq_polls_busy", (double)lst.cq_polls_busy);
+			cJSON_AddNumberToObject(lo, "cq_overflows", (double)lst.cq_overflows);
+			cJSON_AddNumberToObject(lo, "records_late", (double)lst.records_late);
+		}
+		cJSON_AddItemToArray(arr, po);
+	}
+	sm = cJSON_AddObjectToObject(peers, "state_machine");
+	cJSON_AddItemToObject(sm, "sender", transitions(&rt->out_trans[0][0], OUT_NUM_STATES,
+						       rt_out_state_names));
+	cJSON_AddItemToObject(sm, "receiver", transitions(&rt->in_trans[0][0], IN_NUM_STATES,
+							 rt_in_state_names));
+
+	topics = cJSON_AddArrayToObject(peers, "rings");
+	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+		for (uint32_t i = 0; i < RT_RINGS; i++) {
+			struct rt_out *o = p->out[i];
+			struct rt_in *in = p->in[i];
+			cJSON *ro;
+
+			if (o && (!topic_filter || strcmp(topic_filter, o->tt->t->cfg.name) == 0)) {
+				ro = cJSON_CreateObject();
+				cJSON_AddStringToObject(ro, "topic", o->tt->t->cfg.name);
+				cJSON_AddStringToObject(ro, "direction", "out");
+				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
+				cJSON_AddStringToObject(ro, "transport", rt_tr_names[o->tr]);
+				cJSON_AddNumberToObject(ro, "ring_id", o->id);
+				cJSON_AddBoolToObject(ro, "ready", o->state == OUT_RING_READY);
+				cJSON_AddNumberToObject(ro, "records", (double)o->records);
+				cJSON_AddNumberToObject(ro, "bytes", (double)o->bytes);
+				cJSON_AddNumberToObject(ro, "ring_stalls", (double)o->ring_stalls);
+				cJSON_AddNumberToObject(ro, "credit_stalls", (double)o->credit_stalls);
+				cJSON_AddNumberToObject(ro, "dropped_messages",
+							(double)o->dropped_msgs);
+				cJSON_AddNumberToObject(ro, "ring_used",
+							(double)rgaps_ring_sender_used(&o->ring));
+				cJSON_AddItemToArray(topics, ro);
+			}
+			if (in && (!topic_filter || strcmp(topic_filter, in->topic->cfg.name) == 0)) {
+				ro = cJSON_CreateObject();
+				cJSON_AddStringToObject(ro, "topic", in->topic->cfg.name);
+				cJSON_AddStringToObject(ro, "direction", "in");
+				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
+				cJSON_AddStringToObject(ro, "transport", rt_tr_names[in->tr]);
+				cJSON_AddNumberToObject(ro, "ring_id", in->id);
+				cJSON_AddNumberToObject(ro, "records", (double)in->records);
+				cJSON_AddNumberToObject(ro, "bytes", (double)in->bytes);
+				cJSON_AddNumberToObject(ro, "messages", (double)in->messages);
+				cJSON_AddNumberToObject(ro, "upstream_gaps", (double)in->upstream_gaps);
+				cJSON_AddNumberToObject(ro, "refused", (double)in->refused);
+				cJSON_AddNumberToObject(ro, "blocked_retries",
+							(double)in->blocked_retries);
+				cJSON_AddNumberToObject(ro, "ring_used",
+							(double)rgaps_ring_receiver_used(&in->ring));
+				cJSON_AddItemToArray(topics, ro);
+			}
+		}
+	}
+	cJSON *fw = cJSON_AddArrayToObject(peers, "forwarders");
+	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next) {
+		cJSON *fo;
+
+		if (topic_filter && strcmp(topic_filter, tt->t->cfg.name) != 0)
+			continue;
+		fo = cJSON_CreateObject();
+		cJSON_AddStringToObject(fo, "topic", tt->t->cfg.name);
+		cJSON_AddNumberToObject(fo, "forwarded", (double)tt->forwarded);
+		cJSON_AddNumberToObject(fo, "skipped_remote_origin", (double)tt->skipped_remote);
+		cJSON_AddNumberToObject(fo, "no_interested_peer", (double)tt->unsent_no_peer);
+		cJSON_AddNumberToObject(fo, "too_large_for_ring", (double)tt->too_large);
+		cJSON_AddBoolToObject(fo, "staged", tt->staged);
+		cJSON_AddNumberToObject(fo, "staged_chunks", (double)tt->staged_chunks);
+		cJSON_AddNumberToObject(fo, "staged_bytes", (double)tt->staged_bytes);
+		cJSON_AddItemToArray(fw, fo);
+	}
+}
