@@ -117,6 +117,14 @@ struct rgaps_mem_region {
 	void *priv;	/**< plugin-private */
 };
 
+/**
+ * A pool_import() flag set by the core, outside the plugin-defined low 16
+ * bits: map the pool read-only (a subscriber's view of a publisher's pool).
+ * Host memory comes with a read-only fd as well; a device backend sets the
+ * mapping's access so (cuMemSetAccess PROT_READ).
+ */
+#define RGAPS_MEM_IMPORT_READONLY 0x10000u
+
 /** Copy directions, for backends that must know them. */
 enum rgaps_copy_dir {
 	RGAPS_COPY_DEFAULT = 0, /**< infer from the pointers */
@@ -137,7 +145,10 @@ struct rgaps_memory_ops {
 	 */
 	int (*pool_create)(void *ctx, const char *name, uint64_t size, int32_t device,
 			   struct rgaps_mem_region *region_p);
-	/** Map a pool created elsewhere; the fd is consumed (owned by the region). */
+	/**
+	 * Map a pool created elsewhere; the fd is consumed (owned by the region).
+	 * flags: the creator's region.flags, plus RGAPS_MEM_IMPORT_READONLY.
+	 */
 	int (*pool_import)(void *ctx, int fd, uint64_t size, int32_t device, uint32_t flags,
 			   struct rgaps_mem_region *region_p);
 	/** Unmap / free this process's view; the creator's destroy frees the memory. */

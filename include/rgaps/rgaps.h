@@ -48,11 +48,13 @@ rgaps_publisher_t *rgaps_publisher_init(const char *topic);
 
 /**
  * Publish one message: copy @p size bytes from @p device_ptr (device memory
- * with the cuda backend, host memory with the host backend) once into the
- * topic's shared pool and wake every subscriber. With the topic's overflow
- * policy "block" this waits up to the topic's block timeout for room.
+ * with the cuda backend, host memory with the host backend) once into this
+ * publisher's pool, which every local subscriber maps read-only, and wake every
+ * subscriber. With the topic's overflow policy "block" this waits up to the
+ * topic's block timeout for room.
  * @return 0, -EMSGSIZE (over max_message_size), -ETIMEDOUT (no room in time),
- * -EINVAL, -ENOTCONN (daemon gone).
+ * -EINVAL, -ENOTCONN (rgapsd is gone or was restarted: destroy the handle and
+ * attach again).
  */
 int rgaps_publisher_push(rgaps_publisher_t *pub, size_t size, const void *device_ptr);
 
@@ -81,16 +83,55 @@ void rgaps_subscriber_destroy(rgaps_subscriber_t *sub);
 /* Messages, loans and options                                         */
 /* ------------------------------------------------------------------ */
 
-/** A message held by a subscriber (rgaps_subscriber_take()). */
+/**
+ * A message held by a subscriber (rgaps_subscriber_take()).
+ *
+ * Every publisher of a topic has its own stream: @c seq counts that stream's
+ * messages from 0, with no holes except messages this subscriber missed, which
+ * @c gap reports (with the next message of the same stream). With one publisher
+ * per topic, as is usual, that is the topic's sequence. rgaps_msg_info() tells
+ * which stream a message belongs to, where it came from and its attribute block.
+ *
+ * A message with @c flags & RGAPS_MSG_GAP has no payload (@c data NULL, @c size
+ * 0): it reports @c gap messages lost where no later message can carry the news
+ * (a stream that ended, a link that failed); releasing it is allowed and does
+ * nothing.
+ */
 typedef struct rgaps_msg {
-	void *data;	   /**< payload in the shared pool (device pointer with cuda) */
-	size_t size;	   /**< payload bytes */
-	uint64_t seq;	   /**< per-topic sequence number, from 0, no holes unless dropped */
-	uint64_t ts_ns;	   /**< publish time, CLOCK_REALTIME nanoseconds */
-	uint64_t gap;	   /**< messages skipped just before this one (drops) */
-	uint32_t token;	   /**< internal: identifies the hold; do not change */
-	uint32_t reserved; /**< zero */
+	void *data;	 /**< payload in the publisher's pool (device pointer with cuda), read-only */
+	size_t size;	 /**< payload bytes */
+	uint64_t seq;	 /**< sequence number in its publisher's stream, from 0 */
+	uint64_t ts_ns;	 /**< publish time, CLOCK_REALTIME nanoseconds (of the origin host) */
+	uint64_t gap;	 /**< messages of this stream lost just before this one */
+	uint32_t token;	 /**< internal: identifies the hold; do not change */
+	uint32_t flags;	 /**< RGAPS_MSG_* (zero before librgaps 0.2) */
 } rgaps_msg_t;
+
+/** rgaps_msg_t.flags: the message came from another host. */
+#define RGAPS_MSG_REMOTE 0x1u
+/** rgaps_msg_t.flags: no payload; @c gap messages were lost. */
+#define RGAPS_MSG_GAP 0x2u
+
+/** Largest attribute block a message carries (bytes). */
+#define RGAPS_ATTR_MAX 256
+
+/** Details of a held message (rgaps_msg_info()). */
+typedef struct rgaps_msg_info {
+	size_t struct_size;	/**< set by the caller to sizeof(rgaps_msg_info_t) */
+	uint64_t stream;	/**< its publisher stream here (unique in the topic while rgapsd runs) */
+	uint64_t origin_stream; /**< the stream on the host it was published on (= stream if local) */
+	uint64_t origin_seq;	/**< its sequence number there (= seq if local) */
+	const void *attrs;	/**< its attribute block (valid until release), NULL if none */
+	size_t attr_len;	/**< bytes of the attribute block */
+} rgaps_msg_info_t;
+
+/** Options of rgaps_publisher_push_ex() and rgaps_publisher_commit_ex(). */
+typedef struct rgaps_pub_opts {
+	size_t struct_size; /**< set by the caller to sizeof(rgaps_pub_opts_t) */
+	const void *attrs;  /**< attribute block sent with the message, or NULL */
+	size_t attr_len;    /**< its bytes, at most RGAPS_ATTR_MAX */
+	int timeout_ms;	    /**< wait for room: 0 none, -1 the topic's block timeout, >0 ms */
+} rgaps_pub_opts_t;
 
 /** A loaned block of the pool, written by the publisher in place (rgaps_publisher_loan()). */
 typedef struct rgaps_loan {
@@ -146,12 +187,34 @@ int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size, const void
 				 int timeout_ms);
 
 /**
+ * rgaps_publisher_push() with options: an attribute block that travels with
+ * the message (to local and remote subscribers) and a timeout. @p opts may be
+ * NULL. The block is copied; it may be reused when this returns.
+ */
+int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
+			    const rgaps_pub_opts_t *opts);
+
+/** rgaps_publisher_commit() with options (attribute block, timeout); @p opts may be NULL. */
+int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
+			      const rgaps_pub_opts_t *opts);
+
+/**
+ * Details of a message this subscriber holds (or of the gap-only message it
+ * took last): its stream, origin and attribute block.
+ * @return 0, or -EINVAL if @p msg is not held by @p sub.
+ */
+int rgaps_msg_info(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, rgaps_msg_info_t *info);
+
+/**
  * Take the next message: @p timeout_ms 0 = do not wait (-EAGAIN when none),
  * -1 = wait forever, >0 = wait that long (-ETIMEDOUT). The message stays
  * valid until rgaps_subscriber_release(); a subscriber may hold up to the
  * topic's max_holds messages at once (-ENOBUFS beyond). A signal delivered
- * to a waiting thread ends the wait with -EINTR.
- * @return 0 and fills @p msg_p, or a negative errno (-ENOTCONN: daemon gone).
+ * to a waiting thread ends the wait with -EINTR. Messages from several
+ * publishers are taken in turn, each stream in its own order.
+ * @return 0 and fills @p msg_p (see rgaps_msg_t for gap-only messages), or a
+ * negative errno (-ENOTCONN: rgapsd is gone or was restarted: destroy the
+ * handle and attach again).
  */
 int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms);
 

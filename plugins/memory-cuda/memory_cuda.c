@@ -106,6 +106,7 @@ struct cuda_pool {
 	struct cuda_pool *next;
 	uint32_t mode;	 /* CUDA_FLAG_VMM or CUDA_FLAG_IPC */
 	bool creator;	 /* the creator owns the allocation (IPC: frees it) */
+	bool read_only;	 /* VMM: mapped with read access only (a subscriber's view) */
 	int device;
 	uint64_t size;
 	CUdeviceptr va;	 /* VMM: reserved and mapped range */
@@ -497,12 +498,13 @@ static void vmm_prop(CUmemAllocationProp *prop, int device)
 	prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
-/* Reserve a range for p->handle, map it and make it read-write for p->device. */
+/* Reserve a range for p->handle, map it and open it to p->device (read-only for readers). */
 static int vmm_map(struct cuda_ctx *ctx, struct cuda_pool *p, size_t align)
 {
 	CUmemAccessDesc acc = {
 		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = p->device },
-		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+		.flags = p->read_only ? CU_MEM_ACCESS_FLAGS_PROT_READ :
+					CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
 	};
 	CUresult e;
 
@@ -756,10 +758,12 @@ static int cuda_pool_import(void *vctx, int fd, uint64_t size, int32_t device, u
 			    struct rgaps_mem_region *region_p)
 {
 	struct cuda_ctx *ctx = vctx;
+	bool read_only = flags & RGAPS_MEM_IMPORT_READONLY;
 	struct cuda_pool *p;
 	char why[200];
 	int old, r;
 
+	flags &= ~RGAPS_MEM_IMPORT_READONLY;
 	if (flags != CUDA_FLAG_VMM && flags != CUDA_FLAG_IPC) {
 		plog(ctx, LOG_ERROR, "cuda: pool flags 0x%x name no sharing method", flags);
 		return -EINVAL;
@@ -779,6 +783,8 @@ static int cuda_pool_import(void *vctx, int fd, uint64_t size, int32_t device, u
 	p->device = device;
 	p->mode = flags;
 	p->size = size;
+	/* cudaIpc mappings have no read-only form: only VMM pools are mapped so. */
+	p->read_only = read_only && flags == CUDA_FLAG_VMM;
 	r = enter_device(ctx, device, &old);
 	if (r)
 		goto err_free;

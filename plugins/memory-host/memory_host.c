@@ -5,6 +5,7 @@
  * memcpy; pinning is a no-op. It sees only include/rgaps/plugin.h.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +32,10 @@ static int host_probe(void *ctx, int32_t device, char *why, size_t whylen)
 	return 0;
 }
 
-static int map_region(int fd, uint64_t size, int32_t device, struct rgaps_mem_region *r)
+static int map_region(int fd, uint64_t size, int32_t device, bool writable,
+		      struct rgaps_mem_region *r)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *p = mmap(NULL, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -69,7 +71,7 @@ static int host_pool_create(void *ctx, const char *name, uint64_t size, int32_t 
 		e = -errno;
 		goto err_unlink;
 	}
-	e = map_region(fd, size, device, &r);
+	e = map_region(fd, size, device, true, &r);
 	if (e)
 		goto err_unlink;
 	r.priv = hp;
@@ -95,7 +97,10 @@ static int host_pool_import(void *ctx, int fd, uint64_t size, int32_t device, ui
 		return -errno;
 	if ((uint64_t)st.st_size < size)
 		return -EINVAL; /* never map past the object: SIGBUS on touch */
-	e = map_region(fd, size, device, &r);
+	/* A read-only fd cannot be mapped writable (the subscribers' view of a pool). */
+	e = map_region(fd, size, device,
+		       !(flags & RGAPS_MEM_IMPORT_READONLY) && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR,
+		       &r);
 	if (e)
 		return e;
 	*region_p = r;

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#define RGAPS_RECORD_MAGIC 0x31524752u /* "RGR1" */
+#define RGAPS_RECORD_MAGIC 0x32524752u /* "RGR2": 2: origin stream and seq */
 #define RGAPS_RECORD_HDR 64u
 #define RGAPS_RECORD_FIRST 0x1u
 #define RGAPS_RECORD_LAST 0x2u
@@ -17,14 +17,15 @@
 struct rgaps_record_hdr {
 	uint32_t magic;
 	uint32_t flags;
-	uint64_t msg_seq;
+	uint64_t msg_seq;  /* the ring's message counter: a jump is messages lost upstream */
 	uint64_t msg_size;
 	uint64_t chunk_off;
 	uint32_t chunk_len;
 	uint32_t ring_id;
 	uint64_t ts_ns;
-	uint64_t record_seq;
-	uint64_t reserved;
+	uint32_t record_seq;	/* the ring's record counter (mod 2^32): records arrive in order */
+	uint32_t origin_stream; /* the publisher stream on the sending host (its low 32 bits) */
+	uint64_t origin_seq;	/* the message's seq in that stream */
 };
 
 _Static_assert(sizeof(struct rgaps_record_hdr) == RGAPS_RECORD_HDR, "record header is 64 bytes");

@@ -1,15 +1,11 @@
 /*
- * Offset-based TLSF allocator behind each topic's payload pool. The pool may be
- * device memory, so block headers are out of band: one descriptor per block in
- * the state, linked by index, never by pointer, because the state sits in the
- * topic's shared metadata segment and every process maps it elsewhere. Sizes are
- * kept in bytes but classified in units of the alignment, so the same class
- * table serves a 1 MiB host pool with 8-byte alignment and a 1 TiB device pool
- * with 256-byte alignment. The layout is described once in docs/SHM-LAYOUT.md.
- *
- * Every store to the state in alloc and free goes through rgaps_j32()/rgaps_j64()
- * (journal.h): a process killed half-way through is rolled back by the next
- * holder of the topic lock. Init is not journaled: nobody shares the state yet.
+ * Offset-based TLSF allocator behind each publisher's payload pool. The pool may
+ * be device memory, so block headers are out of band: one descriptor per block
+ * in the state, linked by index, never by pointer. The state is private to the
+ * pool's owner (the publisher, topic_pub.c): nobody else allocates from it.
+ * Sizes are kept in bytes but classified in units of the alignment, so the same
+ * class table serves a 1 MiB host pool with 8-byte alignment and a 1 TiB device
+ * pool with 256-byte alignment.
  */
 #include "tlsf.h"
 
@@ -18,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "journal.h"
 #include "util.h"
 
 #define TLSF_MAGIC 0x544c534652475031ull /* "TLSFRGP1" read big-endian; bump on layout change */
@@ -87,17 +82,17 @@ static inline struct rgaps_tlsf_block *blk(struct rgaps_tlsf *t, uint32_t id)
 static void fl_set(struct rgaps_tlsf *t, unsigned int fl)
 {
 	if (fl < 32)
-		rgaps_j32(&t->fl_bitmap, t->fl_bitmap | (1u << fl));
+		t->fl_bitmap = t->fl_bitmap | (1u << fl);
 	else
-		rgaps_j64(&t->fl_bitmap_hi, t->fl_bitmap_hi | (1ull << (fl - 32)));
+		t->fl_bitmap_hi = t->fl_bitmap_hi | (1ull << (fl - 32));
 }
 
 static void fl_clear(struct rgaps_tlsf *t, unsigned int fl)
 {
 	if (fl < 32)
-		rgaps_j32(&t->fl_bitmap, t->fl_bitmap & (~(1u << fl)));
+		t->fl_bitmap = t->fl_bitmap & (~(1u << fl));
 	else
-		rgaps_j64(&t->fl_bitmap_hi, t->fl_bitmap_hi & (~(1ull << (fl - 32))));
+		t->fl_bitmap_hi = t->fl_bitmap_hi & (~(1ull << (fl - 32)));
 }
 
 static int fl_isset(const struct rgaps_tlsf *t, unsigned int fl)
@@ -144,15 +139,15 @@ static void free_list_insert(struct rgaps_tlsf *t, uint32_t id)
 
 	mapping(b->size >> t->align_shift, &fl, &sl);
 	head = t->heads[fl][sl];
-	rgaps_j32(&b->state, RGAPS_TLSF_FREE);
-	rgaps_j32(&b->prev_free, NIL);
-	rgaps_j32(&b->next_free, head);
+	b->state = RGAPS_TLSF_FREE;
+	b->prev_free = NIL;
+	b->next_free = head;
 	if (head != NIL)
-		rgaps_j32(&blk(t, head)->prev_free, id);
-	rgaps_j32(&t->heads[fl][sl], id);
-	rgaps_j32(&t->sl_bitmap[fl], t->sl_bitmap[fl] | (1u << sl));
+		blk(t, head)->prev_free = id;
+	t->heads[fl][sl] = id;
+	t->sl_bitmap[fl] = t->sl_bitmap[fl] | (1u << sl);
 	fl_set(t, fl);
-	rgaps_j64(&t->free_blocks, t->free_blocks + 1);
+	t->free_blocks = t->free_blocks + 1;
 }
 
 /* Takes a FREE block off its list; the caller sets its new state. */
@@ -163,19 +158,19 @@ static void free_list_remove(struct rgaps_tlsf *t, uint32_t id)
 
 	mapping(b->size >> t->align_shift, &fl, &sl);
 	if (b->prev_free != NIL)
-		rgaps_j32(&blk(t, b->prev_free)->next_free, b->next_free);
+		blk(t, b->prev_free)->next_free = b->next_free;
 	else
-		rgaps_j32(&t->heads[fl][sl], b->next_free);
+		t->heads[fl][sl] = b->next_free;
 	if (b->next_free != NIL)
-		rgaps_j32(&blk(t, b->next_free)->prev_free, b->prev_free);
+		blk(t, b->next_free)->prev_free = b->prev_free;
 	if (t->heads[fl][sl] == NIL) {
-		rgaps_j32(&t->sl_bitmap[fl], t->sl_bitmap[fl] & (~(1u << sl)));
+		t->sl_bitmap[fl] = t->sl_bitmap[fl] & (~(1u << sl));
 		if (!t->sl_bitmap[fl])
 			fl_clear(t, fl);
 	}
-	rgaps_j32(&b->prev_free, NIL);
-	rgaps_j32(&b->next_free, NIL);
-	rgaps_j64(&t->free_blocks, t->free_blocks - 1);
+	b->prev_free = NIL;
+	b->next_free = NIL;
+	t->free_blocks = t->free_blocks - 1;
 }
 
 static uint32_t spare_take(struct rgaps_tlsf *t)
@@ -183,7 +178,7 @@ static uint32_t spare_take(struct rgaps_tlsf *t)
 	uint32_t id = t->spare_head;
 
 	rgaps_require(id != NIL && blk(t, id)->state == RGAPS_TLSF_SPARE);
-	rgaps_j32(&t->spare_head, blk(t, id)->next_free);
+	t->spare_head = blk(t, id)->next_free;
 	return id;
 }
 
@@ -191,14 +186,14 @@ static void spare_put(struct rgaps_tlsf *t, uint32_t id)
 {
 	struct rgaps_tlsf_block *b = blk(t, id);
 
-	rgaps_j64(&b->off, 0);
-	rgaps_j64(&b->size, 0);
-	rgaps_j32(&b->state, RGAPS_TLSF_SPARE);
-	rgaps_j32(&b->prev_phys, NIL);
-	rgaps_j32(&b->next_phys, NIL);
-	rgaps_j32(&b->prev_free, NIL);
-	rgaps_j32(&b->next_free, t->spare_head);
-	rgaps_j32(&t->spare_head, id);
+	b->off = 0;
+	b->size = 0;
+	b->state = RGAPS_TLSF_SPARE;
+	b->prev_phys = NIL;
+	b->next_phys = NIL;
+	b->prev_free = NIL;
+	b->next_free = t->spare_head;
+	t->spare_head = id;
 }
 
 /* Absorb the physical successor `next` (FREE, already off its list) into `id`. */
@@ -206,10 +201,10 @@ static void absorb_next(struct rgaps_tlsf *t, uint32_t id, uint32_t next)
 {
 	struct rgaps_tlsf_block *b = blk(t, id), *n = blk(t, next);
 
-	rgaps_j64(&b->size, b->size + (n->size));
-	rgaps_j32(&b->next_phys, n->next_phys);
+	b->size = b->size + (n->size);
+	b->next_phys = n->next_phys;
 	if (b->next_phys != NIL)
-		rgaps_j32(&blk(t, b->next_phys)->prev_phys, id);
+		blk(t, b->next_phys)->prev_phys = id;
 	spare_put(t, next);
 }
 
@@ -318,19 +313,19 @@ int rgaps_tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p)
 	if (b->size > size) {
 		rest = spare_take(t);
 		r = blk(t, rest);
-		rgaps_j64(&r->off, b->off + size);
-		rgaps_j64(&r->size, b->size - size);
-		rgaps_j32(&r->prev_phys, id);
-		rgaps_j32(&r->next_phys, b->next_phys);
+		r->off = b->off + size;
+		r->size = b->size - size;
+		r->prev_phys = id;
+		r->next_phys = b->next_phys;
 		if (r->next_phys != NIL)
-			rgaps_j32(&blk(t, r->next_phys)->prev_phys, rest);
-		rgaps_j32(&b->next_phys, rest);
-		rgaps_j64(&b->size, size);
+			blk(t, r->next_phys)->prev_phys = rest;
+		b->next_phys = rest;
+		b->size = size;
 		free_list_insert(t, rest);
 	}
-	rgaps_j32(&b->state, RGAPS_TLSF_USED);
-	rgaps_j64(&t->used_bytes, t->used_bytes + (b->size));
-	rgaps_j64(&t->used_blocks, t->used_blocks + 1);
+	b->state = RGAPS_TLSF_USED;
+	t->used_bytes = t->used_bytes + (b->size);
+	t->used_blocks = t->used_blocks + 1;
 	*block_p = id;
 	return 0;
 }
@@ -343,8 +338,8 @@ void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block)
 	rgaps_require(t && t->magic == TLSF_MAGIC);
 	rgaps_require(rgaps_tlsf_is_used(t, block));
 	b = blk(t, block);
-	rgaps_j64(&t->used_bytes, t->used_bytes - (b->size));
-	rgaps_j64(&t->used_blocks, t->used_blocks - 1);
+	t->used_bytes = t->used_bytes - (b->size);
+	t->used_blocks = t->used_blocks - 1;
 
 	prev = b->prev_phys;
 	if (prev != NIL && blk(t, prev)->state == RGAPS_TLSF_FREE) {

@@ -2,16 +2,16 @@
  * Offset-based TLSF (two-level segregated fit) allocator for a topic's pool.
  *
  * The pool itself may be GPU memory that the CPU cannot touch, so every block
- * header lives out of band, in this state structure, which sits in the topic's
- * shared metadata segment. The state holds no pointers, only offsets and
- * descriptor indices, so each process may map it at a different address.
+ * header lives out of band, in this state structure, in the private memory of
+ * the pool's owner. The state holds no pointers, only offsets and descriptor
+ * indices.
  *
  * A block is named by its descriptor index ("block id"), stable from alloc to
  * free; callers keep per-block data (reference counts) in arrays indexed by it.
  * Allocation and free are O(1); free coalesces with both physical neighbours.
  *
- * Not thread-safe: the caller serialises every call (the topic's robust mutex).
- * Layout is part of the shared-memory ABI: see docs/SHM-LAYOUT.md.
+ * Not thread-safe: the caller serialises every call (a publisher handle is used
+ * from one thread at a time).
  */
 #ifndef RGAPS_COMMON_TLSF_H
 #define RGAPS_COMMON_TLSF_H
@@ -68,7 +68,7 @@ struct rgaps_tlsf_stats {
 	double fragmentation; /* 1 - largest_free / free_bytes; 0 when nothing is free */
 };
 
-/* Bytes of shared memory the state needs for nblocks descriptors. */
+/* Bytes the state needs for nblocks descriptors. */
 size_t rgaps_tlsf_state_size(uint32_t nblocks);
 
 /*
@@ -94,7 +94,7 @@ void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block);
 /* Offset / rounded size of a USED block. */
 uint64_t rgaps_tlsf_offset(const struct rgaps_tlsf *t, uint32_t block);
 uint64_t rgaps_tlsf_size(const struct rgaps_tlsf *t, uint32_t block);
-/* 1 if block is a valid id of a USED block, else 0 (for ids read from shared memory). */
+/* 1 if block is a valid id of a USED block, else 0. */
 int rgaps_tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block);
 
 void rgaps_tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *st);

@@ -1,250 +1,417 @@
 /*
- * The per-topic metadata segment: the shared-memory heart of the local path.
+ * A topic's shared memory under the ownership rule (docs/SHM-LAYOUT.md):
+ * every process writes only memory that it owns and maps the rest read-only.
  *
- * One segment per topic holds the topic header (configuration snapshot, the
- * robust lock, cursors, counters, the undo journal), the message queue (one
- * entry per published message still retained), subscriber slots (cursor,
- * holds), publisher slots (loans), one reference count per pool block, and
- * the TLSF allocator state for the pool. rgapsd formats it; rgapsd and every
- * local client map it; every mutation happens under the topic lock and is
- * journaled (journal.h). The drawing is in docs/SHM-LAYOUT.md.
+ *   topic header   rgapsd writes it: the layout constants, the directory
+ *                  generation (a futex word bumped whenever a member comes or
+ *                  goes) and the closed flag. Everyone else reads it.
+ *   publisher      one per publisher attachment: a control region (the
+ *                  stream's head and tail, its doorbell futex word, its queue
+ *                  of entries and their attribute blocks) and a pool. The
+ *                  publisher writes both; its allocator state is private to
+ *                  it. Subscribers and rgapsd map both read-only.
+ *   subscriber     one region per subscriber attachment: a cursor per
+ *                  publisher stream, its holds, its progress futex word. The
+ *                  subscriber writes it; publishers and rgapsd read it.
  *
- * Reference counting: a pool block is freed when its count reaches zero. The
- * queue holds one reference per retained entry, each subscriber hold one, each
- * publisher loan one. An entry is retained while some subscriber has not yet
- * passed it ("pending") or while it is within the history window; it is
- * retired eagerly as soon as neither holds.
+ * So take and release need no lock: a subscriber advances its own cursor and
+ * records its own holds; a publisher frees a block of its own pool once every
+ * subscriber's cursor has passed it and no hold names it (a hazard-pointer
+ * protocol: see rgaps_sub_take() and the publisher's reclaim). Nobody waits for
+ * anybody else's lock, and a process killed anywhere leaves only its own
+ * region half-written, which rgapsd discards with its connection.
  *
- * Wake-ups: publishers bump wake_seq and do one FUTEX_WAKE for all sleeping
- * subscribers; releases and retirements bump space_seq for blocked publishers.
+ * Everything read from memory that another process writes is checked against
+ * this process's own copy of the layout constants (struct rgaps_topic_limits)
+ * before use: a spoiled publisher region can at worst spoil that publisher's
+ * own messages, and a spoiled subscriber region can at worst keep blocks of a
+ * pool in use (bounded by max_holds) or stall a "block" topic as a subscriber
+ * that stops reading would.
+ *
+ * Who calls what:
+ *   rgapsd           rgaps_topic_hdr_format(), rgaps_pub_region_format(),
+ *                    rgaps_sub_region_format(), the readers at the end;
+ *                    and as a client itself (its forwarder subscribes, its
+ *                    receiver publishes what lands from peers).
+ *   librgaps         rgaps_pub_*() and rgaps_sub_*() on the hot path.
+ * Membership (which publisher streams a subscriber reads, which subscriber
+ * regions a publisher watches) is told by rgapsd over the control socket: when
+ * the header's dir_gen moves, the hot-path calls ask the caller's sync callback
+ * to fetch and map what changed, then carry on.
  */
 #ifndef RGAPS_COMMON_TOPIC_H
 #define RGAPS_COMMON_TOPIC_H
 
-#include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <linux/futex.h>
 #include <sys/types.h>
 
 #include "config.h"
-#include "journal.h"
 #include "lathist.h"
+#include "rgaps/rgaps.h" /* RGAPS_ATTR_MAX */
 #include "tlsf.h"
+#include "util.h"
 
-#define RGAPS_TOPIC_MAGIC 0x31504f5453504752ull /* "RGPSTOP1" */
-#define RGAPS_TOPIC_LAYOUT_VERSION 2 /* 2: latency histograms */
+#define RGAPS_TOPIC_MAGIC 0x32504f5453504752ull	 /* "RGPSTOP2" */
+#define RGAPS_PUB_MAGIC 0x3242555053504752ull	 /* "RGPSPUB2" */
+#define RGAPS_SUB_MAGIC 0x3242555353504752ull	 /* "RGPSSUB2" */
+#define RGAPS_TOPIC_LAYOUT_VERSION 3 /* 3: ownership regions, no lock, no journal */
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
+#define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
 
-enum rgaps_slot_state {
-	RGAPS_SLOT_FREE = 0,
-	RGAPS_SLOT_ACTIVE = 1,
+/* ---------------------------------------------------------------- layout */
+
+/*
+ * The layout constants. rgapsd derives them from the topic's configuration;
+ * every process keeps its own copy and checks shared data against it, never
+ * against values read back from shared memory.
+ */
+struct rgaps_topic_limits {
+	uint64_t pool_size;	   /* bytes of each publisher's pool */
+	uint64_t max_message_size;
+	uint64_t pub_region_size;  /* bytes of a publisher control region */
+	uint64_t sub_region_size;  /* bytes of a subscriber region */
+	uint32_t queue_depth;	   /* entries per publisher stream, a power of two */
+	uint32_t history;	   /* entries a stream keeps for late joiners */
+	uint32_t max_subscribers;
+	uint32_t max_publishers;
+	uint32_t max_holds;	   /* per subscriber */
+	uint32_t max_loans;	   /* per publisher */
+	uint32_t block_timeout_ms;
+	uint32_t overflow;	   /* enum rgaps_overflow */
+	uint32_t mem_kind;	   /* enum rgaps_mem_kind (plugin.h) */
+	int32_t device;
 };
 
-/* Counters of the local message lifecycle (publisher and subscriber side). */
-struct rgaps_topic_counters {
-	uint64_t loans;		/* blocks handed to publishers */
-	uint64_t published;	/* entries committed */
-	uint64_t published_bytes;
-	uint64_t unrouted;	/* published with no subscriber attached */
-	uint64_t cancelled;	/* loans returned unpublished */
-	uint64_t taken;		/* messages taken by subscribers (sum) */
-	uint64_t released;	/* holds released */
-	uint64_t retired;	/* entries retired from the queue */
-	uint64_t dropped;	/* entries forced out while some subscriber lagged */
-	uint64_t drops_total;	/* sum of per-subscriber drops */
-	uint64_t full_waits;	/* times a publisher had to wait for room */
-	uint64_t timeouts;	/* publisher waits that timed out */
-	uint64_t reclaimed_holds; /* holds released for dead subscribers */
-	uint64_t reclaimed_loans; /* loans freed for dead publishers */
-};
-
+/* The topic header: written by rgapsd only. */
 struct rgaps_topic_hdr {
 	uint64_t magic;
 	uint32_t layout_version;
 	uint32_t hdr_size;
 	uint64_t segment_size;
 	char name[RGAPS_TOPIC_NAME_MAX + 1];
+	struct rgaps_topic_limits lim;
 
-	/* Configuration snapshot (what clients need; the rest stays in rgapsd). */
-	uint64_t pool_size;
-	uint64_t max_message_size;
-	uint32_t queue_depth;
-	uint32_t history;
-	uint32_t max_subscribers;
-	uint32_t max_publishers;
-	uint32_t max_holds;
-	uint32_t max_loans;
-	uint32_t block_timeout_ms;
-	uint32_t overflow;
-	uint32_t nblocks;
-	uint32_t mem_kind;
-	int32_t device;
-	uint32_t pad0;
-
-	/* Section offsets from the segment start. */
-	uint64_t off_queue;
-	uint64_t off_subs;
-	uint64_t off_pubs;
-	uint64_t off_refs;
-	uint64_t off_tlsf;
-	uint64_t off_lat; /* one struct rgaps_lathist per subscriber slot */
-	uint64_t sub_stride;
-	uint64_t pub_stride;
-
-	pthread_mutex_t lock; /* robust, process-shared */
-
-	/* Under the lock. */
-	uint64_t head_seq; /* next sequence number to publish */
-	uint64_t tail_seq; /* oldest retained entry */
-	uint32_t nsubs;
+	/* Futex word: bumped (and woken) when a member comes or goes, and at close. */
+	uint32_t dir_gen __attribute__((aligned(RGAPS_CACHELINE)));
+	uint32_t closed; /* rgapsd is gone or shutting down: every call ends with -ENOTCONN */
+	uint32_t nsubs;	 /* attached subscribers, publishers (for the spinning heuristic) */
 	uint32_t npubs;
-	uint32_t closed; /* the daemon is gone or shutting down */
-	uint32_t pad1;
-	struct rgaps_topic_counters c;
-
-	/* Wake-up words: atomics, outside the lock, each on its own line. */
-	uint32_t wake_seq __attribute__((aligned(RGAPS_CACHELINE)));
-	uint32_t waiters;
-	uint32_t space_seq __attribute__((aligned(RGAPS_CACHELINE)));
-	uint32_t space_waiters;
-
-	struct rgaps_journal journal __attribute__((aligned(RGAPS_CACHELINE)));
-
-	/* Publish -> take latency of every take by a client subscriber (lathist.h). */
-	struct rgaps_lathist latency __attribute__((aligned(RGAPS_CACHELINE)));
 };
 
 /* Entry flags. */
-#define RGAPS_ENTRY_REMOTE 0x1u /* landed from a peer daemon: never forwarded again */
+#define RGAPS_ENTRY_REMOTE 0x1u	  /* landed from a peer daemon: never forwarded again */
+#define RGAPS_ENTRY_GAP_ONLY 0x2u /* no payload: reports `gap` messages lost upstream */
 
+/*
+ * One message of a stream. The publisher rewrites an entry only after
+ * retiring it, and brackets the rewrite with seq: it stores ~0, then the
+ * fields, then the new seq (release), so a reader that sees the same seq
+ * before and after reading the fields read one consistent entry.
+ */
 struct rgaps_topic_entry {
 	uint64_t seq;
-	uint64_t off;
+	uint64_t off;		/* in the publisher's pool */
 	uint64_t size;
-	uint64_t ts_ns;
-	uint32_t block;	  /* TLSF block id */
-	uint32_t pending; /* active subscribers that have not passed it yet */
-	uint32_t flags;	  /* RGAPS_ENTRY_* */
-	uint32_t gap;	  /* messages lost upstream just before this one (remote path) */
-};
-
-struct rgaps_topic_hold {
-	uint64_t seq;
-	uint32_t block; /* RGAPS_TLSF_NIL when the hold is free */
+	uint64_t ts_ns;		/* publish time, CLOCK_REALTIME (the origin host's) */
+	uint64_t origin_stream; /* the publishing stream on the origin host */
+	uint64_t origin_seq;	/* its sequence number there */
+	uint32_t gap;		/* messages lost upstream just before this one */
+	uint32_t flags;		/* RGAPS_ENTRY_* */
+	uint32_t attr_len;	/* bytes of its attribute block (<= RGAPS_ATTR_MAX) */
 	uint32_t pad;
 };
 
-struct rgaps_topic_sub {
-	uint32_t state;
-	int32_t pid;
-	uint64_t conn_id;
-	uint64_t next_seq; /* next message this subscriber takes */
-	uint64_t taken;
-	uint64_t drops;	      /* messages skipped by drop_oldest */
-	uint64_t pending_gap; /* drops not yet reported with a message */
-	uint32_t nholds;
-	uint32_t waiting; /* counted in hdr->waiters */
-	struct rgaps_topic_hold holds[];
-};
+_Static_assert(sizeof(struct rgaps_topic_entry) == 64, "an entry is one cache line");
 
-struct rgaps_topic_pub {
-	uint32_t state;
-	int32_t pid;
-	uint64_t conn_id;
+/* Statistics a publisher keeps in its region: informational, never trusted. */
+struct rgaps_pub_counters {
 	uint64_t published;
-	uint32_t nloans;
-	uint32_t waiting; /* counted in hdr->space_waiters */
-	uint32_t loans[]; /* block ids, RGAPS_TLSF_NIL when free */
+	uint64_t published_bytes;
+	uint64_t loans;
+	uint64_t cancelled;
+	uint64_t unrouted;    /* published with no subscriber watching */
+	uint64_t retired;     /* entries retired from the queue */
+	uint64_t dropped;     /* entries forced out while some subscriber lagged (drop_oldest) */
+	uint64_t full_waits;  /* times the publisher waited for room */
+	uint64_t timeouts;    /* waits that ran out */
+	uint64_t pool_used_bytes;
+	uint64_t pool_used_blocks;
+	uint64_t pool_largest_free;
+	uint64_t nloans;      /* loans held now */
+	uint64_t bad_subscribers; /* subscriber regions found spoiled (ignored) */
 };
 
-/* A mapped topic segment as one process sees it. */
-struct rgaps_topic {
-	struct rgaps_topic_hdr *hdr;
-	size_t size;
-	uint8_t *pool; /* this process's address of the pool (may be a device address) */
+/* The head of a publisher's control region; entries and attribute blocks follow. */
+struct rgaps_pub_region {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t slot;
+	uint64_t gen; /* the stream's id: unique per topic for the daemon's life */
+	uint64_t size;
+
+	/* The stream, written by its publisher. */
+	uint64_t head __attribute__((aligned(RGAPS_CACHELINE))); /* next seq; the commit point */
+	uint64_t tail;	   /* oldest entry kept */
+	uint32_t doorbell; /* futex word: bumped after every publish */
+	uint32_t space_waiting; /* the publisher sleeps until a subscriber progresses */
+
+	struct rgaps_pub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
 };
 
-/* A subscriber's view of one message (pool offset, not address). */
-struct rgaps_topic_msg {
+/* A subscriber's position in one publisher stream. */
+struct rgaps_sub_cursor {
+	uint64_t gen;  /* the stream this cursor belongs to (written after next) */
+	uint64_t next; /* the next seq to take */
+	uint32_t flags; /* RGAPS_CURSOR_* */
+	uint32_t pad;
+};
+
+#define RGAPS_CURSOR_FRESH 0x1u /* set at attach: messages retired before the first take are
+				   not a gap (they were published while the attach ran) */
+
+/* A message a subscriber holds: {stream, seq}; gen 0 = free. */
+struct rgaps_sub_hold {
+	uint64_t gen;
 	uint64_t seq;
-	uint64_t off;
+};
+
+struct rgaps_sub_counters {
+	uint64_t taken;
+	uint64_t released;
+	uint64_t drops;	 /* messages skipped (lapped under drop_oldest, or lost upstream) */
+	uint64_t errors; /* spoiled entries seen in publisher streams (skipped) */
+};
+
+/* The head of a subscriber's region; cursors[max_publishers] and holds[max_holds] follow. */
+struct rgaps_sub_region {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t size;
+
+	uint32_t progress __attribute__((aligned(RGAPS_CACHELINE))); /* futex word: bumped after
+								      every take and release */
+	uint32_t sleeping; /* threads of this subscriber asleep waiting for publishers */
+	uint32_t nholds;   /* a hint for publishers' scans: holds in use */
+	uint32_t pad;
+
+	struct rgaps_sub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
+	/* Publish -> take latency of this subscriber's takes (lathist.h). */
+	struct rgaps_lathist latency __attribute__((aligned(RGAPS_CACHELINE)));
+};
+
+/* Limits for a configuration (rgapsd). 0 or -EINVAL (queue_depth not a power of two...). */
+int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t mem_kind,
+				   int32_t device, struct rgaps_topic_limits *lim_p);
+/* The whole layout follows from these: the check a client makes of the header's copy. */
+int rgaps_topic_limits_check(const struct rgaps_topic_limits *lim);
+
+size_t rgaps_topic_hdr_size(void);
+
+/* Entries, attribute blocks, cursors, holds of a region (lim trusted, region mapped). */
+struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim,
+					     const struct rgaps_pub_region *r);
+uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r);
+struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
+					   const struct rgaps_sub_region *r);
+struct rgaps_sub_hold *rgaps_sub_holds(const struct rgaps_topic_limits *lim,
+				       const struct rgaps_sub_region *r);
+
+/* rgapsd: format zeroed memory of the sizes in lim. */
+int rgaps_topic_hdr_format(void *mem, size_t size, const char *name,
+			   const struct rgaps_topic_limits *lim);
+void rgaps_pub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+			     uint64_t gen);
+void rgaps_sub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+			     uint64_t gen);
+/* rgapsd, before handing a new subscriber region over: where it starts in one stream. */
+void rgaps_sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_topic_limits *lim,
+				 uint32_t pub_slot, uint64_t gen, uint64_t next, uint32_t flags);
+
+/* Clients: check a mapped header and copy its limits out. 0 or -EPROTO. */
+int rgaps_topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_limits *lim_p);
+/* Check a mapped region's magic and size against lim (hygiene: every use is bounded anyway). */
+int rgaps_pub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
+int rgaps_sub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
+
+/* rgapsd: mark closed and wake everyone waiting on the header. */
+void rgaps_topic_close(struct rgaps_topic_hdr *h);
+/* rgapsd: a member came or went. */
+void rgaps_topic_dir_changed(struct rgaps_topic_hdr *h);
+
+/*
+ * Checked reads of another process's entry (used by subscribers and by rgapsd):
+ * 0 and *e_p, -EAGAIN when the entry is being rewritten or holds another seq
+ * (the reader was lapped), -EBADMSG when it holds impossible values (why says
+ * which; the stream is spoiled).
+ */
+int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+		     uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
+
+/* ---------------------------------------------------------------- the caller's hooks */
+
+struct rgaps_topic_cbs {
+	/*
+	 * The header's dir_gen moved: fetch what changed (rgaps_pub_set_sub() and
+	 * friends). 0, or a negative errno that ends the calling operation.
+	 */
+	int (*sync)(void *arg);
+	/* Between sleeps: is rgapsd still there? NULL: assume so. */
+	bool (*alive)(void *arg);
+	void *arg;
+};
+
+/* ---------------------------------------------------------------- publisher */
+
+struct rgaps_pub;
+
+/* A publisher over its own region and pool (pool: this process's address of it). */
+int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+		     struct rgaps_pub_region *mine, uint8_t *pool,
+		     const struct rgaps_topic_cbs *cbs, struct rgaps_pub **pub_p);
+void rgaps_pub_destroy(struct rgaps_pub *pub);
+/* Membership (from the sync callback): watch or forget a subscriber region. */
+int rgaps_pub_set_sub(struct rgaps_pub *pub, uint32_t slot, uint64_t gen,
+		      const struct rgaps_sub_region *r);
+void rgaps_pub_clear_sub(struct rgaps_pub *pub, uint32_t slot);
+
+/* timeout_ms: 0 no wait, < 0 without limit, else bounded. */
+int rgaps_pub_loan(struct rgaps_pub *pub, uint64_t size, int timeout_ms, uint32_t *token_p,
+		   uint64_t *off_p);
+
+struct rgaps_pub_commit {
+	uint64_t ts_ns;
+	const void *attrs; /* attribute block, attr_len bytes (<= RGAPS_ATTR_MAX) */
+	uint32_t attr_len;
+	uint32_t flags;	   /* RGAPS_ENTRY_REMOTE... */
+	uint32_t gap;	   /* lost upstream just before this one */
+	uint64_t origin_stream, origin_seq; /* 0, 0: this stream, its own seq */
+};
+
+/*
+ * Publish a loan (size <= loaned). timeout_ms bounds a wait for a queue entry
+ * under "block". The loan is consumed unless -EAGAIN is returned with
+ * keep_on_again set (rgapsd retries from its loop, which never waits).
+ */
+int rgaps_pub_commit(struct rgaps_pub *pub, uint32_t token, uint64_t size,
+		     const struct rgaps_pub_commit *c, int timeout_ms, bool keep_on_again,
+		     uint64_t *seq_p);
+/* Publish "gap messages were lost" with no payload (needs a queue entry, never waits). */
+int rgaps_pub_gap(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns);
+int rgaps_pub_cancel(struct rgaps_pub *pub, uint32_t token);
+/* Retire and free what no subscriber needs any more. Returns blocks freed. */
+uint32_t rgaps_pub_reclaim(struct rgaps_pub *pub);
+/* Loaned block's size, for callers that validate (0 if token is not a loan). */
+uint64_t rgaps_pub_loan_size(const struct rgaps_pub *pub, uint32_t token);
+
+struct rgaps_pub_state {
+	uint64_t head, tail;
+	uint32_t nsubs, nloans, nretired;
+	struct rgaps_tlsf_stats pool;
+};
+void rgaps_pub_get_state(const struct rgaps_pub *pub, struct rgaps_pub_state *st);
+/* Full consistency check of the publisher's own books (tests): every block accounted for. */
+int rgaps_pub_check(struct rgaps_pub *pub, char *why, size_t whylen);
+
+/* ---------------------------------------------------------------- subscriber */
+
+struct rgaps_sub;
+
+int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+		     struct rgaps_sub_region *mine, const struct rgaps_topic_cbs *cbs,
+		     struct rgaps_sub **sub_p);
+void rgaps_sub_destroy(struct rgaps_sub *sub);
+/*
+ * Membership: read (or stop reading) the stream of publisher slot `slot`.
+ * limit: UINT64_MAX while its publisher is attached; its final head once it has
+ * gone (the stream drains up to there). pool: this process's mapping of its pool.
+ */
+int rgaps_sub_set_stream(struct rgaps_sub *sub, uint32_t slot, uint64_t gen,
+			 const struct rgaps_pub_region *r, const uint8_t *pool, uint64_t limit);
+/*
+ * Stop reading a stream. Messages not yet taken are counted as lost (reported
+ * with a gap-only message). Returns true if the caller may unmap it now; false
+ * while a held message still points into it: then rgaps_sub_stream_held()
+ * tells when it may (after releases).
+ */
+bool rgaps_sub_clear_stream(struct rgaps_sub *sub, uint32_t slot);
+bool rgaps_sub_stream_held(const struct rgaps_sub *sub, uint64_t gen);
+
+/* What a take returns. */
+struct rgaps_sub_msg {
+	uint64_t seq;
+	uint64_t off; /* in the stream's pool */
+	const uint8_t *data; /* pool + off (NULL for a gap-only message) */
 	uint64_t size;
 	uint64_t ts_ns;
-	uint64_t gap; /* dropped for this subscriber + lost upstream */
-	uint32_t token;
+	uint64_t gap; /* messages of this stream lost just before this one */
+	uint64_t stream, origin_stream, origin_seq;
+	uint32_t token; /* the hold; UINT32_MAX for a gap-only message */
 	uint32_t flags; /* RGAPS_ENTRY_* */
+	uint32_t slot;	/* the publisher slot */
+	uint32_t attr_len;
+	const void *attrs; /* a private copy, valid until release */
 };
 
-struct rgaps_topic_stats {
-	struct rgaps_topic_counters c;
-	struct rgaps_tlsf_stats pool;
-	uint64_t head_seq, tail_seq;
-	uint32_t nsubs, npubs, queue_used;
-	uint32_t journal_high_water;
-	uint64_t journal_rollbacks;
+/* Take the next message of any stream (round robin). timeout as for loans. */
+int rgaps_sub_take(struct rgaps_sub *sub, int timeout_ms, uint32_t spin_us,
+		   struct rgaps_sub_msg *msg_p);
+int rgaps_sub_release(struct rgaps_sub *sub, uint32_t token);
+/* Something to take, a membership change or a close (lock-free hint, for a pollable fd). */
+bool rgaps_sub_ready(struct rgaps_sub *sub);
+
+/*
+ * For a helper thread that sleeps until rgaps_sub_ready() may be true: fill w
+ * (at most RGAPS_WAITV_MAX words) with the futex words and values to wait on.
+ * The caller serialises this with membership changes (the words live in
+ * mappings the sync callback may drop). Returns how many.
+ */
+uint32_t rgaps_sub_wait_words(struct rgaps_sub *sub, struct futex_waitv *w, uint32_t max);
+void rgaps_sub_sleeping(struct rgaps_sub *sub, int delta);
+/* A take of a message stamped ts_ns (CLOCK_REALTIME of its origin) at now_ns: the histogram. */
+void rgaps_sub_record_latency(struct rgaps_sub *sub, uint64_t ts_ns, uint64_t now_ns);
+
+struct rgaps_sub_state {
+	uint32_t nstreams, nholds;
+	uint64_t drops, taken;
 };
+void rgaps_sub_get_state(const struct rgaps_sub *sub, struct rgaps_sub_state *st);
+struct rgaps_sub_region *rgaps_sub_region(const struct rgaps_sub *sub);
 
-/* Bytes of the metadata segment for this configuration. */
-size_t rgaps_topic_segment_size(const struct rgaps_topic_config *tc);
-
-/* Format a zeroed segment of rgaps_topic_segment_size() bytes (daemon). */
-int rgaps_topic_format(void *mem, size_t size, const struct rgaps_topic_config *tc,
-		       uint32_t mem_kind);
-
-/* Check a mapped segment before use (client): magic, version, sizes. 0 or -EPROTO. */
-int rgaps_topic_validate(const void *mem, size_t size);
-
-/* Slots (daemon, at attach / on connection close). */
-int rgaps_topic_sub_open(struct rgaps_topic *t, uint64_t conn_id, pid_t pid, uint32_t *slot_p);
-
-/* The publish -> take latency histogram of subscriber slot `slot` (zeroed at sub_open). */
-struct rgaps_lathist *rgaps_topic_sub_latency(const struct rgaps_topic *t, uint32_t slot);
-/*
- * A client subscriber took a message stamped ts_ns (CLOCK_REALTIME of the
- * publishing host) at now_ns: add the difference to its slot's histogram and
- * the topic's. Lock-free; a timestamp ahead of now_ns counts as skewed, 0 ns.
- */
-void rgaps_topic_record_latency(struct rgaps_topic *t, uint32_t slot, uint64_t ts_ns,
-				uint64_t now_ns);
-void rgaps_topic_sub_close(struct rgaps_topic *t, uint32_t slot);
-int rgaps_topic_pub_open(struct rgaps_topic *t, uint64_t conn_id, pid_t pid, uint32_t *slot_p);
-void rgaps_topic_pub_close(struct rgaps_topic *t, uint32_t slot);
-/* Mark closed and wake everyone (daemon shutdown). */
-void rgaps_topic_close(struct rgaps_topic *t);
+/* ---------------------------------------------------------------- rgapsd's readers */
 
 /*
- * Publisher: borrow a block of size bytes. timeout_ms: 0 no wait, < 0 forever,
- * else bounded. The alive callback (may be NULL) is asked between sleeps
- * whether the daemon is still there; returning false ends the wait with -ENOTCONN.
+ * Snapshots of other processes' regions for statistics and rgapsd's decisions,
+ * every value clamped to what lim allows (a lie changes the statistics of the
+ * liar, never rgapsd's memory safety).
  */
-typedef bool (*rgaps_topic_alive_fn)(void *arg);
-int rgaps_topic_loan(struct rgaps_topic *t, uint32_t pub_slot, uint64_t size, int timeout_ms,
-		     rgaps_topic_alive_fn alive, void *alive_arg, uint32_t *token_p,
-		     uint64_t *off_p);
-int rgaps_topic_commit(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token, uint64_t size,
-		       uint64_t ts_ns, int timeout_ms, rgaps_topic_alive_fn alive, void *alive_arg,
-		       uint64_t *seq_p);
+struct rgaps_pub_snapshot {
+	uint64_t head, tail;
+	struct rgaps_pub_counters c;
+	bool bad; /* the region contradicts lim (logged by the caller) */
+};
+void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+			struct rgaps_pub_snapshot *s);
+
+struct rgaps_sub_snapshot {
+	struct rgaps_sub_counters c;
+	uint32_t nholds;
+	struct rgaps_lathist latency;
+};
+void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+			struct rgaps_sub_snapshot *s);
 /*
- * Commit on behalf of a peer daemon (flags RGAPS_ENTRY_REMOTE, gap = messages
- * lost upstream). Never waits: -EAGAIN when the queue is full under the block
- * policy, and then the loan is kept so the caller can retry.
+ * Where subscriber region r stands in stream (slot, gen): its next seq, clamped
+ * to [tail, head] of that stream, or tail if it has not started reading it.
  */
-int rgaps_topic_commit_remote(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token,
-			      uint64_t size, uint64_t ts_ns, uint32_t gap, uint64_t *seq_p);
-int rgaps_topic_cancel(struct rgaps_topic *t, uint32_t pub_slot, uint32_t token);
-
-/* Subscriber: take the next message (timeout as above) and release it. */
-int rgaps_topic_take(struct rgaps_topic *t, uint32_t sub_slot, int timeout_ms, uint32_t spin_us,
-		     rgaps_topic_alive_fn alive, void *alive_arg, struct rgaps_topic_msg *msg_p);
-int rgaps_topic_release(struct rgaps_topic *t, uint32_t sub_slot, uint32_t token);
-/* True if sub_slot has a message to take (lock-free hint, for the pollable fd). */
-bool rgaps_topic_sub_ready(const struct rgaps_topic *t, uint32_t sub_slot);
-
-int rgaps_topic_get_stats(struct rgaps_topic *t, struct rgaps_topic_stats *st);
-struct rgaps_topic_sub *rgaps_topic_sub_at(const struct rgaps_topic *t, uint32_t slot);
-struct rgaps_topic_pub *rgaps_topic_pub_at(const struct rgaps_topic *t, uint32_t slot);
-
-/* Full consistency check (tests, debug): refcounts, pending counts, allocator. */
-int rgaps_topic_check(struct rgaps_topic *t, char *why, size_t whylen);
+uint64_t rgaps_sub_position(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+			    uint32_t slot, uint64_t gen, uint64_t tail, uint64_t head);
+/* Whether r holds any message of stream gen. */
+bool rgaps_sub_holds_stream(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+			    uint64_t gen);
 
 #endif

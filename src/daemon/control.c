@@ -38,7 +38,7 @@
 #include "util.h"
 
 #define CTL_QUEUE_DEPTH 256
-#define CTL_SEND_MAX_FDS 8
+#define CTL_SEND_MAX_FDS 32 /* an attach or sync reply: header, own region and pool, members */
 /* Room to see (and close) what a misbehaving client passes; the kernel drops any excess. */
 #define CTL_RECV_MAX_FDS 16
 #define CTL_CQE_BATCH 64

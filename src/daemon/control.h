@@ -47,7 +47,7 @@ void rgapsd_control_stop(struct rgapsd_control *ctl);
 
 /*
  * Queue one reply frame: the payload is copied; fds (may be NULL / 0, at most
- * 8) are dup'd, so the caller keeps its own. Sent with sendmsg + SCM_RIGHTS.
+ * 32) are dup'd, so the caller keeps its own. Sent with sendmsg + SCM_RIGHTS.
  * Returns 0, -ENOTCONN if the connection is closing, -EMSGSIZE, -ENOMEM.
  */
 int rgapsd_conn_send(struct rgapsd_conn *conn, const char *payload, size_t len, const int *fds,

@@ -58,7 +58,9 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
 		return r;
 	}
-	/* ...so whatever segments of this instance exist were left by a dead one. */
+	/* ...so whatever segments of this instance exist were left by a dead one: tell its
+	 * clients it is over (they end with -ENOTCONN at once), then remove them. */
+	rgapsd__topics_close_stale(d->instance);
 	n = rgaps_shm_cleanup_instance(d->instance);
 	if (n)
 		rgaps_warn("removed %d stale shared-memory segments of instance %s", n, d->instance);
@@ -69,6 +71,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		d->ctl = NULL;
 		return r;
 	}
+	rgapsd__members_start(d);
 	uv_signal_init(loop, &d->sig_term);
 	uv_signal_init(loop, &d->sig_int);
 	d->sig_term.data = d->sig_int.data = d;
@@ -88,6 +91,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	rgapsd_control_stop(d->ctl);
 	d->ctl = NULL;
 	rgapsd_remote_stop(d);
+	rgapsd__members_stop(d);
 	rgapsd__topics_destroy(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);

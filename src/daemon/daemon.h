@@ -8,30 +8,85 @@
 #define RGAPSD_DAEMON_H
 
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <uv.h>
 
 #include "../common/config.h"
 #include "../common/plugin_loader.h"
+#include "../common/shm.h"
 #include "../common/topic.h"
 #include "control.h"
 
 #define RGAPSD_MAX_MEMORY_PLUGINS 4
+#define RGAPSD_MAX_TRANSPORTS 4
+
+enum rgapsd_member_kind {
+	RGAPSD_MEMBER_PUB, /* a publisher stream: control region + pool */
+	RGAPSD_MEMBER_SUB, /* a subscriber region */
+};
+
+enum rgapsd_member_state {
+	RGAPSD_MEMBER_ACTIVE,	/* its owner is attached */
+	RGAPSD_MEMBER_DRAINING, /* publisher gone; subscribers read up to limit */
+	RGAPSD_MEMBER_GONE,	/* out of the topic; freed once nobody maps it through us */
+};
+
+/*
+ * One attachment to a topic and the shared memory made for it
+ * (docs/SHM-LAYOUT.md). Owned by the loop thread; rgapsd's own views (the
+ * forwarder's subscriber, the receivers' publishers) take references, and the
+ * loop frees a GONE member once no reference is left (members.c).
+ */
+struct rgapsd_member {
+	struct rgapsd_topic *t;
+	uint32_t refs; /* atomic: views of rgapsd's own that map it through this */
+	enum rgapsd_member_kind kind;
+	enum rgapsd_member_state state; /* under t->lock */
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t limit; /* DRAINING: the stream's final head (under t->lock) */
+	uint64_t since_ns; /* DRAINING since */
+	uint64_t conn_id;  /* 0: rgapsd's own */
+	pid_t pid;
+	char shm_name[RGAPS_SHM_NAME_MAX];
+	int fd;	  /* the region's fd (read-write; a read-only one is opened per share) */
+	void *map; /* rgapsd's mapping: read-write for its own members, else read-only */
+	size_t size;
+	struct rgaps_mem_region pool; /* publishers */
+	void *pool_mr[RGAPSD_MAX_TRANSPORTS]; /* transport registrations of a host pool (remote/) */
+	bool own;
+};
+
+struct cJSON;
 
 struct rgapsd_topic {
 	struct rgapsd_topic *next;
+	struct rgapsd *d;
 	struct rgaps_topic_config cfg;
-	struct rgaps_topic t;
-	int meta_fd;
-	char meta_name[192];
+	struct rgaps_topic_limits lim;
+	struct rgaps_topic_hdr *hdr; /* read-write here; clients map it read-only */
+	int hdr_fd;
+	char hdr_name[RGAPS_SHM_NAME_MAX];
 	struct rgaps_loaded_plugin *mem; /* shared, owned by struct rgapsd */
-	struct rgaps_mem_region pool;
+	pthread_mutex_t lock;		 /* pubs/subs and member state: loop writes, forwarder reads */
+	struct rgapsd_member **pubs;	 /* [max_publishers] */
+	struct rgapsd_member **subs;	 /* [max_subscribers] */
+	uint32_t npubs, nsubs, ndraining;
+	struct rgapsd_member **gone;	 /* GONE members still referenced by a view */
+	uint32_t ngone, gone_cap;
+	uint64_t next_gen;
 	uint32_t attachments;
 	uint32_t local_subs;  /* client subscribers (advertised to peers when > 0) */
 	bool publishers_seen; /* a local publisher attached once: send to interested peers */
 	uint64_t landed_msgs, landed_bytes; /* received from peers and published here */
 	uint64_t refused_msgs;		    /* received from peers, refused here (counted gaps) */
 	uint64_t landed_gaps;		    /* lost upstream (seen as sequence gaps), all rings */
+	/* Counters of members that are gone, folded in when they went. */
+	struct rgaps_pub_counters gone_pubs;
+	struct rgaps_sub_counters gone_subs;
+	struct rgaps_lathist gone_latency;
+	uint64_t reclaimed_holds, reclaimed_loans, bad_regions;
 };
 
 struct rgapsd {
@@ -50,6 +105,8 @@ struct rgapsd {
 	bool stopping;
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
+	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
+	bool sweep_started;
 };
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg);
@@ -65,5 +122,45 @@ int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **
 		      size_t errlen);
 void rgapsd__topics_destroy(struct rgapsd *d);
 bool rgapsd__topic_allows(const struct rgapsd_topic *t, uid_t uid, gid_t gid);
+/* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
+void rgapsd__topics_close_stale(const char *instance);
+
+/* Members (members.c). */
+int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
+			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err,
+			  size_t errlen);
+/* The member's owner detached: a subscriber goes, a publisher's stream drains. */
+void rgapsd__member_leave(struct rgapsd_member *m);
+void rgapsd__member_get(struct rgapsd_member *m);
+void rgapsd__member_put(struct rgapsd_member *m);
+/* A new fd for another process: read-only unless writable (the owner's). -errno. */
+int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
+void rgapsd__members_start(struct rgapsd *d);
+void rgapsd__members_stop(struct rgapsd *d);
+/* Tear every member of a topic down (the topic is destroyed). */
+void rgapsd__members_destroy(struct rgapsd_topic *t);
+/* Snapshot of a publisher member's stream (clamped): head, tail, counters. */
+void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s);
+
+/*
+ * What a client has been told about a topic's members, and the diff since
+ * (the "members" of an attach reply and every "sync" reply: docs/PROTOCOL.md).
+ */
+struct rgapsd_told {
+	uint64_t *gen;	 /* per slot of the other kind: the gen told, 0 none */
+	uint64_t *limit; /* and the limit told */
+	uint32_t n;
+};
+int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
+		      enum rgapsd_member_kind watch);
+void rgapsd__told_free(struct rgapsd_told *told);
+/*
+ * Add "members", "remove" and "more" to reply and up to max_fds fds to fds
+ * (*nfds_p on entry: fds already used), for members of kind watch the client
+ * has not been told of. -errno when an fd cannot be opened.
+ */
+int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
+		      enum rgapsd_member_kind watch, struct cJSON *reply, int *fds, int *nfds_p,
+		      int max_fds);
 
 #endif

@@ -62,6 +62,10 @@ void rgapsd_remote_stats(struct rgapsd *d, struct cJSON *reply, const char *topi
 /* Free what is left once the loop has closed every handle (rgapsd_fini). */
 void rgapsd_remote_free(struct rgapsd *d);
 
+/* A publisher stream's pool is about to be released: drop its transport registrations. */
+struct rgapsd_member;
+void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m);
+
 /* A topic is about to be destroyed (shutdown). */
 void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t);
 

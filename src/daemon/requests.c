@@ -8,10 +8,12 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/errors.h"
 #include "../common/futex.h"
@@ -27,6 +29,8 @@ enum client_role {
 	CLIENT_SUB,
 };
 
+#define MAX_REPLY_FDS 32 /* the control server's limit per reply (control.c) */
+
 /* Per-connection state (rgapsd_conn_set_data). */
 struct client {
 	struct rgapsd *d;
@@ -34,9 +38,16 @@ struct client {
 	bool hello;
 	enum client_role role;
 	struct rgapsd_topic *topic;
-	uint32_t slot;
+	struct rgapsd_member *member; /* the attachment's own region (and pool) */
+	struct rgapsd_told told;      /* what it knows of the other kind of members */
 	cJSON *pending_reply; /* publisher attach waiting for the peers' topic set-up */
 };
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
 
 static void send_json(struct rgapsd_conn *conn, cJSON *reply, const int *fds, int nfds)
 {
@@ -106,30 +117,71 @@ static void detach(struct client *c)
 		cJSON_Delete(c->pending_reply);
 		c->pending_reply = NULL;
 	}
-	if (c->role == CLIENT_SUB) {
-		rgaps_topic_sub_close(&c->topic->t, c->slot);
-		if (--c->topic->local_subs == 0)
-			rgapsd_remote_subscribers_changed(c->d, c->topic);
-	} else if (c->role == CLIENT_PUB) {
-		rgaps_topic_pub_close(&c->topic->t, c->slot);
-	}
+	if (c->member)
+		rgapsd__member_leave(c->member);
+	if (c->role == CLIENT_SUB && --c->topic->local_subs == 0)
+		rgapsd_remote_subscribers_changed(c->d, c->topic);
 	if (c->topic)
 		c->topic->attachments--;
+	rgapsd__told_free(&c->told);
+	c->member = NULL;
 	c->role = CLIENT_NONE;
 	c->topic = NULL;
+}
+
+/*
+ * The reply that completes an attach: the topic header (read-only), the
+ * client's own region (read-write) and, for a publisher, its pool; then the
+ * members it must know of, as a sync reply tells them.
+ */
+static void send_attach_reply(struct client *c, cJSON *r)
+{
+	struct rgapsd_member *m = c->member;
+	int fds[MAX_REPLY_FDS], nfds = 0, e;
+	char path[64];
+
+	/* A read-only open of the header: clients cannot map it writable. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", c->topic->hdr_fd);
+	e = open(path, O_RDONLY | O_CLOEXEC);
+	if (e < 0) {
+		e = -errno;
+		goto err;
+	}
+	fds[nfds++] = e;
+	e = rgapsd__member_share_fd(m, false, true);
+	if (e < 0)
+		goto err;
+	fds[nfds++] = e;
+	if (c->role == CLIENT_PUB) {
+		e = rgapsd__member_share_fd(m, true, true);
+		if (e < 0)
+			goto err;
+		fds[nfds++] = e;
+	}
+	e = rgapsd__told_diff(&c->told, c->topic,
+			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB, r, fds,
+			      &nfds, MAX_REPLY_FDS);
+	if (e)
+		goto err;
+	send_json(c->conn, r, fds, nfds);
+	close_fds(fds, nfds);
+	cJSON_Delete(r);
+	return;
+err:
+	close_fds(fds, nfds);
+	cJSON_Delete(r);
+	detach(c);
+	reply_error(c->d, c->conn, NULL, e, "cannot share the topic's memory: %s", strerror(-e));
 }
 
 /* The peers answered (or the wait timed out): complete a publisher's attach. */
 static void attach_done(void *arg, int status)
 {
 	struct client *c = arg;
-	struct rgapsd_topic *t = c->topic;
 	cJSON *r = c->pending_reply;
-	int fds[2] = { t->meta_fd, t->pool.fd };
 
 	c->pending_reply = NULL;
-	send_json(c->conn, r, fds, 2);
-	cJSON_Delete(r);
+	send_attach_reply(c, r);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -166,9 +218,8 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	const struct ucred *cred = rgapsd_conn_cred(conn);
 	struct rgapsd_topic *t;
 	char err[512];
-	uint32_t slot;
 	cJSON *r;
-	int fds[2], rc;
+	int rc;
 	bool sub;
 
 	if (!c->hello) {
@@ -200,28 +251,34 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 			    (unsigned)cred->uid, (unsigned)cred->gid, name);
 		return;
 	}
-	rc = sub ? rgaps_topic_sub_open(&t->t, rgapsd_conn_id(conn), cred->pid, &slot)
-		 : rgaps_topic_pub_open(&t->t, rgapsd_conn_id(conn), cred->pid, &slot);
+	rc = rgapsd__told_init(&c->told, t, sub ? RGAPSD_MEMBER_PUB : RGAPSD_MEMBER_SUB);
 	if (rc) {
-		reply_error(d, conn, req, rc, "topic '%s': no free %s slot (max %u)", name,
-			    sub ? "subscriber" : "publisher",
-			    sub ? t->cfg.max_subscribers : t->cfg.max_publishers);
+		reply_error(d, conn, req, rc, "out of memory");
+		return;
+	}
+	rc = rgapsd__member_create(t, sub ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
+				   rgapsd_conn_id(conn), cred->pid, false, &c->member, err,
+				   sizeof(err));
+	if (rc) {
+		rgapsd__told_free(&c->told);
+		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
 	}
 	c->role = sub ? CLIENT_SUB : CLIENT_PUB;
 	c->topic = t;
-	c->slot = slot;
 	t->attachments++;
 
 	r = reply_ok(req);
 	cJSON_AddStringToObject(r, "topic", name);
-	cJSON_AddNumberToObject(r, "slot", slot);
-	cJSON_AddNumberToObject(r, "meta_size", (double)t->t.size);
-	cJSON_AddNumberToObject(r, "pool_size", (double)t->pool.size);
+	cJSON_AddNumberToObject(r, "slot", c->member->slot);
+	cJSON_AddNumberToObject(r, "gen", (double)c->member->gen);
+	cJSON_AddNumberToObject(r, "hdr_size", (double)rgaps_topic_hdr_size());
 	cJSON_AddStringToObject(r, "memory", t->mem->name);
-	cJSON_AddNumberToObject(r, "device", t->pool.device);
-	cJSON_AddNumberToObject(r, "mem_flags", t->pool.flags);
-	rgaps_debug("pid %d attached to '%s' as %s slot %u", (int)cred->pid, name, role, slot);
+	cJSON_AddNumberToObject(r, "device", t->cfg.device);
+	if (!sub)
+		cJSON_AddNumberToObject(r, "mem_flags", c->member->pool.flags);
+	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu)", (int)cred->pid, name,
+		    role, c->member->slot, (unsigned long long)c->member->gen);
 	if (sub && t->local_subs++ == 0)
 		rgapsd_remote_subscribers_changed(d, t);
 	/* DESIGN.md 7: a publisher's attach completes once interested peers set the topic up. */
@@ -229,9 +286,32 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		c->pending_reply = r;
 		return;
 	}
-	fds[0] = t->meta_fd;
-	fds[1] = t->pool.fd;
-	send_json(conn, r, fds, 2);
+	send_attach_reply(c, r);
+}
+
+/* The client saw the topic's directory move: tell it what changed since. */
+static void do_sync(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c,
+		    const cJSON *req)
+{
+	int fds[MAX_REPLY_FDS], nfds = 0, e;
+	cJSON *r;
+
+	if (c->role == CLIENT_NONE || c->pending_reply) {
+		reply_error(d, conn, req, -ENOTCONN, "not attached");
+		return;
+	}
+	r = reply_ok(req);
+	e = rgapsd__told_diff(&c->told, c->topic,
+			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB, r, fds,
+			      &nfds, MAX_REPLY_FDS);
+	if (e) {
+		close_fds(fds, nfds);
+		cJSON_Delete(r);
+		reply_error(d, conn, req, e, "cannot share a member's memory: %s", strerror(-e));
+		return;
+	}
+	send_json(conn, r, fds, nfds);
+	close_fds(fds, nfds);
 	cJSON_Delete(r);
 }
 
@@ -269,21 +349,95 @@ static void add_latency(cJSON *o, const struct rgaps_lathist *h, bool tail)
 	cJSON_AddNumberToObject(l, "skewed", (double)h->skewed);
 }
 
+/* Sums over a topic's members, read through clamped snapshots (topic.h). */
+struct topic_sums {
+	struct rgaps_pub_counters pc;
+	struct rgaps_sub_counters sc;
+	uint64_t queue_used, pool_used, pool_blocks;
+	double fragmentation;
+	uint32_t streams, draining, bad;
+};
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
+static void topic_sums(const struct rgapsd_topic *t, struct topic_sums *ts)
+{
+	memset(ts, 0, sizeof(*ts));
+	ts->pc = t->gone_pubs;
+	ts->sc = t->gone_subs;
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
+		const struct rgapsd_member *p = t->pubs[k];
+		struct rgaps_pub_snapshot s;
+		const uint64_t *src = (const uint64_t *)&s.c;
+		uint64_t *dst = (uint64_t *)&ts->pc, freeb;
+
+		if (!p)
+			continue;
+		rgapsd__member_pub_snapshot(p, &s);
+		for (size_t i = 0; i < sizeof(s.c) / sizeof(uint64_t); i++)
+			dst[i] = sat_add(dst[i], src[i]);
+		ts->streams++;
+		ts->draining += p->state == RGAPSD_MEMBER_DRAINING;
+		ts->bad += s.bad;
+		ts->queue_used += s.head - s.tail;
+		ts->pool_used = sat_add(ts->pool_used, s.c.pool_used_bytes);
+		ts->pool_blocks = sat_add(ts->pool_blocks, s.c.pool_used_blocks);
+		freeb = t->lim.pool_size - s.c.pool_used_bytes;
+		if (freeb && s.c.pool_largest_free <= freeb)
+			ts->fragmentation = RGAPS_MAX(ts->fragmentation,
+						      1.0 - (double)s.c.pool_largest_free / (double)freeb);
+	}
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
+		struct rgaps_sub_snapshot s;
+
+		if (!t->subs[j])
+			continue;
+		rgaps_sub_snapshot(&t->lim, t->subs[j]->map, &s);
+		ts->sc.taken = sat_add(ts->sc.taken, s.c.taken);
+		ts->sc.released = sat_add(ts->sc.released, s.c.released);
+		ts->sc.drops = sat_add(ts->sc.drops, s.c.drops);
+		ts->sc.errors = sat_add(ts->sc.errors, s.c.errors);
+	}
+}
+
+/* Messages of every stream that subscriber region sm has not taken yet. */
+static uint64_t lag_of(const struct rgapsd_topic *t, const struct rgapsd_member *sm)
+{
+	uint64_t lag = 0;
+
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
+		const struct rgapsd_member *p = t->pubs[k];
+		struct rgaps_pub_snapshot s;
+		uint64_t head;
+
+		if (!p)
+			continue;
+		rgapsd__member_pub_snapshot(p, &s);
+		head = RGAPS_MIN(s.head, p->limit);
+		if (head < s.tail)
+			continue;
+		lag += head - rgaps_sub_position(&t->lim, sm->map, k, p->gen, s.tail, head);
+	}
+	return lag;
+}
+
 static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 {
-	struct rgaps_topic_stats st;
+	struct topic_sums ts;
 	cJSON *o = cJSON_CreateObject();
 
+	topic_sums(t, &ts);
 	cJSON_AddStringToObject(o, "name", t->cfg.name);
 	cJSON_AddStringToObject(o, "memory", t->mem->name);
-	if (rgaps_topic_get_stats(&t->t, &st) != 0)
-		return o;
-	cJSON_AddNumberToObject(o, "subscribers", st.nsubs);
-	cJSON_AddNumberToObject(o, "publishers", st.npubs);
-	cJSON_AddNumberToObject(o, "published", (double)st.c.published);
-	cJSON_AddNumberToObject(o, "published_bytes", (double)st.c.published_bytes);
-	cJSON_AddNumberToObject(o, "pool_size", (double)st.pool.pool_size);
-	cJSON_AddNumberToObject(o, "pool_used", (double)st.pool.used_bytes);
+	cJSON_AddNumberToObject(o, "subscribers", t->nsubs);
+	cJSON_AddNumberToObject(o, "publishers", t->npubs);
+	cJSON_AddNumberToObject(o, "published", (double)ts.pc.published);
+	cJSON_AddNumberToObject(o, "published_bytes", (double)ts.pc.published_bytes);
+	cJSON_AddNumberToObject(o, "pool_size", (double)t->lim.pool_size);
+	cJSON_AddNumberToObject(o, "pool_used", (double)ts.pool_used);
 	if (!full)
 		return o;
 	cJSON *rem = cJSON_AddObjectToObject(o, "from_peers");
@@ -292,90 +446,92 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(rem, "refused", (double)t->refused_msgs);
 	cJSON_AddNumberToObject(rem, "gaps", (double)t->landed_gaps);
 
+	/* Each publisher has a pool of pool_size bytes: these are the sums over them. */
 	cJSON *pool = cJSON_AddObjectToObject(o, "pool");
-	cJSON_AddNumberToObject(pool, "size", (double)st.pool.pool_size);
-	cJSON_AddNumberToObject(pool, "used_bytes", (double)st.pool.used_bytes);
-	cJSON_AddNumberToObject(pool, "free_bytes", (double)st.pool.free_bytes);
-	cJSON_AddNumberToObject(pool, "largest_free", (double)st.pool.largest_free);
-	cJSON_AddNumberToObject(pool, "used_blocks", (double)st.pool.used_blocks);
-	cJSON_AddNumberToObject(pool, "fragmentation", st.pool.fragmentation);
+	cJSON_AddNumberToObject(pool, "size", (double)t->lim.pool_size);
+	cJSON_AddNumberToObject(pool, "pools", ts.streams);
+	cJSON_AddNumberToObject(pool, "used_bytes", (double)ts.pool_used);
+	cJSON_AddNumberToObject(pool, "used_blocks", (double)ts.pool_blocks);
+	cJSON_AddNumberToObject(pool, "fragmentation", ts.fragmentation);
 
 	cJSON *q = cJSON_AddObjectToObject(o, "queue");
 	cJSON_AddNumberToObject(q, "depth", t->cfg.queue_depth);
-	cJSON_AddNumberToObject(q, "used", st.queue_used);
-	cJSON_AddNumberToObject(q, "head_seq", (double)st.head_seq);
-	cJSON_AddNumberToObject(q, "tail_seq", (double)st.tail_seq);
+	cJSON_AddNumberToObject(q, "used", (double)ts.queue_used);
+	cJSON_AddNumberToObject(q, "streams", ts.streams);
+	cJSON_AddNumberToObject(q, "draining", ts.draining);
 
 	cJSON *c = cJSON_AddObjectToObject(o, "counters");
-#define C(f) cJSON_AddNumberToObject(c, #f, (double)st.c.f)
-	C(loans);
-	C(published);
-	C(published_bytes);
-	C(unrouted);
-	C(cancelled);
-	C(taken);
-	C(released);
-	C(retired);
-	C(dropped);
-	C(drops_total);
-	C(full_waits);
-	C(timeouts);
-	C(reclaimed_holds);
-	C(reclaimed_loans);
+#define C(f, v) cJSON_AddNumberToObject(c, f, (double)(v))
+	C("loans", ts.pc.loans);
+	C("published", ts.pc.published);
+	C("published_bytes", ts.pc.published_bytes);
+	C("unrouted", ts.pc.unrouted);
+	C("cancelled", ts.pc.cancelled);
+	C("taken", ts.sc.taken);
+	C("released", ts.sc.released);
+	C("retired", ts.pc.retired);
+	C("dropped", ts.pc.dropped);
+	C("drops_total", ts.sc.drops);
+	C("full_waits", ts.pc.full_waits);
+	C("timeouts", ts.pc.timeouts);
+	C("reclaimed_holds", t->reclaimed_holds);
+	C("reclaimed_loans", t->reclaimed_loans);
+	C("bad_entries_seen", ts.sc.errors);
+	C("bad_regions", t->bad_regions + ts.bad);
 #undef C
-	cJSON_AddNumberToObject(c, "journal_rollbacks", (double)st.journal_rollbacks);
-	cJSON_AddNumberToObject(c, "journal_high_water", st.journal_high_water);
 
 	{
-		struct rgaps_lathist h = { 0 };
+		struct rgaps_lathist h = t->gone_latency;
 
-		rgaps_lathist_sum(&h, &t->t.hdr->latency);
+		for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
+			if (t->subs[j])
+				rgaps_lathist_sum(&h, &((const struct rgaps_sub_region *)
+							       t->subs[j]->map)->latency);
 		add_latency(o, &h, true);
 	}
 
 	cJSON *subs = cJSON_AddArrayToObject(o, "subscriber_slots");
-	for (uint32_t i = 0; i < t->cfg.max_subscribers; i++) {
-		struct rgaps_topic_sub *s = rgaps_topic_sub_at(&t->t, i);
+	for (uint32_t i = 0; i < t->lim.max_subscribers; i++) {
+		const struct rgapsd_member *sm = t->subs[i];
+		struct rgaps_sub_snapshot s;
 		cJSON *so;
 
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != RGAPS_SLOT_ACTIVE)
+		if (!sm)
 			continue;
-		/* Read without the lock (the slot's owner may be taking meanwhile): relaxed
-		 * loads, and figures that may be one message apart, as statistics allow. */
-		uint64_t next = __atomic_load_n(&s->next_seq, __ATOMIC_RELAXED);
-
+		rgaps_sub_snapshot(&t->lim, sm->map, &s);
 		so = cJSON_CreateObject();
 		cJSON_AddNumberToObject(so, "slot", i);
-		cJSON_AddNumberToObject(so, "pid", __atomic_load_n(&s->pid, __ATOMIC_RELAXED));
-		cJSON_AddNumberToObject(so, "next_seq", (double)next);
-		cJSON_AddNumberToObject(so, "lag", (double)(st.head_seq > next ?
-								    st.head_seq - next : 0));
-		cJSON_AddNumberToObject(so, "taken",
-					(double)__atomic_load_n(&s->taken, __ATOMIC_RELAXED));
-		cJSON_AddNumberToObject(so, "drops",
-					(double)__atomic_load_n(&s->drops, __ATOMIC_RELAXED));
-		cJSON_AddNumberToObject(so, "holds", __atomic_load_n(&s->nholds, __ATOMIC_RELAXED));
-		{
-			struct rgaps_lathist h = { 0 };
-
-			rgaps_lathist_sum(&h, rgaps_topic_sub_latency(&t->t, i));
-			add_latency(so, &h, false);
-		}
+		cJSON_AddNumberToObject(so, "pid", sm->pid);
+		cJSON_AddBoolToObject(so, "daemon", sm->own);
+		cJSON_AddNumberToObject(so, "lag", (double)lag_of(t, sm));
+		cJSON_AddNumberToObject(so, "taken", (double)s.c.taken);
+		cJSON_AddNumberToObject(so, "drops", (double)s.c.drops);
+		cJSON_AddNumberToObject(so, "holds", s.nholds);
+		cJSON_AddNumberToObject(so, "bad_entries_seen", (double)s.c.errors);
+		add_latency(so, &s.latency, false);
 		cJSON_AddItemToArray(subs, so);
 	}
 	cJSON *pubs = cJSON_AddArrayToObject(o, "publisher_slots");
-	for (uint32_t i = 0; i < t->cfg.max_publishers; i++) {
-		struct rgaps_topic_pub *p = rgaps_topic_pub_at(&t->t, i);
+	for (uint32_t i = 0; i < t->lim.max_publishers; i++) {
+		const struct rgapsd_member *p = t->pubs[i];
+		struct rgaps_pub_snapshot s;
 		cJSON *po;
 
-		if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != RGAPS_SLOT_ACTIVE)
+		if (!p)
 			continue;
+		rgapsd__member_pub_snapshot(p, &s);
 		po = cJSON_CreateObject();
 		cJSON_AddNumberToObject(po, "slot", i);
-		cJSON_AddNumberToObject(po, "pid", __atomic_load_n(&p->pid, __ATOMIC_RELAXED));
-		cJSON_AddNumberToObject(po, "published",
-					(double)__atomic_load_n(&p->published, __ATOMIC_RELAXED));
-		cJSON_AddNumberToObject(po, "loans", __atomic_load_n(&p->nloans, __ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(po, "stream", (double)p->gen);
+		cJSON_AddNumberToObject(po, "pid", p->pid);
+		cJSON_AddBoolToObject(po, "daemon", p->own);
+		cJSON_AddStringToObject(po, "state",
+					p->state == RGAPSD_MEMBER_DRAINING ? "draining" : "active");
+		cJSON_AddNumberToObject(po, "head_seq", (double)s.head);
+		cJSON_AddNumberToObject(po, "tail_seq", (double)s.tail);
+		cJSON_AddNumberToObject(po, "published", (double)s.c.published);
+		cJSON_AddNumberToObject(po, "loans", (double)s.c.nloans);
+		cJSON_AddNumberToObject(po, "pool_used", (double)s.c.pool_used_bytes);
 		cJSON_AddItemToArray(pubs, po);
 	}
 	cJSON_AddItemToObject(o, "config", rgaps_topic_config_to_json(&t->cfg));
@@ -479,6 +635,8 @@ void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, 
 		do_hello(d, conn, c, req);
 	else if (strcmp(type, "attach") == 0)
 		do_attach(d, conn, c, req);
+	else if (strcmp(type, "sync") == 0)
+		do_sync(d, conn, c, req);
 	else if (strcmp(type, "detach") == 0)
 		do_detach(d, conn, c, req);
 	else if (strcmp(type, "topics") == 0)

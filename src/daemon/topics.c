@@ -1,11 +1,15 @@
 /*
  * rgapsd's topic table: topics from topics.d are configured at start but
- * created (segments allocated) on first attach, like topics absent from the
+ * created (a header segment) on first attach, like topics absent from the
  * configuration, which are made from the daemon's defaults. A topic lives
  * until the daemon stops; its memory backend is chosen once, at creation
  * ("auto": cuda when a GPU is usable, else host, with the reason logged).
+ * Its members - one per attachment, with their regions and pools - are in
+ * members.c.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +76,12 @@ static struct rgaps_loaded_plugin *pick_memory(struct rgapsd *d, const struct rg
 	return memory_plugin(d, "host", err, errlen);
 }
 
+/* What the backend's pools hold: host memory only for the host backend. */
+static uint32_t mem_kind_of(const struct rgaps_loaded_plugin *lp)
+{
+	return strcmp(lp->name, "host") == 0 ? RGAPS_MEM_HOST : RGAPS_MEM_CUDA;
+}
+
 static const struct rgaps_topic_config *configured(const struct rgapsd *d, const char *name)
 {
 	for (uint32_t i = 0; i < d->cfg.ntopics; i++)
@@ -82,33 +92,40 @@ static const struct rgaps_topic_config *configured(const struct rgapsd *d, const
 
 static void topic_free(struct rgapsd_topic *t)
 {
-	if (t->pool.base || t->pool.fd >= 0)
-		t->mem->ops.memory.pool_release(t->mem->ctx, &t->pool);
-	if (t->t.hdr)
-		munmap(t->t.hdr, t->t.size);
-	if (t->meta_fd >= 0)
-		close(t->meta_fd);
-	if (t->meta_name[0])
-		shm_unlink(t->meta_name);
+	if (t->pubs && t->subs)
+		rgapsd__members_destroy(t);
+	free(t->pubs);
+	free(t->subs);
+	if (t->hdr)
+		munmap(t->hdr, rgaps_topic_hdr_size());
+	if (t->hdr_fd >= 0)
+		close(t->hdr_fd);
+	if (t->hdr_name[0])
+		shm_unlink(t->hdr_name);
+	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
 
+/*
+ * A topic is its header segment (layout constants, the directory generation,
+ * the closed flag) and its members; each attachment brings the memory it needs
+ * (members.c), so an idle topic costs one page.
+ */
 static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 			size_t errlen)
 {
 	const struct rgaps_topic_config *tc = configured(d, name);
 	struct rgapsd_topic *t = calloc(1, sizeof(*t));
-	char pool_name[192];
-	void *meta;
-	size_t size;
+	void *hdr;
 	int r;
 
 	if (!t) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	t->meta_fd = -1;
-	t->pool.fd = -1;
+	t->d = d;
+	t->hdr_fd = -1;
+	pthread_mutex_init(&t->lock, NULL);
 	if (tc) {
 		t->cfg = *tc;
 	} else {
@@ -120,47 +137,47 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 		r = -ENODEV;
 		goto err_free;
 	}
-	if (rgaps_shm_name(t->meta_name, sizeof(t->meta_name), d->instance, name, "meta") ||
-	    rgaps_shm_name(pool_name, sizeof(pool_name), d->instance, name, "pool")) {
-		t->meta_name[0] = 0;
+	r = rgaps_topic_limits_from_config(&t->cfg, mem_kind_of(t->mem), t->cfg.device, &t->lim);
+	if (r) {
+		snprintf(err, errlen, "topic configuration out of bounds");
+		goto err_free;
+	}
+	t->pubs = calloc(t->lim.max_publishers, sizeof(*t->pubs));
+	t->subs = calloc(t->lim.max_subscribers, sizeof(*t->subs));
+	if (!t->pubs || !t->subs) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+		goto err_free;
+	}
+	if (rgaps_shm_name(t->hdr_name, sizeof(t->hdr_name), d->instance, name, "meta")) {
+		t->hdr_name[0] = 0;
 		snprintf(err, errlen, "segment name too long");
 		r = -ENAMETOOLONG;
 		goto err_free;
 	}
-	size = rgaps_topic_segment_size(&t->cfg);
-	r = rgaps_shm_create(t->meta_name, size);
+	r = rgaps_shm_create(t->hdr_name, rgaps_topic_hdr_size());
 	if (r < 0) {
-		snprintf(err, errlen, "cannot create %s: %s", t->meta_name, strerror(-r));
-		t->meta_name[0] = 0;
+		snprintf(err, errlen, "cannot create %s: %s", t->hdr_name, strerror(-r));
+		t->hdr_name[0] = 0;
 		goto err_free;
 	}
-	t->meta_fd = r;
-	r = rgaps_shm_map(t->meta_fd, size, &meta);
+	t->hdr_fd = r;
+	r = rgaps_shm_map(t->hdr_fd, rgaps_topic_hdr_size(), &hdr);
 	if (r) {
-		snprintf(err, errlen, "cannot map %s: %s", t->meta_name, strerror(-r));
+		snprintf(err, errlen, "cannot map %s: %s", t->hdr_name, strerror(-r));
 		goto err_free;
 	}
-	t->t.hdr = meta;
-	t->t.size = size;
-	r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_name, t->cfg.pool_size,
-					   t->cfg.device, &t->pool);
+	t->hdr = hdr;
+	r = rgaps_topic_hdr_format(hdr, rgaps_topic_hdr_size(), name, &t->lim);
 	if (r) {
-		snprintf(err, errlen, "memory '%s' cannot create a %llu-byte pool: %s",
-			 t->mem->name, (unsigned long long)t->cfg.pool_size, strerror(-r));
-		t->pool.fd = -1;
-		goto err_free;
-	}
-	t->t.pool = t->pool.base;
-	r = rgaps_topic_format(meta, size, &t->cfg, t->pool.kind);
-	if (r) {
-		snprintf(err, errlen, "cannot format topic segment: %s", strerror(-r));
+		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
 		goto err_free;
 	}
 	t->next = d->topics;
 	d->topics = t;
 	d->ntopics++;
-	rgaps_info("topic '%s' created: memory %s, pool %llu bytes, queue %u, %s%s", name,
-		   t->mem->name, (unsigned long long)t->cfg.pool_size, t->cfg.queue_depth,
+	rgaps_info("topic '%s' created: memory %s, pool %llu bytes per publisher, queue %u, %s%s",
+		   name, t->mem->name, (unsigned long long)t->cfg.pool_size, t->cfg.queue_depth,
 		   t->cfg.overflow == RGAPS_OVERFLOW_BLOCK ? "overflow block" : "overflow drop_oldest",
 		   tc ? "" : " (defaults)");
 	*t_p = t;
@@ -204,7 +221,7 @@ void rgapsd__topics_destroy(struct rgapsd *d)
 		struct rgapsd_topic *t = d->topics;
 
 		d->topics = t->next;
-		rgaps_topic_close(&t->t);
+		rgaps_topic_close(t->hdr);
 		topic_free(t);
 	}
 	d->ntopics = 0;
@@ -213,4 +230,41 @@ void rgapsd__topics_destroy(struct rgapsd *d)
 		rgaps__plugin_unload(d->mem_plugins[i]);
 	}
 	d->nmem_plugins = 0;
+}
+
+void rgapsd__topics_close_stale(const char *instance)
+{
+	char prefix[RGAPS_SHM_NAME_MAX];
+	DIR *dir = opendir("/dev/shm");
+	struct dirent *de;
+	size_t plen;
+
+	if (!dir)
+		return;
+	snprintf(prefix, sizeof(prefix), "rgaps-%s-", instance);
+	plen = strlen(prefix);
+	while ((de = readdir(dir))) {
+		size_t len = strlen(de->d_name);
+		char name[RGAPS_SHM_NAME_MAX + 2];
+		struct rgaps_topic_hdr *h;
+		int fd;
+
+		if (strncmp(de->d_name, prefix, plen) != 0 || len < 5 ||
+		    strcmp(de->d_name + len - 5, "-meta") != 0)
+			continue;
+		snprintf(name, sizeof(name), "/%s", de->d_name);
+		fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (h == MAP_FAILED)
+			continue;
+		/* Only what a daemon of ours made: then the old clients learn it is over. */
+		if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == RGAPS_TOPIC_MAGIC &&
+		    h->layout_version == RGAPS_TOPIC_LAYOUT_VERSION)
+			rgaps_topic_close(h);
+		munmap(h, sizeof(*h));
+	}
+	closedir(dir);
 }

@@ -7,12 +7,16 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +28,7 @@
 #include "rgaps_build_config.h"
 
 #define REQUEST_TIMEOUT_MS 10000
-#define MAX_FDS 8
+#define MAX_FDS 32 /* an attach or sync reply (rgapsd sends at most this many) */
 
 const char *rgaps__socket_path(void)
 {
@@ -258,24 +262,261 @@ int rgaps__connect(void)
 	return fd;
 }
 
-static uint64_t num_of(cJSON *o, const char *key)
+/* A whole number in [0, max] from the reply, else -EPROTO. */
+static int num_of(const cJSON *o, const char *key, uint64_t max, uint64_t *v_p)
 {
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 
-	return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (uint64_t)v->valuedouble : 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)max ||
+	    v->valuedouble != (double)(uint64_t)v->valuedouble)
+		return -EPROTO;
+	*v_p = (uint64_t)v->valuedouble;
+	return 0;
+}
+
+/* An fd index from the reply: must name a received fd not yet used. */
+static int take_fd(const cJSON *o, const char *key, int *fds, int nfds, int *fd_p)
+{
+	uint64_t i;
+
+	if (num_of(o, key, (uint64_t)nfds - 1, &i) || nfds == 0 || fds[i] < 0)
+		return -EPROTO;
+	*fd_p = fds[i];
+	fds[i] = -1;
+	return 0;
+}
+
+static int map_fd(int fd, size_t size, bool writable, void **map_p)
+{
+	struct stat st;
+	void *p;
+
+	/* Never map past the object: a touch beyond it is SIGBUS. */
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < size)
+		return -EPROTO;
+	p = mmap(NULL, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*map_p = p;
+	return 0;
+}
+
+static void peer_unmap(struct rgaps__attach *a, struct rgaps__peer_map *m)
+{
+	if (m->has_pool)
+		a->mem->ops.memory.pool_release(a->mem->ctx, &m->pool);
+	if (m->map)
+		munmap(m->map, m->size);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Map a member rgapsd told of: a subscriber's region, or a publisher's stream and pool. */
+static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
+		    struct rgaps__peer_map *m)
+{
+	bool stream = a->role == RGAPS__ROLE_SUB;
+	uint64_t flags = 0;
+	int fd, pfd = -1, r;
+
+	memset(m, 0, sizeof(*m));
+	m->size = stream ? a->lim.pub_region_size : a->lim.sub_region_size;
+	if (num_of(o, "gen", UINT64_MAX, &m->gen) || !m->gen || take_fd(o, "fd", fds, nfds, &fd))
+		return -EPROTO;
+	if (stream && (take_fd(o, "pool_fd", fds, nfds, &pfd) ||
+		       num_of(o, "mem_flags", 0xffff, &flags))) {
+		close(fd);
+		return -EPROTO;
+	}
+	r = map_fd(fd, m->size, false, &m->map);
+	close(fd);
+	if (!r)
+		r = stream ? rgaps_pub_region_validate(m->map, m->size, &a->lim) :
+			     rgaps_sub_region_validate(m->map, m->size, &a->lim);
+	if (r)
+		goto err;
+	if (stream) {
+		r = a->mem->ops.memory.pool_import(a->mem->ctx, pfd, a->lim.pool_size, a->device,
+						   (uint32_t)flags | RGAPS_MEM_IMPORT_READONLY,
+						   &m->pool);
+		pfd = -1; /* consumed */
+		if (r)
+			goto err;
+		m->has_pool = true;
+	}
+	return 0;
+err:
+	if (pfd >= 0)
+		close(pfd);
+	if (m->map)
+		munmap(m->map, m->size);
+	memset(m, 0, sizeof(*m));
+	return r;
+}
+
+static int retire_peer(struct rgaps__attach *a, struct rgaps__peer_map *m)
+{
+	if (a->nretired == a->retired_cap) {
+		uint32_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
+		struct rgaps__peer_map *n = realloc(a->retired, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		a->retired = n;
+		a->retired_cap = cap;
+	}
+	a->retired[a->nretired++] = *m;
+	memset(m, 0, sizeof(*m));
+	return 0;
+}
+
+void rgaps__sweep_retired(struct rgaps__attach *a)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t i = 0; i < a->nretired; i++) {
+		if (rgaps_sub_stream_held(a->sub, a->retired[i].gen))
+			a->retired[keep++] = a->retired[i];
+		else
+			peer_unmap(a, &a->retired[i]);
+	}
+	a->nretired = keep;
+}
+
+/* Forget member slot (it left, or its slot has a new member). */
+static void peer_forget(struct rgaps__attach *a, uint32_t slot)
+{
+	struct rgaps__peer_map *m = &a->peers[slot];
+
+	if (!m->gen)
+		return;
+	if (a->role == RGAPS__ROLE_PUB) {
+		rgaps_pub_clear_sub(a->pub, slot);
+		peer_unmap(a, m);
+	} else if (rgaps_sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
+		/* Nothing held in it (or no memory to wait: then it is unmapped now and the
+		 * holds into it are the caller's to stop using, as after a detach). */
+		peer_unmap(a, m);
+	}
+}
+
+static const cJSON *array_of(const cJSON *reply, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(reply, key);
+
+	return cJSON_IsArray(v) ? v : NULL;
+}
+
+/*
+ * Apply the "remove", "members" and "limits" of an attach or sync reply
+ * (docs/PROTOCOL.md). Returns 1 if rgapsd has more to tell ("more"), 0, or
+ * -errno. Unused fds are closed.
+ */
+static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds)
+{
+	const cJSON *rem = array_of(reply, "remove"), *add = array_of(reply, "members");
+	const cJSON *lims = array_of(reply, "limits"), *o;
+	int r = 0;
+
+	pthread_mutex_lock(&a->lock);
+	cJSON_ArrayForEach(o, rem) {
+		uint64_t slot, gen;
+
+		if (num_of(o, "slot", a->npeers - 1, &slot) || num_of(o, "gen", UINT64_MAX, &gen)) {
+			r = -EPROTO;
+			goto out;
+		}
+		if (a->peers[slot].gen == gen)
+			peer_forget(a, (uint32_t)slot);
+	}
+	cJSON_ArrayForEach(o, add) {
+		struct rgaps__peer_map m;
+		uint64_t slot, limit = UINT64_MAX;
+
+		if (num_of(o, "slot", a->npeers - 1, &slot) ||
+		    (cJSON_GetObjectItemCaseSensitive(o, "limit") &&
+		     num_of(o, "limit", UINT64_MAX, &limit))) {
+			r = -EPROTO;
+			goto out;
+		}
+		peer_forget(a, (uint32_t)slot);
+		r = peer_map(a, o, fds, nfds, &m);
+		if (r)
+			goto out;
+		r = a->role == RGAPS__ROLE_PUB ?
+			    rgaps_pub_set_sub(a->pub, (uint32_t)slot, m.gen, m.map) :
+			    rgaps_sub_set_stream(a->sub, (uint32_t)slot, m.gen, m.map, m.pool.base,
+						 limit);
+		if (r) {
+			peer_unmap(a, &m);
+			goto out;
+		}
+		a->peers[slot] = m;
+	}
+	cJSON_ArrayForEach(o, lims) {
+		uint64_t slot, gen, limit;
+		struct rgaps__peer_map *m;
+
+		if (num_of(o, "slot", a->npeers - 1, &slot) || num_of(o, "gen", UINT64_MAX, &gen) ||
+		    num_of(o, "limit", UINT64_MAX, &limit)) {
+			r = -EPROTO;
+			goto out;
+		}
+		m = &a->peers[slot];
+		if (a->role == RGAPS__ROLE_SUB && m->gen == gen)
+			rgaps_sub_set_stream(a->sub, (uint32_t)slot, gen, m->map, m->pool.base, limit);
+	}
+	if (a->role == RGAPS__ROLE_SUB)
+		rgaps__sweep_retired(a);
+	r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "more")) ? 1 : 0;
+out:
+	__atomic_fetch_add(&a->view_gen, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&a->lock);
+	syscall(SYS_futex, &a->view_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return r;
+}
+
+int rgaps__sync(void *arg)
+{
+	struct rgaps__attach *a = arg;
+
+	/* Bounded: each round maps at least one member, and there are at most 1024 of them. */
+	for (int round = 0; round < 1100; round++) {
+		cJSON *req = cJSON_CreateObject(), *reply = NULL;
+		int fds[MAX_FDS], nfds = MAX_FDS, r;
+
+		if (!req)
+			return -ENOMEM;
+		cJSON_AddStringToObject(req, "type", "sync");
+		r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
+		cJSON_Delete(req);
+		if (r)
+			return r == -EPROTO ? r : -ENOTCONN;
+		r = apply_members(a, reply, fds, nfds);
+		cJSON_Delete(reply);
+		if (r <= 0)
+			return r;
+	}
+	return -EPROTO;
 }
 
 int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__attach *a)
 {
 	struct rgaps_plugin_env env;
+	struct rgaps_topic_cbs cbs = { .sync = rgaps__sync, .alive = rgaps__alive, .arg = a };
 	cJSON *req, *reply = NULL, *mem;
-	int fds[2] = { -1, -1 }, nfds = 2, r;
-	uint64_t pool_size;
+	int fds[MAX_FDS], nfds = MAX_FDS, fd, r;
+	uint64_t slot, gen, hdr_size, device, flags = 0;
 	char err[512];
 
 	memset(a, 0, sizeof(*a));
 	a->fd = -1;
 	a->role = role;
+	pthread_mutex_init(&a->lock, NULL);
 	if (!topic || !rgaps_topic_name_valid(topic))
 		return -EINVAL;
 	r = rgaps__connect();
@@ -291,31 +532,40 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__a
 	cJSON_Delete(req);
 	if (r)
 		goto err_close;
-	if (nfds != 2) {
+	mem = cJSON_GetObjectItemCaseSensitive(reply, "memory");
+	if (num_of(reply, "slot", 1023, &slot) || num_of(reply, "gen", UINT64_MAX, &gen) ||
+	    num_of(reply, "hdr_size", 1u << 20, &hdr_size) || num_of(reply, "device", 1023, &device) ||
+	    (role == RGAPS__ROLE_PUB && num_of(reply, "mem_flags", 0xffff, &flags)) ||
+	    !cJSON_IsString(mem) || nfds < (role == RGAPS__ROLE_PUB ? 3 : 2)) {
 		r = -EPROTO;
 		goto err_fds;
 	}
-	a->slot = (uint32_t)num_of(reply, "slot");
-	a->meta_size = (size_t)num_of(reply, "meta_size");
-	pool_size = num_of(reply, "pool_size");
-	a->device = (int32_t)num_of(reply, "device");
-	mem = cJSON_GetObjectItemCaseSensitive(reply, "memory");
-	snprintf(a->memory_name, sizeof(a->memory_name), "%s",
-		 cJSON_IsString(mem) ? mem->valuestring : "");
+	a->slot = (uint32_t)slot;
+	a->gen = gen;
+	a->device = (int32_t)device;
+	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
 
-	a->meta = mmap(NULL, a->meta_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-	if (a->meta == MAP_FAILED) {
-		a->meta = NULL;
-		r = -errno;
-		goto err_fds;
-	}
+	/* The header, read-only, and our own copy of its limits. */
+	a->hdr_size = (size_t)hdr_size;
+	r = map_fd(fds[0], a->hdr_size, false, &a->hdr);
 	close(fds[0]);
 	fds[0] = -1;
-	r = rgaps_topic_validate(a->meta, a->meta_size);
+	if (!r)
+		r = rgaps_topic_hdr_validate(a->hdr, a->hdr_size, &a->lim);
 	if (r)
 		goto err_fds;
-	a->topic.hdr = a->meta;
-	a->topic.size = a->meta_size;
+	/* Our own region, read-write. */
+	a->region_size = role == RGAPS__ROLE_PUB ? a->lim.pub_region_size : a->lim.sub_region_size;
+	r = map_fd(fds[1], a->region_size, true, &a->region);
+	close(fds[1]);
+	fds[1] = -1;
+	if (!r)
+		r = role == RGAPS__ROLE_PUB ? rgaps_pub_region_validate(a->region, a->region_size,
+									 &a->lim) :
+					      rgaps_sub_region_validate(a->region, a->region_size,
+									 &a->lim);
+	if (r)
+		goto err_fds;
 
 	r = rgaps__plugin_load(rgaps__plugin_default_dir(), RGAPS_PLUGIN_MEMORY, a->memory_name,
 			       &a->mem, err, sizeof(err));
@@ -327,17 +577,39 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__a
 	r = a->mem->ops.memory.init(&env, &a->mem->ctx);
 	if (r)
 		goto err_fds;
-	r = a->mem->ops.memory.pool_import(a->mem->ctx, fds[1], pool_size, a->device,
-					   (uint32_t)num_of(reply, "mem_flags"), &a->pool);
+	a->npeers = role == RGAPS__ROLE_PUB ? a->lim.max_subscribers : a->lim.max_publishers;
+	a->peers = calloc(a->npeers, sizeof(*a->peers));
+	if (!a->peers) {
+		r = -ENOMEM;
+		goto err_fds;
+	}
+	if (role == RGAPS__ROLE_PUB) {
+		fd = fds[2];
+		fds[2] = -1;
+		r = a->mem->ops.memory.pool_import(a->mem->ctx, fd, a->lim.pool_size, a->device,
+						   (uint32_t)flags, &a->pool);
+		if (r)
+			goto err_fds;
+		a->have_pool = true;
+		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
+	} else {
+		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
+	}
 	if (r)
 		goto err_fds;
-	fds[1] = -1; /* the region owns it now */
-	a->topic.pool = a->pool.base;
+	/* The members there are, then whatever did not fit into this reply. */
+	r = apply_members(a, reply, fds, nfds);
+	nfds = 0;
 	cJSON_Delete(reply);
+	reply = NULL;
+	if (r > 0)
+		r = rgaps__sync(a);
+	if (r)
+		goto err_close;
 	return 0;
 
 err_fds:
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < nfds; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	cJSON_Delete(reply);
@@ -348,20 +620,38 @@ err_close:
 
 void rgaps__attach_close(struct rgaps__attach *a)
 {
+	for (uint32_t i = 0; a->peers && i < a->npeers; i++)
+		if (a->peers[i].gen)
+			peer_unmap(a, &a->peers[i]);
+	for (uint32_t i = 0; i < a->nretired; i++)
+		peer_unmap(a, &a->retired[i]);
+	free(a->retired);
+	free(a->peers);
+	a->retired = NULL;
+	a->peers = NULL;
+	a->nretired = 0;
+	rgaps_pub_destroy(a->pub);
+	rgaps_sub_destroy(a->sub);
+	a->pub = NULL;
+	a->sub = NULL;
 	if (a->mem) {
-		if (a->pool.base)
+		if (a->have_pool)
 			a->mem->ops.memory.pool_release(a->mem->ctx, &a->pool);
+		a->have_pool = false;
 		a->mem->ops.memory.fini(a->mem->ctx);
 		rgaps__plugin_unload(a->mem);
 		a->mem = NULL;
 	}
-	if (a->meta)
-		munmap(a->meta, a->meta_size);
-	a->meta = NULL;
-	/* Closing the connection is the detach: rgapsd reclaims the slot. */
+	if (a->region)
+		munmap(a->region, a->region_size);
+	if (a->hdr)
+		munmap(a->hdr, a->hdr_size);
+	a->region = a->hdr = NULL;
+	/* Closing the connection is the detach: rgapsd discards our region. */
 	if (a->fd >= 0)
 		close(a->fd);
 	a->fd = -1;
+	pthread_mutex_destroy(&a->lock);
 }
 
 bool rgaps__alive(void *arg)
@@ -375,7 +665,7 @@ bool rgaps__alive(void *arg)
 
 int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info)
 {
-	const struct rgaps_topic_hdr *h = a->topic.hdr;
+	const struct rgaps_topic_hdr *h = a->hdr;
 	rgaps_topic_info_t out = { 0 };
 	size_t n;
 
@@ -383,14 +673,14 @@ int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info)
 		return -EINVAL;
 	n = RGAPS_MIN(info->struct_size, sizeof(out));
 	out.struct_size = n;
-	snprintf(out.name, sizeof(out.name), "%s", h->name);
-	out.memory = h->mem_kind == RGAPS_MEM_CUDA ? RGAPS_MEMORY_CUDA : RGAPS_MEMORY_HOST;
-	out.device = h->device;
-	out.pool_size = h->pool_size;
-	out.max_message_size = h->max_message_size;
-	out.queue_depth = h->queue_depth;
+	snprintf(out.name, sizeof(out.name), "%.63s", h->name);
+	out.memory = a->lim.mem_kind == RGAPS_MEM_CUDA ? RGAPS_MEMORY_CUDA : RGAPS_MEMORY_HOST;
+	out.device = a->lim.device;
+	out.pool_size = a->lim.pool_size;
+	out.max_message_size = a->lim.max_message_size;
+	out.queue_depth = a->lim.queue_depth;
 	if (a->role == RGAPS__ROLE_SUB)
-		out.drops = __atomic_load_n(&rgaps_topic_sub_at(&a->topic, a->slot)->drops,
+		out.drops = __atomic_load_n(&((struct rgaps_sub_region *)a->region)->c.drops,
 					    __ATOMIC_RELAXED);
 	memcpy(info, &out, n);
 	return 0;

@@ -1,12 +1,16 @@
 /*
  * librgaps internals: the control connection to rgapsd and the attachment of a
- * handle to a topic (mapped metadata segment, imported pool, memory plugin).
- * One connection per handle: closing it (or dying) is the detach that makes
- * rgapsd reclaim the handle's slot, holds and loans.
+ * handle to a topic (docs/SHM-LAYOUT.md): the topic header (read-only), the
+ * handle's own region (read-write) and, for a publisher, its own pool; and the
+ * other kind of members, mapped read-only as rgapsd tells of them - for a
+ * subscriber every publisher's stream and pool, for a publisher every
+ * subscriber's region. One connection per handle: closing it (or dying) is the
+ * detach that makes rgapsd discard the handle's region.
  */
 #ifndef RGAPS_LIB_CLIENT_H
 #define RGAPS_LIB_CLIENT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,17 +25,43 @@ enum rgaps__role {
 	RGAPS__ROLE_SUB,
 };
 
+/* A read-only mapping of another member's region (and a publisher's pool). */
+struct rgaps__peer_map {
+	uint64_t gen; /* 0: none */
+	void *map;
+	size_t size;
+	struct rgaps_mem_region pool;
+	bool has_pool;
+};
+
 struct rgaps__attach {
 	int fd; /* control connection */
 	enum rgaps__role role;
 	uint32_t slot;
-	struct rgaps_topic topic;
-	void *meta;
-	size_t meta_size;
+	uint64_t gen;
+	void *hdr; /* read-only */
+	size_t hdr_size;
+	struct rgaps_topic_limits lim; /* our own copy: shared memory is checked against it */
+	void *region; /* ours, read-write */
+	size_t region_size;
 	struct rgaps_loaded_plugin *mem;
-	struct rgaps_mem_region pool;
+	struct rgaps_mem_region pool; /* publisher: our pool */
+	bool have_pool;
 	char memory_name[32];
 	int32_t device;
+	struct rgaps__peer_map *peers; /* [max_subscribers] (publisher) / [max_publishers] */
+	uint32_t npeers;
+	struct rgaps__peer_map *retired; /* streams gone while we still hold their messages */
+	uint32_t nretired, retired_cap;
+	struct rgaps_pub *pub;
+	struct rgaps_sub *sub;
+	/*
+	 * Membership changes against the subscriber's fd helper thread, which reads
+	 * the stream mappings to know what to sleep on. view_gen (a private futex
+	 * word) is bumped after each change to wake it.
+	 */
+	pthread_mutex_t lock;
+	uint32_t view_gen;
 };
 
 /* Socket path: $RGAPS_SOCKET, else the default. */
@@ -47,8 +77,12 @@ int rgaps__request(int fd, struct cJSON *req, int timeout_ms, struct cJSON **rep
 		   int *nfds_p);
 int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__attach *a);
 void rgaps__attach_close(struct rgaps__attach *a);
-/* Liveness check of the daemon for long waits (rgaps_topic_alive_fn). */
+/* The sync callback of topic.h: fetch and map what changed among the members. */
+int rgaps__sync(void *attach);
+/* Liveness check of the daemon for long waits. */
 bool rgaps__alive(void *attach);
+/* Unmap retired streams nobody holds any more (subscriber, after a release). */
+void rgaps__sweep_retired(struct rgaps__attach *a);
 int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info);
 
 #endif

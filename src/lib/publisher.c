@@ -1,7 +1,7 @@
 /*
- * librgaps publisher: push (one copy into the shared pool) and loan/commit
- * (zero copies). Everything after init is shared memory: the daemon is not on
- * the hot path.
+ * librgaps publisher: push (one copy into the publisher's own pool) and
+ * loan/commit (zero copies). Everything after init is shared memory: the daemon
+ * is on the path only when subscribers come or go (the sync of topic.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -43,7 +43,21 @@ RGAPS_EXPORT void rgaps_publisher_destroy(rgaps_publisher_t *pub)
 
 static int effective_timeout(const rgaps_publisher_t *pub, int timeout_ms)
 {
-	return timeout_ms < 0 ? (int)pub->a.topic.hdr->block_timeout_ms : timeout_ms;
+	return timeout_ms < 0 ? (int)pub->a.lim.block_timeout_ms : timeout_ms;
+}
+
+/* Options a caller may pass (struct_size: those it knows of); NULL: the defaults. */
+static int read_opts(const rgaps_pub_opts_t *in, rgaps_pub_opts_t *out)
+{
+	*out = (rgaps_pub_opts_t){ .struct_size = sizeof(*out), .timeout_ms = -1 };
+	if (!in)
+		return 0;
+	if (in->struct_size < sizeof(in->struct_size) || in->struct_size > 4096)
+		return -EINVAL;
+	memcpy(out, in, RGAPS_MIN(in->struct_size, sizeof(*out)));
+	if (out->attr_len > RGAPS_ATTR_MAX || (out->attr_len && !out->attrs))
+		return -EINVAL;
+	return 0;
 }
 
 RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int timeout_ms,
@@ -55,47 +69,73 @@ RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int t
 
 	if (!pub || !loan_p)
 		return -EINVAL;
-	r = rgaps_topic_loan(&pub->a.topic, pub->a.slot, size, effective_timeout(pub, timeout_ms),
-			     rgaps__alive, &pub->a, &token, &off);
+	r = rgaps_pub_loan(pub->a.pub, size, effective_timeout(pub, timeout_ms), &token, &off);
 	if (r)
 		return r;
-	loan_p->data = pub->a.topic.pool + off;
+	loan_p->data = (uint8_t *)pub->a.pool.base + off;
 	loan_p->size = size;
 	loan_p->token = token;
 	loan_p->reserved = 0;
 	return 0;
 }
 
-RGAPS_EXPORT int rgaps_publisher_commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size)
+static int commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size, uint64_t ts,
+		  const rgaps_pub_opts_t *o, int timeout_ms)
 {
+	struct rgaps_pub_commit c = {
+		.ts_ns = ts,
+		.attrs = o->attrs,
+		.attr_len = (uint32_t)o->attr_len,
+	};
+
+	return rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+}
+
+RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
+					   const rgaps_pub_opts_t *opts)
+{
+	rgaps_pub_opts_t o;
+	int r;
+
 	if (!pub || !loan)
 		return -EINVAL;
-	if (size > loan->size) {
-		rgaps_topic_cancel(&pub->a.topic, pub->a.slot, loan->token);
-		return -EINVAL;
+	r = read_opts(opts, &o);
+	if (!r && size > loan->size)
+		r = -EINVAL;
+	if (r) {
+		rgaps_pub_cancel(pub->a.pub, loan->token);
+		return r;
 	}
-	return rgaps_topic_commit(&pub->a.topic, pub->a.slot, loan->token, size,
-				  rgaps_now_ns(CLOCK_REALTIME),
-				  effective_timeout(pub, -1), rgaps__alive, &pub->a, NULL);
+	return commit(pub, loan, size, rgaps_now_ns(CLOCK_REALTIME), &o,
+		      effective_timeout(pub, o.timeout_ms));
+}
+
+RGAPS_EXPORT int rgaps_publisher_commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size)
+{
+	return rgaps_publisher_commit_ex(pub, loan, size, NULL);
 }
 
 RGAPS_EXPORT int rgaps_publisher_cancel(rgaps_publisher_t *pub, rgaps_loan_t *loan)
 {
 	if (!pub || !loan)
 		return -EINVAL;
-	return rgaps_topic_cancel(&pub->a.topic, pub->a.slot, loan->token);
+	return rgaps_pub_cancel(pub->a.pub, loan->token);
 }
 
-RGAPS_EXPORT int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size,
-					      const void *device_ptr, int timeout_ms)
+RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
+					 const void *device_ptr, const rgaps_pub_opts_t *opts)
 {
 	uint64_t ts = rgaps_now_ns(CLOCK_REALTIME), start, spent;
+	rgaps_pub_opts_t o;
 	rgaps_loan_t loan;
 	int r, t;
 
 	if (!pub || !device_ptr)
 		return -EINVAL;
-	t = effective_timeout(pub, timeout_ms);
+	r = read_opts(opts, &o);
+	if (r)
+		return r;
+	t = effective_timeout(pub, o.timeout_ms);
 	start = rgaps_now_ns(CLOCK_MONOTONIC);
 	r = rgaps_publisher_loan(pub, size, t, &loan);
 	if (r)
@@ -103,20 +143,27 @@ RGAPS_EXPORT int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t siz
 	r = pub->a.mem->ops.memory.copy(pub->a.mem->ctx, loan.data, device_ptr, size,
 					RGAPS_COPY_TO_POOL);
 	if (r) {
-		rgaps_topic_cancel(&pub->a.topic, pub->a.slot, loan.token);
+		rgaps_pub_cancel(pub->a.pub, loan.token);
 		return r;
 	}
 	/* The commit may wait for a queue entry: only for what is left of the timeout. */
 	spent = (rgaps_now_ns(CLOCK_MONOTONIC) - start) / 1000000;
 	if (t > 0)
 		t = spent >= (uint64_t)t ? 0 : t - (int)spent;
-	return rgaps_topic_commit(&pub->a.topic, pub->a.slot, loan.token, size, ts, t,
-				  rgaps__alive, &pub->a, NULL);
+	return commit(pub, &loan, size, ts, &o, t);
+}
+
+RGAPS_EXPORT int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size,
+					      const void *device_ptr, int timeout_ms)
+{
+	rgaps_pub_opts_t o = { .struct_size = sizeof(o), .timeout_ms = timeout_ms };
+
+	return rgaps_publisher_push_ex(pub, size, device_ptr, &o);
 }
 
 RGAPS_EXPORT int rgaps_publisher_push(rgaps_publisher_t *pub, size_t size, const void *device_ptr)
 {
-	return rgaps_publisher_push_timeout(pub, size, device_ptr, -1);
+	return rgaps_publisher_push_ex(pub, size, device_ptr, NULL);
 }
 
 RGAPS_EXPORT int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info)

@@ -53,6 +53,12 @@ static void *forwarder_main(void *arg)
 		}
 		if (r)
 			break;
+		if (!msg.src) {
+			/* Lost before we could take them (a gap-only message): the receivers see the
+			 * jump of fwd_seq with the next message. */
+			tt->fwd_seq += msg.gap;
+			continue;
+		}
 		if (msg.remote_origin) {
 			rt_local_sub_release(&tt->fwd, &msg);
 			__atomic_fetch_add(&tt->skipped_remote, 1, __ATOMIC_RELAXED);
@@ -63,6 +69,8 @@ static void *forwarder_main(void *arg)
 			rt_local_sub_release(&tt->fwd, &msg);
 			continue;
 		}
+		tt->fwd_seq += msg.gap;
+		msg.fwd_seq = tt->fwd_seq++;
 		f->m.fn = on_forwarded;
 		f->tt = tt;
 		f->msg = msg;

@@ -50,6 +50,7 @@
 #define RT_DEFERRED_MAX 64	/* set-ups held while the data link they need connects */
 
 enum { TR_TCP, TR_VERBS, TR_NUM };
+_Static_assert(TR_NUM <= RGAPSD_MAX_TRANSPORTS, "a member keeps one registration per transport");
 extern const char *const rt_tr_names[TR_NUM];
 extern const uint16_t rt_tr_port_offset[TR_NUM]; /* data ports: control port + n */
 
@@ -58,22 +59,37 @@ extern const uint16_t rt_tr_port_offset[TR_NUM]; /* data ports: control port + n
 /* A message the forwarder took from the local topic. */
 struct rt_local_msg {
 	uint64_t seq, size, ts_ns;
-	const uint8_t *data; /* its bytes in this process (a device address for device pools) */
-	bool remote_origin;  /* landed from a peer: never forwarded again */
-	uint32_t token;	     /* the hold, for release */
+	uint64_t gap;		 /* messages of its stream the forwarder missed before it */
+	uint64_t origin_stream, origin_seq;
+	const uint8_t *data;	 /* its bytes in this process (a device address for device pools) */
+	struct rgapsd_member *src; /* the publisher stream it is in (valid until release) */
+	uint64_t fwd_seq;	 /* the forwarder's count, messages it missed included */
+	bool remote_origin;	 /* landed from a peer: never forwarded again */
+	uint32_t token;		 /* the hold, for release */
 };
 
-/* The forwarder's subscriber slot of a topic. */
+/*
+ * The forwarder's subscriber of a topic: a subscriber region of rgapsd's own
+ * and a view of every publisher stream, through the members' mappings. Taken
+ * on the forwarder thread, released on the loop: lock serialises the two.
+ */
 struct rt_local_sub {
 	struct rgapsd_topic *t;
-	uint32_t slot;
+	struct rgapsd_member *self;
+	struct rgaps_sub *sub;
+	pthread_mutex_t lock;
+	struct rgapsd_member **streams; /* [max_publishers]: referenced while viewed */
+	struct rgapsd_member **leaving; /* cleared while a message of it is held */
+	uint32_t nleaving;
 	bool open;
 };
 
-/* The publisher slot that lands messages from one in ring. */
+/* The publisher that lands messages from one in ring: a stream of rgapsd's own. */
 struct rt_local_pub {
 	struct rgapsd_topic *t;
-	uint32_t slot;
+	struct rgapsd_member *self;
+	struct rgaps_pub *pub;
+	struct rgapsd_member **subs; /* [max_subscribers]: referenced while watched */
 	bool open;
 };
 
@@ -81,7 +97,8 @@ int rt_local_sub_open(struct rgapsd_topic *t, struct rt_local_sub *s);
 /*
  * Take the next message (waits up to timeout_ms). 0; -ETIMEDOUT, -EAGAIN or
  * -EINTR: nothing yet; -ENOBUFS: every hold of the slot is in flight (wait for a
- * release); anything else: the topic is gone.
+ * release); anything else: the topic is gone. A gap-only message (the loss of
+ * messages its publisher never got to forward) has src NULL and nothing to release.
  */
 int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p);
 void rt_local_sub_release(struct rt_local_sub *s, const struct rt_local_msg *m);
@@ -90,14 +107,16 @@ void rt_local_sub_close(struct rt_local_sub *s);
 int rt_local_pub_open(struct rgapsd_topic *t, struct rt_local_pub *p);
 /* Borrow size bytes: the token and where to write them. -EAGAIN / -ENOBUFS: try again later. */
 int rt_local_pub_loan(struct rt_local_pub *p, uint64_t size, uint32_t *token_p, uint8_t **dst_p);
-/* Publish a loan as a message from a peer (gap: lost before it). -EAGAIN: queue full, retry. */
+/*
+ * Publish a loan as a message from a peer (gap: lost before it; origin: its
+ * stream and seq on the publishing host). -EAGAIN: queue full, retry.
+ */
 int rt_local_pub_commit(struct rt_local_pub *p, uint32_t token, uint64_t size, uint64_t ts_ns,
-			uint32_t gap);
+			uint32_t gap, uint64_t origin_stream, uint64_t origin_seq);
 void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token);
+/* Free what the subscribers are done with (the sweep: an idle receiver publishes nothing). */
+void rt_local_pub_reclaim(struct rt_local_pub *p);
 void rt_local_pub_close(struct rt_local_pub *p);
-
-/* The topic's pool in this process (what the transports register as a record source). */
-uint8_t *rt_local_pool(const struct rgapsd_topic *t);
 
 /* ---------------------------------------------------------------- state machines */
 
@@ -295,7 +314,6 @@ struct rt_topic {
 	struct rgapsd_topic *t;
 	struct rt_topic *next;
 	struct rt_out *outs;
-	void *pool_mr[TR_NUM];
 	struct rt_waiter *waiters;
 	/* forwarder */
 	pthread_t fwd_thread;
@@ -305,6 +323,7 @@ struct rt_topic {
 	struct rt_local_sub fwd;
 	void (*fwd_deliver)(struct rt_topic *tt, const struct rt_local_msg *m); /* on the loop */
 	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large;
+	uint64_t fwd_seq; /* forwarder thread: next fwd_seq (messages missed are skipped) */
 	/* staging (device-memory pools only) */
 	bool staged;
 	uint8_t *stg;

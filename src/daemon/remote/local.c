@@ -1,61 +1,264 @@
 /*
- * The remote path's view of the local topic: the forwarder's subscriber slot
- * (every message published on this host, taken to be sent to peers) and the
- * landing publisher of each in ring (messages from peers, published here).
- * This is the only file of src/daemon/remote/ that calls the topic API of
+ * The remote path's view of the local topic: the forwarder's subscriber (every
+ * message published on this host, taken to be sent to peers) and the landing
+ * publisher of each in ring (messages from peers, published here). This is the
+ * only file of src/daemon/remote/ that calls the topic API of
  * src/common/topic.h, so a change of that API is made here alone.
+ *
+ * Both are members of the topic like a client's (members.c), owned by rgapsd:
+ * the forwarder reads every publisher's stream through the members' read-only
+ * mappings, and the landing publisher watches every subscriber's region the
+ * same way. Their sync callbacks follow the topic's member table directly,
+ * taking a reference on each member they map, so the loop frees no region
+ * while one of them still reads it.
  */
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "../../common/log.h"
 #include "internal.h"
+
+#define WAIT_SLICE_NS (200ll * 1000 * 1000)
+
+/* ---------------------------------------------------------------- the forwarder's subscriber */
+
+static int leaving_push(struct rt_local_sub *s, struct rgapsd_member *m)
+{
+	struct rgapsd_member **n = realloc(s->leaving, (s->nleaving + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	s->leaving = n;
+	s->leaving[s->nleaving++] = m;
+	return 0;
+}
+
+static void leaving_sweep(struct rt_local_sub *s)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t i = 0; i < s->nleaving; i++) {
+		if (rgaps_sub_stream_held(s->sub, s->leaving[i]->gen))
+			s->leaving[keep++] = s->leaving[i];
+		else
+			rgapsd__member_put(s->leaving[i]);
+	}
+	s->nleaving = keep;
+}
+
+/* Sync callback (forwarder thread, s->lock held): follow the topic's publishers. */
+static int sub_sync(void *arg)
+{
+	struct rt_local_sub *s = arg;
+	struct rgapsd_topic *t = s->t;
+
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
+		struct rgapsd_member *m = t->pubs[k], *cur = s->streams[k];
+
+		if (cur && cur != m) {
+			s->streams[k] = NULL;
+			if (rgaps_sub_clear_stream(s->sub, k) || leaving_push(s, cur))
+				rgapsd__member_put(cur);
+			cur = NULL;
+		}
+		if (!m)
+			continue;
+		if (!cur) {
+			rgapsd__member_get(m);
+			s->streams[k] = m;
+		}
+		rgaps_sub_set_stream(s->sub, k, m->gen, m->map, m->pool.base,
+				     m->state == RGAPSD_MEMBER_DRAINING ? m->limit : UINT64_MAX);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
 
 int rt_local_sub_open(struct rgapsd_topic *t, struct rt_local_sub *s)
 {
-	int r = rgaps_topic_sub_open(&t->t, 0, getpid(), &s->slot);
+	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .arg = s };
+	char err[256];
+	int r;
 
+	memset(s, 0, sizeof(*s));
 	s->t = t;
-	s->open = r == 0;
+	pthread_mutex_init(&s->lock, NULL);
+	s->streams = calloc(t->lim.max_publishers, sizeof(*s->streams));
+	if (!s->streams)
+		return -ENOMEM;
+	r = rgapsd__member_create(t, RGAPSD_MEMBER_SUB, 0, getpid(), true, &s->self, err,
+				  sizeof(err));
+	if (r) {
+		rgaps_error("topic '%s': the forwarder cannot subscribe: %s", t->cfg.name, err);
+		goto err;
+	}
+	r = rgaps_sub_create(t->hdr, &t->lim, s->self->map, &cbs, &s->sub);
+	if (r)
+		goto err_member;
+	pthread_mutex_lock(&s->lock);
+	sub_sync(s);
+	pthread_mutex_unlock(&s->lock);
+	s->open = true;
+	return 0;
+
+err_member:
+	rgapsd__member_leave(s->self);
+err:
+	free(s->streams);
+	s->streams = NULL;
 	return r;
+}
+
+/*
+ * The forwarder waits outside the lock, on the same words a client's blocking
+ * take sleeps on, so the loop's releases never wait behind its sleep.
+ */
+static int sub_wait(struct rt_local_sub *s, int64_t slice)
+{
+	struct futex_waitv wv[RGAPS_WAITV_MAX];
+	uint32_t n;
+	bool ready;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	rgaps_sub_sleeping(s->sub, 1);
+	n = rgaps_sub_wait_words(s->sub, wv, RGAPS_WAITV_MAX);
+	ready = rgaps_sub_ready(s->sub);
+	pthread_mutex_unlock(&s->lock);
+	if (!ready) {
+		r = rgaps_futex_waitv(wv, n, slice);
+		if (r == -ENOSYS)
+			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)wv[0].uaddr,
+					     (uint32_t)wv[0].val, RGAPS_MIN(slice, 2000000ll));
+	}
+	rgaps_sub_sleeping(s->sub, -1);
+	return r == -EINTR ? -EINTR : 0;
 }
 
 int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p)
 {
-	struct rgaps_topic_msg msg;
-	int r = rgaps_topic_take(&s->t->t, s->slot, timeout_ms, 0, NULL, NULL, &msg);
+	uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ull;
 
-	if (r)
-		return r;
-	*m_p = (struct rt_local_msg){
-		.seq = msg.seq,
-		.size = msg.size,
-		.ts_ns = msg.ts_ns,
-		.data = s->t->t.pool + msg.off,
-		.remote_origin = (msg.flags & RGAPS_ENTRY_REMOTE) != 0,
-		.token = msg.token,
-	};
-	return 0;
+	for (;;) {
+		struct rgaps_sub_msg msg;
+		uint64_t now;
+		int r;
+
+		pthread_mutex_lock(&s->lock);
+		r = rgaps_sub_take(s->sub, 0, 0, &msg);
+		if (!r) {
+			*m_p = (struct rt_local_msg){
+				.seq = msg.seq,
+				.size = msg.size,
+				.ts_ns = msg.ts_ns,
+				.gap = msg.gap,
+				.origin_stream = msg.origin_stream,
+				.origin_seq = msg.origin_seq,
+				.data = msg.data,
+				.src = msg.token == UINT32_MAX ? NULL : s->streams[msg.slot],
+				.remote_origin = (msg.flags & RGAPS_ENTRY_REMOTE) != 0,
+				.token = msg.token,
+			};
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (r != -EAGAIN)
+			return r;
+		now = rgaps_now_ns(CLOCK_MONOTONIC);
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		r = sub_wait(s, (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
+		if (r)
+			return r;
+	}
 }
 
 void rt_local_sub_release(struct rt_local_sub *s, const struct rt_local_msg *m)
 {
-	if (s->open)
-		rgaps_topic_release(&s->t->t, s->slot, m->token);
+	if (!s->open || m->token == UINT32_MAX)
+		return;
+	pthread_mutex_lock(&s->lock);
+	rgaps_sub_release(s->sub, m->token);
+	if (s->nleaving)
+		leaving_sweep(s);
+	pthread_mutex_unlock(&s->lock);
 }
 
 void rt_local_sub_close(struct rt_local_sub *s)
 {
-	if (s->open)
-		rgaps_topic_sub_close(&s->t->t, s->slot);
-	s->open = false;
+	if (!s->open)
+		return;
+	rgaps_sub_destroy(s->sub);
+	for (uint32_t k = 0; k < s->t->lim.max_publishers; k++)
+		if (s->streams[k])
+			rgapsd__member_put(s->streams[k]);
+	for (uint32_t i = 0; i < s->nleaving; i++)
+		rgapsd__member_put(s->leaving[i]);
+	free(s->leaving);
+	free(s->streams);
+	rgapsd__member_leave(s->self);
+	pthread_mutex_destroy(&s->lock);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ---------------------------------------------------------------- the landing publisher */
+
+/* Sync callback (loop thread): follow the topic's subscribers. */
+static int pub_sync(void *arg)
+{
+	struct rt_local_pub *p = arg;
+	struct rgapsd_topic *t = p->t;
+
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
+		struct rgapsd_member *m = t->subs[j], *cur = p->subs[j];
+
+		if (cur == m)
+			continue;
+		if (cur) {
+			rgaps_pub_clear_sub(p->pub, j);
+			rgapsd__member_put(cur);
+			p->subs[j] = NULL;
+		}
+		if (m) {
+			rgapsd__member_get(m);
+			p->subs[j] = m;
+			rgaps_pub_set_sub(p->pub, j, m->gen, m->map);
+		}
+	}
+	return 0;
 }
 
 int rt_local_pub_open(struct rgapsd_topic *t, struct rt_local_pub *p)
 {
-	int r = rgaps_topic_pub_open(&t->t, 0, getpid(), &p->slot);
+	struct rgaps_topic_cbs cbs = { .sync = pub_sync, .arg = p };
+	char err[256];
+	int r;
 
+	memset(p, 0, sizeof(*p));
 	p->t = t;
-	p->open = r == 0;
+	p->subs = calloc(t->lim.max_subscribers, sizeof(*p->subs));
+	if (!p->subs)
+		return -ENOMEM;
+	r = rgapsd__member_create(t, RGAPSD_MEMBER_PUB, 0, getpid(), true, &p->self, err,
+				  sizeof(err));
+	if (r) {
+		rgaps_warn("topic '%s': cannot publish what peers send: %s", t->cfg.name, err);
+		goto err;
+	}
+	r = rgaps_pub_create(t->hdr, &t->lim, p->self->map, p->self->pool.base, &cbs, &p->pub);
+	if (r)
+		goto err_member;
+	pub_sync(p);
+	p->open = true;
+	return 0;
+
+err_member:
+	rgapsd__member_leave(p->self);
+err:
+	free(p->subs);
+	p->subs = NULL;
 	return r;
 }
 
@@ -63,34 +266,51 @@ int rt_local_pub_loan(struct rt_local_pub *p, uint64_t size, uint32_t *token_p, 
 {
 	uint64_t off;
 	uint32_t tok;
-	int r = rgaps_topic_loan(&p->t->t, p->slot, size, 0, NULL, NULL, &tok, &off);
+	int r = rgaps_pub_loan(p->pub, size, 0, &tok, &off);
 
 	if (r)
 		return r;
 	*token_p = tok;
-	*dst_p = p->t->t.pool + off;
+	*dst_p = (uint8_t *)p->self->pool.base + off;
 	return 0;
 }
 
 int rt_local_pub_commit(struct rt_local_pub *p, uint32_t token, uint64_t size, uint64_t ts_ns,
-			uint32_t gap)
+			uint32_t gap, uint64_t origin_stream, uint64_t origin_seq)
 {
-	return rgaps_topic_commit_remote(&p->t->t, p->slot, token, size, ts_ns, gap, NULL);
+	struct rgaps_pub_commit c = {
+		.ts_ns = ts_ns,
+		.flags = RGAPS_ENTRY_REMOTE,
+		.gap = gap,
+		.origin_stream = origin_stream,
+		.origin_seq = origin_seq,
+	};
+
+	/* The loop never waits: a full queue under "block" keeps the loan, to retry. */
+	return rgaps_pub_commit(p->pub, token, size, &c, 0, true, NULL);
 }
 
 void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token)
 {
-	rgaps_topic_cancel(&p->t->t, p->slot, token);
+	rgaps_pub_cancel(p->pub, token);
+}
+
+void rt_local_pub_reclaim(struct rt_local_pub *p)
+{
+	if (p->open)
+		rgaps_pub_reclaim(p->pub);
 }
 
 void rt_local_pub_close(struct rt_local_pub *p)
 {
-	if (p->open)
-		rgaps_topic_pub_close(&p->t->t, p->slot);
-	p->open = false;
-}
-
-uint8_t *rt_local_pool(const struct rgapsd_topic *t)
-{
-	return t->t.pool;
+	if (!p->open)
+		return;
+	rgaps_pub_destroy(p->pub);
+	for (uint32_t j = 0; j < p->t->lim.max_subscribers; j++)
+		if (p->subs[j])
+			rgapsd__member_put(p->subs[j]);
+	free(p->subs);
+	/* Its stream drains like a departed client's: subscribers read what landed. */
+	rgapsd__member_leave(p->self);
+	memset(p, 0, sizeof(*p));
 }

@@ -168,7 +168,8 @@ again:
 
 		if (r->state == IN_COPIED && (r->h.flags & RGAPS_RECORD_LAST)) {
 			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
-						    r->gap + in->pending_gap);
+						    r->gap + in->pending_gap, r->h.origin_stream,
+						    r->h.origin_seq);
 
 			if (e == -EAGAIN) {
 				in->blocked = true; /* queue full under "block": retry */
@@ -322,7 +323,7 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 		rt_hostile(p, "ring %u: bad record header", ring_id);
 		return;
 	}
-	if (h.record_seq != in->next_record_seq) {
+	if (h.record_seq != (uint32_t)in->next_record_seq) {
 		rt_hostile(p, "ring %u: record %llu arrived, %llu expected", ring_id,
 			(unsigned long long)h.record_seq,
 			(unsigned long long)in->next_record_seq);
@@ -552,7 +553,7 @@ void rt_on_topic_setup(struct rt_peer *p, const cJSON *m)
 			     (unsigned long long)t->cfg.ring_size);
 		return;
 	}
-	if (t->pool.kind != RGAPS_MEM_HOST) {
+	if (t->lim.mem_kind != RGAPS_MEM_HOST) {
 		/* DP3 copies ring -> GPU pool: a pinned ring next to the GPU runs at full speed. */
 		rt_place_near_device(t, in->mem, in->size, "receive ring");
 		in->pinned = t->mem->ops.memory.host_register(t->mem->ctx, in->mem, in->size) == 0;

@@ -89,6 +89,19 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 		rt_sender_topic_gone(tt);
 }
 
+void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
+{
+	struct rgapsd_remote *rt = d->remote ? d->remote : d->remote_dead;
+
+	for (int i = 0; i < TR_NUM; i++) {
+		if (!m->pool_mr[i])
+			continue;
+		if (rt && rt->tr[i].lp)
+			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, m->pool_mr[i]);
+		m->pool_mr[i] = NULL;
+	}
+}
+
 /* ================================================================ start / stop */
 
 /* RGAPSD_FAULT=name[:after], tests only (enum rt_fault). */

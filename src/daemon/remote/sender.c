@@ -124,6 +124,29 @@ static void stage_ready(struct rt_stage *st)
 		omsg_put(tt->rt, m);
 }
 
+/*
+ * The transport registration of a host pool that records are sent from: each
+ * publisher has its own pool, registered on first use and dropped with it
+ * (rgapsd_remote_member_gone). NULL when the transport refuses (logged).
+ */
+static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
+{
+	struct rt_transport *tr = &o->p->rt->tr[o->tr];
+	int r;
+
+	if (src->pool_mr[o->tr])
+		return src->pool_mr[o->tr];
+	r = tr->lp->ops.transport.reg_local(tr->ctx, src->pool.base, src->pool.size,
+					    &src->pool_mr[o->tr]);
+	if (r) {
+		rgaps_error("topic '%s': %s cannot register the pool of stream %llu: %s",
+			    o->tt->t->cfg.name, rt_tr_names[o->tr], (unsigned long long)src->gen,
+			    strerror(-r));
+		src->pool_mr[o->tr] = NULL;
+	}
+	return src->pool_mr[o->tr];
+}
+
 static void out_pump(struct rt_out *o)
 {
 	struct rgapsd_remote *rt = o->p->rt;
@@ -166,13 +189,15 @@ static void out_pump(struct rt_out *o)
 			memset(h, 0, sizeof(*h));
 			h->magic = RGAPS_RECORD_MAGIC;
 			h->flags = c->flags;
-			h->msg_seq = c->m->msg.seq;
+			h->msg_seq = c->m->msg.fwd_seq;
 			h->msg_size = c->m->msg.size;
 			h->chunk_off = c->off;
 			h->chunk_len = (uint32_t)c->len;
 			h->ring_id = o->id;
 			h->ts_ns = c->m->msg.ts_ns;
-			h->record_seq = o->record_seq++;
+			h->record_seq = (uint32_t)o->record_seq++;
+			h->origin_stream = (uint32_t)c->m->msg.origin_stream;
+			h->origin_seq = c->m->msg.origin_seq;
 			o->hdr_used++;
 			if (rt->fault && rt->fault < FAULT_LATE_ACCEPT &&
 			    o->records >= rt->fault_after) {
@@ -209,9 +234,13 @@ static void out_pump(struct rt_out *o)
 						   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
 						   .len = c->len };
 		} else {
-			sg[1] = (struct rgaps_sg){ .mr = o->tt->pool_mr[o->tr],
+			sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
 						   .addr = (void *)(c->m->msg.data + c->off),
 						   .len = c->len };
+			if (!sg[1].mr) {
+				rgapsd_peer_disconnect(o->p->peer, "cannot register a pool");
+				break;
+			}
 		}
 		r = tr->lp->ops.transport.post_record(tr->ctx, l->link, o->id, c->slot.off, sg, 2,
 						      (uint64_t)(uintptr_t)c);
@@ -342,18 +371,10 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 			    rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
 		return;
 	}
-	if (tt->t->pool.kind != RGAPS_MEM_HOST) {
+	if (tt->t->lim.mem_kind != RGAPS_MEM_HOST) {
 		r = rt_staging_setup(tt, tr_idx);
 		if (r) {
 			rgaps_error("topic '%s': %s cannot use a staging buffer: %s", tt->t->cfg.name,
-				    rt_tr_names[tr_idx], strerror(-r));
-			return;
-		}
-	} else if (!tt->pool_mr[tr_idx]) {
-		r = tr->lp->ops.transport.reg_local(tr->ctx, rt_local_pool(tt->t), tt->t->pool.size,
-						    &tt->pool_mr[tr_idx]);
-		if (r) {
-			rgaps_error("topic '%s': %s cannot register the pool: %s", tt->t->cfg.name,
 				    rt_tr_names[tr_idx], strerror(-r));
 			return;
 		}
@@ -659,9 +680,6 @@ void rt_sender_topic_gone(struct rt_topic *tt)
 	while (tt->outs)
 		rt_out_free(tt->outs, false);
 	rt_waiters_check(tt, true);
-	for (int i = 0; i < TR_NUM; i++)
-		if (tt->pool_mr[i])
-			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, tt->pool_mr[i]);
 	rt_staging_free(tt);
 	for (struct rt_topic **tp = &rt->topics; *tp; tp = &(*tp)->next) {
 		if (*tp == tt) {

@@ -1,0 +1,656 @@
+/*
+ * The publisher's side of a topic (topic.h): its own stream and its own pool.
+ *
+ * The publisher is the only writer of its region and the only user of its
+ * allocator, which lives in private memory; its books (which block each entry
+ * names, the loans, the retired blocks still held by someone) are private
+ * too. What it reads from subscribers' regions - their cursors in this stream,
+ * their holds, whether they sleep - is bounded before use and can only change
+ * when this publisher frees its own blocks.
+ *
+ * Reclaim is a hazard-pointer protocol. An entry is retired (tail moves past
+ * it) once every watched subscriber's cursor has passed it and it is out of the
+ * history window, or by force under drop_oldest. Its block is freed once no
+ * subscriber's hold names it. A subscriber taking a message stores its hold,
+ * then reads tail; the publisher stores tail, then reads the holds (all
+ * sequentially consistent): either the subscriber sees the message retired and
+ * backs off, or the publisher sees the hold and keeps the block.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "futex.h"
+#include "log.h"
+#include "topic.h"
+
+#define ALIVE_EVERY_NS (200ull * 1000 * 1000) /* ask the caller whether rgapsd is alive */
+#define WAIT_SLICE_NS (200ll * 1000 * 1000)
+#define POLL_SLICE_NS (2ll * 1000 * 1000) /* without futex_waitv (Linux < 5.16) */
+
+struct sub_ref {
+	uint64_t gen; /* 0: slot not watched */
+	const struct rgaps_sub_region *r;
+	const struct rgaps_sub_cursor *cursor; /* its cursor in this stream */
+	const struct rgaps_sub_hold *holds;
+};
+
+struct retired {
+	uint64_t seq;
+	uint32_t block;
+};
+
+struct rgaps_pub {
+	const struct rgaps_topic_hdr *hdr;
+	struct rgaps_topic_limits lim;
+	struct rgaps_topic_cbs cbs;
+	struct rgaps_pub_region *r;
+	struct rgaps_topic_entry *entries;
+	uint8_t *attrs;
+	uint8_t *pool;
+	uint64_t gen;
+	uint32_t slot;
+	uint64_t head, tail; /* the true values; the region has copies for readers */
+	uint32_t mask;
+	uint32_t *blk;	     /* [queue_depth]: the block of each kept entry */
+	struct rgaps_tlsf *tlsf;
+	uint32_t *loans;     /* [max_loans]: block ids, RGAPS_TLSF_NIL when free */
+	uint32_t nloans;
+	struct retired *retired; /* retired entries whose block someone may still hold */
+	uint32_t nretired, retired_cap;
+	struct sub_ref *subs;	 /* [max_subscribers] */
+	uint32_t nsubs;
+	uint64_t *held;		 /* scratch: seqs held, max_subscribers * max_holds */
+	uint32_t dir_seen;
+	uint64_t next_alive_ns;
+	struct futex_waitv wv[RGAPS_WAITV_MAX];
+};
+
+static uint32_t tlsf_blocks(const struct rgaps_topic_limits *l)
+{
+	/*
+	 * Live blocks: kept entries, retired blocks still held (at most one per
+	 * hold of any subscriber), loans; each free range sits between live ones.
+	 */
+	uint64_t live = (uint64_t)l->queue_depth + (uint64_t)l->max_subscribers * l->max_holds +
+			l->max_loans;
+
+	return (uint32_t)(2 * live + 2);
+}
+
+int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+		     struct rgaps_pub_region *mine, uint8_t *pool,
+		     const struct rgaps_topic_cbs *cbs, struct rgaps_pub **pub_p)
+{
+	struct rgaps_pub *p = calloc(1, sizeof(*p));
+	uint32_t nblocks = tlsf_blocks(lim);
+	int r = -ENOMEM;
+
+	if (!p)
+		return -ENOMEM;
+	if (mine->slot >= lim->max_publishers || mine->gen == 0) {
+		free(p);
+		return -EPROTO;
+	}
+	p->slot = mine->slot;
+	p->hdr = hdr;
+	p->lim = *lim;
+	p->cbs = *cbs;
+	p->r = mine;
+	p->entries = rgaps_pub_entries(lim, mine);
+	p->attrs = rgaps_pub_attrs(lim, mine);
+	p->pool = pool;
+	p->gen = mine->gen;
+	p->mask = lim->queue_depth - 1;
+	/* A region handed over by rgapsd starts empty; never trust more than that. */
+	p->head = p->tail = 0;
+	p->retired_cap = lim->queue_depth + lim->max_subscribers * lim->max_holds;
+	p->blk = malloc(lim->queue_depth * sizeof(*p->blk));
+	p->loans = malloc(lim->max_loans * sizeof(*p->loans));
+	p->retired = malloc(p->retired_cap * sizeof(*p->retired));
+	p->subs = calloc(lim->max_subscribers, sizeof(*p->subs));
+	p->held = malloc((size_t)lim->max_subscribers * lim->max_holds * sizeof(*p->held));
+	p->tlsf = malloc(rgaps_tlsf_state_size(nblocks));
+	if (!p->blk || !p->loans || !p->retired || !p->subs || !p->held || !p->tlsf)
+		goto err;
+	r = rgaps_tlsf_init(p->tlsf, lim->pool_size, nblocks, RGAPS_POOL_ALIGN);
+	if (r)
+		goto err;
+	for (uint32_t i = 0; i < lim->queue_depth; i++)
+		p->blk[i] = RGAPS_TLSF_NIL;
+	for (uint32_t i = 0; i < lim->max_loans; i++)
+		p->loans[i] = RGAPS_TLSF_NIL;
+	/* One sync before the first operation: members may have come since the membership
+	 * this handle was created with was read. */
+	p->dir_seen = __atomic_load_n(&hdr->dir_gen, __ATOMIC_ACQUIRE) - 1;
+	*pub_p = p;
+	return 0;
+err:
+	rgaps_pub_destroy(p);
+	return r;
+}
+
+void rgaps_pub_destroy(struct rgaps_pub *p)
+{
+	if (!p)
+		return;
+	free(p->tlsf);
+	free(p->held);
+	free(p->subs);
+	free(p->retired);
+	free(p->loans);
+	free(p->blk);
+	free(p);
+}
+
+int rgaps_pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
+		      const struct rgaps_sub_region *r)
+{
+	struct sub_ref *s;
+
+	if (slot >= p->lim.max_subscribers || gen == 0 || !r)
+		return -EINVAL;
+	s = &p->subs[slot];
+	if (!s->gen)
+		p->nsubs++;
+	s->gen = gen;
+	s->r = r;
+	s->cursor = &rgaps_sub_cursors(&p->lim, r)[p->slot];
+	s->holds = rgaps_sub_holds(&p->lim, r);
+	return 0;
+}
+
+void rgaps_pub_clear_sub(struct rgaps_pub *p, uint32_t slot)
+{
+	if (slot >= p->lim.max_subscribers || !p->subs[slot].gen)
+		return;
+	memset(&p->subs[slot], 0, sizeof(p->subs[slot]));
+	p->nsubs--;
+}
+
+/* ---------------------------------------------------------------- reclaim */
+
+/* Where subscriber s stands in this stream (tail if it has not started reading it). */
+static uint64_t position(const struct rgaps_pub *p, const struct sub_ref *s)
+{
+	uint64_t next;
+
+	if (__atomic_load_n(&s->cursor->gen, __ATOMIC_ACQUIRE) != p->gen)
+		return p->tail;
+	next = __atomic_load_n(&s->cursor->next, __ATOMIC_SEQ_CST);
+	return next < p->tail ? p->tail : next > p->head ? p->head : next;
+}
+
+static void retire_to(struct rgaps_pub *p, uint64_t upto)
+{
+	for (uint64_t q = p->tail; q < upto; q++) {
+		uint32_t i = (uint32_t)(q & p->mask);
+
+		p->r->c.retired++;
+		if (p->blk[i] == RGAPS_TLSF_NIL)
+			continue; /* a gap-only entry names no block */
+		rgaps_require(p->nretired < p->retired_cap);
+		p->retired[p->nretired].seq = q;
+		p->retired[p->nretired].block = p->blk[i];
+		p->nretired++;
+		p->blk[i] = RGAPS_TLSF_NIL;
+	}
+	p->tail = upto;
+	/* Before the holds are read (free_unheld): the other half of the take protocol. */
+	__atomic_store_n(&p->r->tail, upto, __ATOMIC_SEQ_CST);
+}
+
+static bool seq_held(const uint64_t *held, uint32_t n, uint64_t seq)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (held[i] == seq)
+			return true;
+	return false;
+}
+
+static void publish_pool_stats(struct rgaps_pub *p)
+{
+	struct rgaps_tlsf_stats st;
+
+	rgaps_tlsf_get_stats(p->tlsf, &st);
+	__atomic_store_n(&p->r->c.pool_used_bytes, st.used_bytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->r->c.pool_used_blocks, st.used_blocks, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->r->c.pool_largest_free, st.largest_free, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->r->c.nloans, p->nloans, __ATOMIC_RELAXED);
+}
+
+/* Free every retired block that no hold names. Returns how many. */
+static uint32_t free_unheld(struct rgaps_pub *p)
+{
+	uint32_t nheld = 0, freed = 0, keep = 0;
+
+	if (!p->nretired)
+		return 0;
+	for (uint32_t i = 0; i < p->lim.max_subscribers; i++) {
+		const struct sub_ref *s = &p->subs[i];
+
+		if (!s->gen || !__atomic_load_n(&s->r->nholds, __ATOMIC_SEQ_CST))
+			continue;
+		for (uint32_t k = 0; k < p->lim.max_holds; k++) {
+			if (__atomic_load_n(&s->holds[k].gen, __ATOMIC_SEQ_CST) != p->gen)
+				continue;
+			p->held[nheld++] = __atomic_load_n(&s->holds[k].seq, __ATOMIC_ACQUIRE);
+		}
+	}
+	for (uint32_t i = 0; i < p->nretired; i++) {
+		if (seq_held(p->held, nheld, p->retired[i].seq)) {
+			p->retired[keep++] = p->retired[i];
+			continue;
+		}
+		rgaps_tlsf_free(p->tlsf, p->retired[i].block);
+		freed++;
+	}
+	p->nretired = keep;
+	if (freed)
+		publish_pool_stats(p);
+	return freed;
+}
+
+uint32_t rgaps_pub_reclaim(struct rgaps_pub *p)
+{
+	uint64_t upto = p->head - RGAPS_MIN((uint64_t)p->lim.history, p->head - p->tail);
+
+	for (uint32_t i = 0; i < p->lim.max_subscribers && upto > p->tail; i++) {
+		if (p->subs[i].gen) {
+			uint64_t pos = position(p, &p->subs[i]);
+
+			upto = RGAPS_MIN(upto, pos);
+		}
+	}
+	if (upto > p->tail)
+		retire_to(p, upto);
+	return free_unheld(p);
+}
+
+/* drop_oldest: force the oldest entry out, whoever has not read it yet. */
+static void force_retire_oldest(struct rgaps_pub *p)
+{
+	bool lagging = false;
+
+	for (uint32_t i = 0; i < p->lim.max_subscribers && !lagging; i++)
+		lagging = p->subs[i].gen && position(p, &p->subs[i]) <= p->tail;
+	if (lagging)
+		p->r->c.dropped++;
+	retire_to(p, p->tail + 1);
+	free_unheld(p);
+}
+
+/* ---------------------------------------------------------------- membership, liveness, waits */
+
+static int check_world(struct rgaps_pub *p)
+{
+	uint32_t seen = __atomic_load_n(&p->hdr->dir_gen, __ATOMIC_ACQUIRE);
+	uint64_t now;
+	int r;
+
+	if (__atomic_load_n(&p->hdr->closed, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	if (seen != p->dir_seen && p->cbs.sync) {
+		r = p->cbs.sync(p->cbs.arg);
+		if (r)
+			return r;
+		p->dir_seen = seen;
+	}
+	if (!p->cbs.alive)
+		return 0;
+	now = rgaps_now_ns(CLOCK_MONOTONIC);
+	if (now >= p->next_alive_ns) {
+		p->next_alive_ns = now + ALIVE_EVERY_NS;
+		if (!p->cbs.alive(p->cbs.arg))
+			return -ENOTCONN;
+	}
+	return 0;
+}
+
+static uint64_t deadline_of(int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return UINT64_MAX;
+	return rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ull;
+}
+
+typedef bool (*room_fn)(struct rgaps_pub *p, void *arg);
+
+/*
+ * Sleep until a subscriber progresses (takes or releases: its progress word),
+ * the membership changes or the topic closes, then let the caller look again.
+ * The flag is raised before the words are read and room re-checked, and
+ * subscribers bump their word before they read the flag, so no wake is lost.
+ */
+static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, uint64_t deadline)
+{
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	int64_t slice = WAIT_SLICE_NS;
+	uint32_t n = 0, dir;
+	int r;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	if (deadline - now < (uint64_t)slice)
+		slice = (int64_t)(deadline - now);
+	__atomic_store_n(&p->r->space_waiting, 1, __ATOMIC_SEQ_CST);
+	for (uint32_t i = 0; i < p->lim.max_subscribers && n < RGAPS_WAITV_MAX - 1; i++) {
+		const struct sub_ref *s = &p->subs[i];
+
+		if (s->gen)
+			rgaps_waitv_set(&p->wv[n++], &s->r->progress,
+					__atomic_load_n(&s->r->progress, __ATOMIC_SEQ_CST));
+	}
+	dir = __atomic_load_n(&p->hdr->dir_gen, __ATOMIC_SEQ_CST);
+	rgaps_waitv_set(&p->wv[n++], &p->hdr->dir_gen, dir);
+	if (room(p, arg) || dir != p->dir_seen) {
+		r = 0;
+	} else {
+		r = rgaps_futex_waitv(p->wv, n, slice);
+		if (r == -ENOSYS)
+			r = rgaps_futex_wait(&p->hdr->dir_gen, dir, RGAPS_MIN(slice, POLL_SLICE_NS));
+	}
+	__atomic_store_n(&p->r->space_waiting, 0, __ATOMIC_RELAXED);
+	if (r == -EINTR)
+		return -EINTR;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- loans */
+
+static bool can_alloc(struct rgaps_pub *p, void *arg)
+{
+	uint32_t block;
+	uint64_t size = *(uint64_t *)arg;
+
+	rgaps_pub_reclaim(p);
+	if (rgaps_tlsf_alloc(p->tlsf, size, &block))
+		return false;
+	rgaps_tlsf_free(p->tlsf, block); /* the caller allocates again, for real */
+	return true;
+}
+
+int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t *token_p,
+		   uint64_t *off_p)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	bool waited = false;
+	int r;
+
+	if (size == 0)
+		return -EINVAL;
+	if (size > p->lim.max_message_size)
+		return -EMSGSIZE;
+	if (p->nloans >= p->lim.max_loans)
+		return -ENOBUFS;
+	for (;;) {
+		uint32_t block, k;
+
+		r = check_world(p);
+		if (r)
+			return r;
+		rgaps_pub_reclaim(p);
+		if (rgaps_tlsf_alloc(p->tlsf, size, &block) == 0) {
+			for (k = 0; p->loans[k] != RGAPS_TLSF_NIL; k++)
+				;
+			p->loans[k] = block;
+			p->nloans++;
+			p->r->c.loans++;
+			publish_pool_stats(p);
+			*token_p = k;
+			*off_p = rgaps_tlsf_offset(p->tlsf, block);
+			return 0;
+		}
+		if (p->lim.overflow == RGAPS_OVERFLOW_DROP_OLDEST && p->tail < p->head) {
+			force_retire_oldest(p);
+			continue;
+		}
+		if (timeout_ms == 0)
+			return -EAGAIN;
+		if (!waited) {
+			p->r->c.full_waits++;
+			waited = true;
+		}
+		r = wait_progress(p, can_alloc, &size, deadline);
+		if (r == -ETIMEDOUT)
+			p->r->c.timeouts++;
+		if (r)
+			return r;
+	}
+}
+
+uint64_t rgaps_pub_loan_size(const struct rgaps_pub *p, uint32_t token)
+{
+	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
+		return 0;
+	return rgaps_tlsf_size(p->tlsf, p->loans[token]);
+}
+
+static void drop_loan(struct rgaps_pub *p, uint32_t token)
+{
+	rgaps_tlsf_free(p->tlsf, p->loans[token]);
+	p->loans[token] = RGAPS_TLSF_NIL;
+	p->nloans--;
+	publish_pool_stats(p);
+}
+
+int rgaps_pub_cancel(struct rgaps_pub *p, uint32_t token)
+{
+	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
+		return -EINVAL;
+	drop_loan(p, token);
+	p->r->c.cancelled++;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- publishing */
+
+static bool queue_has_room(struct rgaps_pub *p, void *arg)
+{
+	rgaps_pub_reclaim(p);
+	return p->head - p->tail < p->lim.queue_depth;
+}
+
+/* Wait for a free queue entry per the overflow policy. */
+static int queue_room(struct rgaps_pub *p, int timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	bool waited = false;
+	int r;
+
+	for (;;) {
+		if (queue_has_room(p, NULL))
+			return 0;
+		if (p->lim.overflow == RGAPS_OVERFLOW_DROP_OLDEST) {
+			force_retire_oldest(p);
+			continue;
+		}
+		if (timeout_ms == 0)
+			return -EAGAIN;
+		if (!waited) {
+			p->r->c.full_waits++;
+			waited = true;
+		}
+		r = wait_progress(p, queue_has_room, NULL, deadline);
+		if (r == -ETIMEDOUT)
+			p->r->c.timeouts++;
+		if (r)
+			return r;
+		r = check_world(p);
+		if (r)
+			return r;
+	}
+}
+
+/* Write entry seq and make it visible: the seqlock bracket of topic.h, then head. */
+static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
+			  const struct rgaps_pub_commit *c)
+{
+	uint64_t seq = p->head;
+	uint32_t i = (uint32_t)(seq & p->mask);
+	struct rgaps_topic_entry *e = &p->entries[i];
+	bool wake;
+
+	/* Release: a reader that sees ~0 (or the new seq) also sees the tail that retired
+	 * the old entry. The fence keeps the field stores after the ~0. */
+	__atomic_store_n(&e->seq, UINT64_MAX, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&e->off, block == RGAPS_TLSF_NIL ? 0 : rgaps_tlsf_offset(p->tlsf, block),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&e->size, size, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->ts_ns, c->ts_ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->origin_stream, c->origin_stream ? c->origin_stream : p->gen,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&e->origin_seq, c->origin_stream ? c->origin_seq : seq, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->gap, c->gap, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->flags, c->flags, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->attr_len, c->attr_len, __ATOMIC_RELAXED);
+	if (c->attr_len)
+		memcpy(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
+	__atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
+	p->blk[i] = block;
+
+	p->head = seq + 1;
+	__atomic_store_n(&p->r->head, p->head, __ATOMIC_SEQ_CST);
+	__atomic_fetch_add(&p->r->doorbell, 1, __ATOMIC_SEQ_CST);
+	/* One FUTEX_WAKE for every subscriber asleep on the doorbell, if any is. A
+	 * subscriber that attached since our last look may sleep unseen: wake then too. */
+	wake = __atomic_load_n(&p->hdr->dir_gen, __ATOMIC_SEQ_CST) != p->dir_seen;
+	for (uint32_t k = 0; k < p->lim.max_subscribers && !wake; k++)
+		wake = p->subs[k].gen && __atomic_load_n(&p->subs[k].r->sleeping, __ATOMIC_SEQ_CST);
+	if (wake)
+		rgaps_futex_wake_all(&p->r->doorbell);
+	p->r->c.published++;
+	p->r->c.published_bytes += size;
+	if (!p->nsubs)
+		p->r->c.unrouted++;
+}
+
+int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
+		     const struct rgaps_pub_commit *c, int timeout_ms, bool keep_on_again,
+		     uint64_t *seq_p)
+{
+	uint32_t block;
+	uint64_t seq;
+	int r;
+
+	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
+		return -EINVAL;
+	block = p->loans[token];
+	if (size == 0 || size > rgaps_tlsf_size(p->tlsf, block) || c->attr_len > RGAPS_ATTR_MAX ||
+	    (c->attr_len && !c->attrs) || (c->flags & RGAPS_ENTRY_GAP_ONLY)) {
+		drop_loan(p, token);
+		return -EINVAL;
+	}
+	r = check_world(p);
+	if (!r)
+		r = queue_room(p, timeout_ms);
+	if (r == -EAGAIN && keep_on_again)
+		return r;
+	if (r) {
+		drop_loan(p, token);
+		return r;
+	}
+	seq = p->head;
+	p->loans[token] = RGAPS_TLSF_NIL; /* the loan's block becomes the entry's */
+	p->nloans--;
+	publish_entry(p, block, size, c);
+	rgaps_pub_reclaim(p);
+	publish_pool_stats(p);
+	if (seq_p)
+		*seq_p = seq;
+	return 0;
+}
+
+int rgaps_pub_gap(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns)
+{
+	struct rgaps_pub_commit c = { .ts_ns = ts_ns, .flags = RGAPS_ENTRY_GAP_ONLY, .gap = gap };
+	int r;
+
+	if (gap == 0)
+		return -EINVAL;
+	r = check_world(p);
+	if (!r)
+		r = queue_room(p, 0);
+	if (r)
+		return r;
+	publish_entry(p, RGAPS_TLSF_NIL, 0, &c);
+	/* A gap-only entry names no block: retire it like any other, then nothing to free. */
+	rgaps_pub_reclaim(p);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- state and checks */
+
+void rgaps_pub_get_state(const struct rgaps_pub *p, struct rgaps_pub_state *st)
+{
+	st->head = p->head;
+	st->tail = p->tail;
+	st->nsubs = p->nsubs;
+	st->nloans = p->nloans;
+	st->nretired = p->nretired;
+	rgaps_tlsf_get_stats(p->tlsf, &st->pool);
+}
+
+#define FAIL(...)                                         \
+	do {                                              \
+		if (why)                                  \
+			snprintf(why, whylen, __VA_ARGS__); \
+		r = -EUCLEAN;                             \
+		goto out;                                 \
+	} while (0)
+
+int rgaps_pub_check(struct rgaps_pub *p, char *why, size_t whylen)
+{
+	uint32_t nblocks = p->tlsf->nblocks;
+	uint8_t *seen = calloc(nblocks, 1);
+	uint32_t nloans = 0;
+	int r = 0;
+
+	if (!seen)
+		return -ENOMEM;
+	if (p->tail > p->head || p->head - p->tail > p->lim.queue_depth)
+		FAIL("stream [%llu, %llu) over depth %u", (unsigned long long)p->tail,
+		     (unsigned long long)p->head, p->lim.queue_depth);
+	if (__atomic_load_n(&p->r->head, __ATOMIC_RELAXED) != p->head ||
+	    __atomic_load_n(&p->r->tail, __ATOMIC_RELAXED) != p->tail)
+		FAIL("region head/tail differ from the publisher's own");
+#define MARK(b, what, ...)                                                         \
+	do {                                                                       \
+		if ((b) != RGAPS_TLSF_NIL) {                                       \
+			if (!rgaps_tlsf_is_used(p->tlsf, (b)))                     \
+				FAIL(what ": block %u not in use", __VA_ARGS__, (b)); \
+			if (seen[(b)]++)                                           \
+				FAIL(what ": block %u named twice", __VA_ARGS__, (b)); \
+		}                                                                  \
+	} while (0)
+	for (uint64_t q = p->tail; q < p->head; q++) {
+		uint32_t b = p->blk[q & p->mask];
+		const struct rgaps_topic_entry *e = &p->entries[q & p->mask];
+
+		if (e->seq != q)
+			FAIL("entry %llu holds seq %llu", (unsigned long long)q,
+			     (unsigned long long)e->seq);
+		if (b == RGAPS_TLSF_NIL && !(e->flags & RGAPS_ENTRY_GAP_ONLY))
+			FAIL("entry %llu has no block", (unsigned long long)q);
+		MARK(b, "entry %llu", (unsigned long long)q);
+	}
+	for (uint32_t i = 0; i < p->nretired; i++)
+		MARK(p->retired[i].block, "retired seq %llu", (unsigned long long)p->retired[i].seq);
+	for (uint32_t k = 0; k < p->lim.max_loans; k++) {
+		if (p->loans[k] != RGAPS_TLSF_NIL)
+			nloans++;
+		MARK(p->loans[k], "loan %u", k);
+	}
+#undef MARK
+	if (nloans != p->nloans)
+		FAIL("nloans %u, counted %u", p->nloans, nloans);
+	for (uint32_t b = 0; b < nblocks; b++)
+		if (rgaps_tlsf_is_used(p->tlsf, b) && !seen[b])
+			FAIL("block %u is allocated but nothing names it (leak)", b);
+	r = rgaps_tlsf_check(p->tlsf, why, whylen);
+out:
+	free(seen);
+	return r;
+}

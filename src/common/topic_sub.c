@@ -1,0 +1,562 @@
+/*
+ * The subscriber's side of a topic (topic.h): lock-free take and release over
+ * the publishers' streams, which this process maps read-only.
+ *
+ * A subscriber writes only its own region: one cursor per stream, its holds,
+ * its progress and sleeping words. Every entry it reads from a publisher's
+ * region is checked (rgaps_entry_read): a stream that shows an impossible
+ * value is poisoned here - skipped from then on, counted, logged once - and
+ * its bytes are never returned. A message is taken by the hazard-pointer
+ * protocol of topic_pub.c: store the hold, then check that the stream's tail
+ * has not passed the message; only then may the block be read.
+ *
+ * Streams are taken from round robin, each in its own order; a stream's
+ * sequence numbers have no holes except the messages this subscriber missed,
+ * which it reports as `gap` with the next message of that stream (or, when a
+ * stream goes away with messages untaken, as a gap-only message).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "futex.h"
+#include "log.h"
+#include "topic.h"
+
+#define ALIVE_EVERY_NS (200ull * 1000 * 1000)
+#define WAIT_SLICE_NS (200ll * 1000 * 1000)
+#define POLL_SLICE_NS (2ll * 1000 * 1000)
+
+struct stream {
+	uint64_t gen; /* 0: no stream in this slot */
+	const struct rgaps_pub_region *r;
+	const uint8_t *pool;
+	uint64_t limit;	      /* UINT64_MAX, or the final head of a departed publisher */
+	uint64_t pending_gap; /* lost, to report with the next message of this stream */
+	bool poisoned;
+};
+
+struct hold {
+	bool used;
+	uint32_t slot;
+	uint64_t gen, seq;
+	const struct rgaps_pub_region *r; /* to wake its publisher on release */
+	uint32_t attr_len;
+	uint8_t attrs[RGAPS_ATTR_MAX];
+};
+
+struct rgaps_sub {
+	const struct rgaps_topic_hdr *hdr;
+	struct rgaps_topic_limits lim;
+	struct rgaps_topic_cbs cbs;
+	struct rgaps_sub_region *r;
+	struct rgaps_sub_cursor *cursors;
+	struct rgaps_sub_hold *holds;
+	struct stream *streams; /* [max_publishers] */
+	uint32_t nstreams;
+	struct hold *hp; /* [max_holds], private shadow of the holds */
+	uint32_t nholds;
+	uint32_t rr;	 /* next stream to look at first */
+	uint32_t dir_seen;
+	uint64_t next_alive_ns;
+	uint64_t lost;	      /* untaken messages of streams that went away: one gap-only message */
+	uint64_t lost_stream; /* the last such stream */
+	struct futex_waitv wv[RGAPS_WAITV_MAX];
+};
+
+int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+		     struct rgaps_sub_region *mine, const struct rgaps_topic_cbs *cbs,
+		     struct rgaps_sub **sub_p)
+{
+	struct rgaps_sub *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->hdr = hdr;
+	s->lim = *lim;
+	s->cbs = *cbs;
+	s->r = mine;
+	s->cursors = rgaps_sub_cursors(lim, mine);
+	s->holds = rgaps_sub_holds(lim, mine);
+	s->streams = calloc(lim->max_publishers, sizeof(*s->streams));
+	s->hp = calloc(lim->max_holds, sizeof(*s->hp));
+	if (!s->streams || !s->hp) {
+		rgaps_sub_destroy(s);
+		return -ENOMEM;
+	}
+	/* One sync before the first operation: members may have come since the membership
+	 * this handle was created with was read. */
+	s->dir_seen = __atomic_load_n(&hdr->dir_gen, __ATOMIC_ACQUIRE) - 1;
+	*sub_p = s;
+	return 0;
+}
+
+void rgaps_sub_destroy(struct rgaps_sub *s)
+{
+	if (!s)
+		return;
+	free(s->hp);
+	free(s->streams);
+	free(s);
+}
+
+struct rgaps_sub_region *rgaps_sub_region(const struct rgaps_sub *s)
+{
+	return s->r;
+}
+
+int rgaps_sub_set_stream(struct rgaps_sub *s, uint32_t slot, uint64_t gen,
+			 const struct rgaps_pub_region *r, const uint8_t *pool, uint64_t limit)
+{
+	struct stream *st;
+
+	if (slot >= s->lim.max_publishers || gen == 0 || !r)
+		return -EINVAL;
+	st = &s->streams[slot];
+	if (st->gen && st->gen != gen)
+		return -EBUSY; /* clear the old stream first */
+	if (!st->gen) {
+		s->nstreams++;
+		memset(st, 0, sizeof(*st));
+	}
+	st->gen = gen;
+	st->r = r;
+	st->pool = pool;
+	st->limit = limit;
+	return 0;
+}
+
+bool rgaps_sub_stream_held(const struct rgaps_sub *s, uint64_t gen)
+{
+	for (uint32_t k = 0; k < s->lim.max_holds; k++)
+		if (s->hp[k].used && s->hp[k].gen == gen)
+			return true;
+	return false;
+}
+
+/* The cursor of stream slot, set up for its gen (a stream this subscriber starts reading). */
+static struct rgaps_sub_cursor *cursor_of(struct rgaps_sub *s, uint32_t slot, uint64_t gen)
+{
+	struct rgaps_sub_cursor *c = &s->cursors[slot];
+
+	if (__atomic_load_n(&c->gen, __ATOMIC_RELAXED) != gen)
+		/* A stream that began after this subscriber attached: from its first message. */
+		rgaps_sub_region_set_cursor(s->r, &s->lim, slot, gen, 0, 0);
+	return c;
+}
+
+bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
+{
+	struct stream *st;
+	uint64_t gen;
+	bool held;
+
+	if (slot >= s->lim.max_publishers || !s->streams[slot].gen)
+		return true;
+	st = &s->streams[slot];
+	gen = st->gen;
+	if (!__atomic_load_n(&st->poisoned, __ATOMIC_RELAXED)) {
+		struct rgaps_sub_cursor *c = cursor_of(s, slot, gen);
+		uint64_t head = __atomic_load_n(&st->r->head, __ATOMIC_ACQUIRE);
+		uint64_t next = __atomic_load_n(&c->next, __ATOMIC_RELAXED);
+		uint64_t untaken;
+
+		head = RGAPS_MIN(head, st->limit);
+		untaken = head > next ? RGAPS_MIN(head - next, (uint64_t)s->lim.queue_depth) : 0;
+		untaken += st->pending_gap;
+		if (untaken) {
+			__atomic_fetch_add(&s->lost, untaken, __ATOMIC_RELAXED);
+			s->lost_stream = gen;
+			__atomic_fetch_add(&s->r->c.drops, untaken, __ATOMIC_RELAXED);
+		}
+	}
+	held = rgaps_sub_stream_held(s, gen);
+	memset(st, 0, sizeof(*st));
+	s->nstreams--;
+	return !held;
+}
+
+/* ---------------------------------------------------------------- liveness and membership */
+
+static int check_world(struct rgaps_sub *s)
+{
+	uint32_t seen = __atomic_load_n(&s->hdr->dir_gen, __ATOMIC_ACQUIRE);
+	uint64_t now;
+	int r;
+
+	if (__atomic_load_n(&s->hdr->closed, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	if (seen != __atomic_load_n(&s->dir_seen, __ATOMIC_RELAXED) && s->cbs.sync) {
+		r = s->cbs.sync(s->cbs.arg);
+		if (r)
+			return r;
+		__atomic_store_n(&s->dir_seen, seen, __ATOMIC_RELAXED);
+	}
+	if (!s->cbs.alive)
+		return 0;
+	now = rgaps_now_ns(CLOCK_MONOTONIC);
+	if (now >= s->next_alive_ns) {
+		s->next_alive_ns = now + ALIVE_EVERY_NS;
+		if (!s->cbs.alive(s->cbs.arg))
+			return -ENOTCONN;
+	}
+	return 0;
+}
+
+static void poison(struct rgaps_sub *s, struct stream *st, uint32_t slot, const char *why)
+{
+	__atomic_store_n(&st->poisoned, true, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->r->c.errors, 1, __ATOMIC_RELAXED);
+	rgaps_warn("topic '%.64s': publisher slot %u (stream %llu) wrote %s; its messages are "
+		   "skipped from now on",
+		   s->hdr->name, slot, (unsigned long long)st->gen, why);
+}
+
+/* ---------------------------------------------------------------- take */
+
+enum try_result { TRY_NONE, TRY_GOT, TRY_AGAIN };
+
+static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r)
+{
+	/* Bump, then look whether the publisher sleeps for room (topic_pub.c wait_progress). */
+	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
+	if (r && __atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST))
+		rgaps_futex_wake_all(&s->r->progress);
+}
+
+/* The subscriber was lapped in stream st: move to its tail, counting what it missed. */
+static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t slot,
+			      struct rgaps_sub_cursor *c, uint64_t next, uint64_t head)
+{
+	uint64_t tail = __atomic_load_n(&st->r->tail, __ATOMIC_SEQ_CST);
+
+	if (tail <= next || tail > head) {
+		/* The entry changed, yet the stream claims it is still kept: a spoiled stream. */
+		char why[96];
+
+		snprintf(why, sizeof(why), "entry %llu changed while its tail is %llu",
+			 (unsigned long long)next, (unsigned long long)tail);
+		poison(s, st, slot, why);
+		return TRY_NONE;
+	}
+	if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & RGAPS_CURSOR_FRESH)) {
+		st->pending_gap += tail - next;
+		__atomic_fetch_add(&s->r->c.drops, tail - next, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&c->next, tail, __ATOMIC_SEQ_CST);
+	progressed(s, st->r);
+	return TRY_AGAIN;
+}
+
+static int free_hold(const struct rgaps_sub *s)
+{
+	for (uint32_t k = 0; k < s->lim.max_holds; k++)
+		if (!s->hp[k].used)
+			return (int)k;
+	return -1;
+}
+
+static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rgaps_sub_msg *m,
+				  int *err_p)
+{
+	struct stream *st = &s->streams[slot];
+	struct rgaps_sub_cursor *c;
+	struct rgaps_topic_entry e;
+	uint64_t next, head, tail;
+	char why[160];
+	int k, r;
+
+	if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+		return TRY_NONE;
+	c = cursor_of(s, slot, st->gen);
+	next = __atomic_load_n(&c->next, __ATOMIC_RELAXED);
+	head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
+	if (next >= head)
+		return TRY_NONE; /* nothing new (a head that went back only hides its own stream) */
+	r = rgaps_entry_read(&s->lim, st->r, next, &e, why, sizeof(why));
+	if (r == -EBADMSG) {
+		poison(s, st, slot, why);
+		return TRY_NONE;
+	}
+	if (r == -EAGAIN)
+		return lapped(s, st, slot, c, next, head);
+
+	m->seq = next;
+	m->ts_ns = e.ts_ns;
+	m->stream = st->gen;
+	m->origin_stream = e.origin_stream;
+	m->origin_seq = e.origin_seq;
+	m->flags = e.flags;
+	m->slot = slot;
+	if (e.flags & RGAPS_ENTRY_GAP_ONLY) {
+		/* Nothing to hold: report the loss and move on. */
+		m->off = 0;
+		m->data = NULL;
+		m->size = 0;
+		m->gap = st->pending_gap + e.gap;
+		m->token = UINT32_MAX;
+		m->attr_len = 0;
+		m->attrs = NULL;
+		st->pending_gap = 0;
+		__atomic_store_n(&c->next, next + 1, __ATOMIC_SEQ_CST);
+		__atomic_fetch_and(&c->flags, ~RGAPS_CURSOR_FRESH, __ATOMIC_RELAXED);
+		progressed(s, st->r);
+		return TRY_GOT;
+	}
+	k = free_hold(s);
+	if (k < 0) {
+		*err_p = -ENOBUFS;
+		return TRY_NONE;
+	}
+	/* The hazard pointer: the hold is visible before we look at the tail. */
+	__atomic_store_n(&s->holds[k].seq, next, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->holds[k].gen, st->gen, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&s->r->nholds, s->nholds + 1, __ATOMIC_SEQ_CST);
+	tail = __atomic_load_n(&st->r->tail, __ATOMIC_SEQ_CST);
+	if (tail > next)
+		goto retired;
+	/* The entry may be rewritten once retired, even while its block is held: copy the
+	 * attribute block, then check the entry is still this one. */
+	if (e.attr_len)
+		memcpy(s->hp[k].attrs,
+		       rgaps_pub_attrs(&s->lim, st->r) + (next & (s->lim.queue_depth - 1)) *
+							  (uint64_t)RGAPS_ATTR_MAX,
+		       e.attr_len);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&rgaps_pub_entries(&s->lim, st->r)[next & (s->lim.queue_depth - 1)].seq,
+			    __ATOMIC_RELAXED) != next)
+		goto retired;
+
+	s->hp[k].used = true;
+	s->hp[k].slot = slot;
+	s->hp[k].gen = st->gen;
+	s->hp[k].seq = next;
+	s->hp[k].r = st->r;
+	s->hp[k].attr_len = e.attr_len;
+	s->nholds++;
+	__atomic_store_n(&c->next, next + 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_and(&c->flags, ~RGAPS_CURSOR_FRESH, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->r->c.taken, 1, __ATOMIC_RELAXED);
+	progressed(s, st->r);
+
+	m->off = e.off;
+	m->data = st->pool + e.off;
+	m->size = e.size;
+	m->gap = st->pending_gap + e.gap;
+	m->token = (uint32_t)k;
+	m->attr_len = e.attr_len;
+	m->attrs = e.attr_len ? s->hp[k].attrs : NULL;
+	st->pending_gap = 0;
+	return TRY_GOT;
+
+retired:
+	__atomic_store_n(&s->holds[k].gen, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&s->r->nholds, s->nholds, __ATOMIC_RELAXED);
+	return lapped(s, st, slot, c, next, head);
+}
+
+/* One pass over every stream, round robin. */
+static enum try_result try_all(struct rgaps_sub *s, struct rgaps_sub_msg *m, int *err_p)
+{
+	uint32_t n = s->lim.max_publishers;
+
+	if (__atomic_load_n(&s->lost, __ATOMIC_RELAXED)) {
+		memset(m, 0, sizeof(*m));
+		m->gap = __atomic_exchange_n(&s->lost, 0, __ATOMIC_RELAXED);
+		m->stream = m->origin_stream = s->lost_stream;
+		m->flags = RGAPS_ENTRY_GAP_ONLY;
+		m->token = UINT32_MAX;
+		return TRY_GOT;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t slot = (s->rr + i) % n;
+		enum try_result t;
+
+		do
+			t = try_stream(s, slot, m, err_p);
+		while (t == TRY_AGAIN);
+		if (t == TRY_GOT) {
+			s->rr = (slot + 1) % n;
+			return TRY_GOT;
+		}
+		if (*err_p)
+			return TRY_NONE;
+	}
+	return TRY_NONE;
+}
+
+static bool any_ready(struct rgaps_sub *s)
+{
+	if (__atomic_load_n(&s->lost, __ATOMIC_RELAXED))
+		return true;
+	for (uint32_t i = 0; i < s->lim.max_publishers; i++) {
+		const struct stream *st = &s->streams[i];
+		uint64_t head;
+
+		if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+			continue;
+		head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
+		if (__atomic_load_n(&s->cursors[i].gen, __ATOMIC_RELAXED) != st->gen ?
+			    head > 0 :
+			    head > __atomic_load_n(&s->cursors[i].next, __ATOMIC_RELAXED))
+			return true;
+	}
+	return false;
+}
+
+bool rgaps_sub_ready(struct rgaps_sub *s)
+{
+	return __atomic_load_n(&s->hdr->closed, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&s->hdr->dir_gen, __ATOMIC_ACQUIRE) !=
+		       __atomic_load_n(&s->dir_seen, __ATOMIC_RELAXED) ||
+	       any_ready(s);
+}
+
+void rgaps_sub_sleeping(struct rgaps_sub *s, int delta)
+{
+	__atomic_fetch_add(&s->r->sleeping, (uint32_t)delta, __ATOMIC_SEQ_CST);
+}
+
+uint32_t rgaps_sub_wait_words(struct rgaps_sub *s, struct futex_waitv *w, uint32_t max)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->lim.max_publishers && n + 1 < max; i++) {
+		const struct stream *st = &s->streams[i];
+
+		if (st->gen && !__atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+			rgaps_waitv_set(&w[n++], &st->r->doorbell,
+					__atomic_load_n(&st->r->doorbell, __ATOMIC_SEQ_CST));
+	}
+	rgaps_waitv_set(&w[n++], &s->hdr->dir_gen, __atomic_load_n(&s->dir_seen, __ATOMIC_RELAXED));
+	return n;
+}
+
+void rgaps_sub_record_latency(struct rgaps_sub *s, uint64_t ts_ns, uint64_t now_ns)
+{
+	struct rgaps_lathist *h = &s->r->latency;
+
+	if (ts_ns > now_ns) { /* stamped by a host whose clock runs ahead */
+		__atomic_fetch_add(&h->skewed, 1, __ATOMIC_RELAXED);
+		now_ns = ts_ns;
+	}
+	rgaps_lathist_add(h, now_ns - ts_ns);
+}
+
+/*
+ * Sleep until a publisher rings, the membership changes or the topic closes.
+ * The sleeping count is raised before the doorbells are read and the streams
+ * looked at again, and publishers store head and ring before they read it, so
+ * a publish is either seen here or wakes us.
+ */
+static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
+{
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	int64_t slice = WAIT_SLICE_NS;
+	uint32_t n;
+	int r = 0;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	if (deadline - now < (uint64_t)slice)
+		slice = (int64_t)(deadline - now);
+	rgaps_sub_sleeping(s, 1);
+	n = rgaps_sub_wait_words(s, s->wv, RGAPS_WAITV_MAX);
+	if (!rgaps_sub_ready(s)) {
+		r = rgaps_futex_waitv(s->wv, n, slice);
+		if (r == -ENOSYS) /* Linux < 5.16: one word, else short polls */
+			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)s->wv[0].uaddr,
+					     (uint32_t)s->wv[0].val,
+					     n == 2 ? slice : RGAPS_MIN(slice, POLL_SLICE_NS));
+	}
+	rgaps_sub_sleeping(s, -1);
+	return r == -EINTR ? -EINTR : 0;
+}
+
+static void spin_for(struct rgaps_sub *s, uint32_t spin_us)
+{
+	uint64_t end = rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)spin_us * 1000;
+
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (rgaps_sub_ready(s))
+				return;
+			__builtin_ia32_pause();
+		}
+	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
+}
+
+static long online_cpus(void)
+{
+	static long n;
+
+	if (!n)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? n : 1;
+}
+
+int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
+		   struct rgaps_sub_msg *msg_p)
+{
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX :
+					     rgaps_now_ns(CLOCK_MONOTONIC) +
+						     (uint64_t)timeout_ms * 1000000ull;
+	/*
+	 * Spinning only pays while every subscriber can have a CPU: with more
+	 * subscribers than CPUs the spinners delay the publisher and each other
+	 * (docs/BENCHMARKS.md), so they go straight to the futex.
+	 */
+	bool spun = spin_us == 0 ||
+		    __atomic_load_n(&s->hdr->nsubs, __ATOMIC_RELAXED) >= online_cpus();
+	int r;
+
+	for (;;) {
+		int err = 0;
+
+		r = check_world(s);
+		if (r)
+			return r;
+		if (try_all(s, msg_p, &err) == TRY_GOT)
+			return 0;
+		if (err)
+			return err;
+		if (timeout_ms == 0)
+			return -EAGAIN;
+		if (!spun) {
+			/* A short spin catches back-to-back messages without a sleep. */
+			spun = true;
+			spin_for(s, spin_us);
+			continue;
+		}
+		r = sleep_once(s, deadline);
+		if (r)
+			return r;
+	}
+}
+
+int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
+{
+	struct hold *h;
+
+	if (token >= s->lim.max_holds || !s->hp[token].used)
+		return -EINVAL;
+	h = &s->hp[token];
+	__atomic_store_n(&s->holds[token].gen, 0, __ATOMIC_SEQ_CST);
+	h->used = false;
+	s->nholds--;
+	__atomic_store_n(&s->r->nholds, s->nholds, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->r->c.released, 1, __ATOMIC_RELAXED);
+	/* Its publisher may be gone (the stream cleared): then nobody waits for room. */
+	progressed(s, s->streams[h->slot].gen == h->gen ? h->r : NULL);
+	return 0;
+}
+
+void rgaps_sub_get_state(const struct rgaps_sub *s, struct rgaps_sub_state *st)
+{
+	st->nstreams = s->nstreams;
+	st->nholds = s->nholds;
+	st->drops = __atomic_load_n(&s->r->c.drops, __ATOMIC_RELAXED);
+	st->taken = __atomic_load_n(&s->r->c.taken, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,545 @@
+/*
+ * The members of rgapsd's topics (daemon.h, docs/SHM-LAYOUT.md): one per
+ * attachment, each with the shared memory made for it - a publisher's control
+ * region and pool, a subscriber's region - and what every client has been
+ * told of the others (the "members" of attach and sync replies).
+ *
+ * rgapsd creates and formats each region, hands its owner a read-write fd and
+ * everyone else read-only ones, and keeps a read-only mapping of its own to
+ * read from (statistics, where a new subscriber starts, whether a departed
+ * publisher's stream has drained). Every value read through those mappings is
+ * clamped (topic.h readers): a client lies only about itself.
+ *
+ * A subscriber's region goes with its connection. A publisher's stream stays
+ * readable after its publisher detaches (DRAINING) until every subscriber has
+ * read and released it, or a deadline passes, so that a publisher may exit
+ * right after its last publish. The sweep timer decides that, and frees GONE
+ * members once no view of rgapsd's own still maps them.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../common/futex.h"
+#include "../common/log.h"
+#include "daemon.h"
+#include "remote.h"
+
+#define SWEEP_MS 100
+#define DRAIN_MAX_NS (30ull * 1000 * 1000 * 1000) /* a departed stream is kept at most this */
+
+static struct rgapsd_member **table_of(struct rgapsd_topic *t, enum rgapsd_member_kind kind,
+				       uint32_t *n_p)
+{
+	*n_p = kind == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
+	return kind == RGAPSD_MEMBER_PUB ? t->pubs : t->subs;
+}
+
+void rgapsd__member_get(struct rgapsd_member *m)
+{
+	__atomic_fetch_add(&m->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void rgapsd__member_put(struct rgapsd_member *m)
+{
+	uint32_t was = __atomic_fetch_sub(&m->refs, 1, __ATOMIC_ACQ_REL);
+
+	rgaps_require(was > 0);
+}
+
+void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s)
+{
+	rgaps_pub_snapshot(&m->t->lim, m->map, s);
+}
+
+/* Unmap and remove everything the member made (the loop thread, nobody maps it through us). */
+static void member_free(struct rgapsd_member *m)
+{
+	struct rgapsd_topic *t = m->t;
+
+	if (m->kind == RGAPSD_MEMBER_PUB)
+		rgapsd_remote_member_gone(t->d, m);
+	if (m->pool.base || m->pool.fd >= 0)
+		t->mem->ops.memory.pool_release(t->mem->ctx, &m->pool);
+	if (m->map)
+		munmap(m->map, m->size);
+	if (m->fd >= 0)
+		close(m->fd);
+	if (m->shm_name[0])
+		shm_unlink(m->shm_name);
+	free(m);
+}
+
+static int gone_push(struct rgapsd_topic *t, struct rgapsd_member *m)
+{
+	if (t->ngone == t->gone_cap) {
+		uint32_t cap = t->gone_cap ? 2 * t->gone_cap : 8;
+		struct rgapsd_member **g = realloc(t->gone, cap * sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		t->gone = g;
+		t->gone_cap = cap;
+	}
+	t->gone[t->ngone++] = m;
+	return 0;
+}
+
+static void counts_to_hdr(struct rgapsd_topic *t)
+{
+	__atomic_store_n(&t->hdr->nsubs, t->nsubs, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->hdr->npubs, t->npubs, __ATOMIC_RELAXED);
+}
+
+/* Out of the table (under the lock), its counters folded in, freed once unreferenced. */
+static void member_gone(struct rgapsd_member *m)
+{
+	struct rgapsd_topic *t = m->t;
+	uint32_t n;
+	struct rgapsd_member **tab = table_of(t, m->kind, &n);
+
+	pthread_mutex_lock(&t->lock);
+	rgaps_require(tab[m->slot] == m);
+	tab[m->slot] = NULL;
+	if (m->state == RGAPSD_MEMBER_DRAINING)
+		t->ndraining--;
+	m->state = RGAPSD_MEMBER_GONE;
+	pthread_mutex_unlock(&t->lock);
+	if (m->kind == RGAPSD_MEMBER_PUB) {
+		struct rgaps_pub_snapshot s;
+		const uint64_t *src = (const uint64_t *)&s.c;
+		uint64_t *dst = (uint64_t *)&t->gone_pubs;
+
+		rgapsd__member_pub_snapshot(m, &s);
+		/* Saturating sums: a liar's counters must not wrap the topic's. */
+		for (size_t i = 0; i < sizeof(s.c) / sizeof(uint64_t); i++)
+			dst[i] = dst[i] + src[i] < dst[i] ? UINT64_MAX : dst[i] + src[i];
+		t->gone_pubs.pool_used_bytes = t->gone_pubs.pool_used_blocks = 0;
+		t->gone_pubs.pool_largest_free = t->gone_pubs.nloans = 0;
+		if (s.bad)
+			t->bad_regions++;
+	} else {
+		struct rgaps_sub_snapshot s;
+
+		rgaps_sub_snapshot(&t->lim, m->map, &s);
+		t->gone_subs.taken += s.c.taken;
+		t->gone_subs.released += s.c.released;
+		t->gone_subs.drops += s.c.drops;
+		t->gone_subs.errors += s.c.errors;
+		t->reclaimed_holds += s.nholds;
+		rgaps_lathist_sum(&t->gone_latency, &s.latency);
+		t->nsubs--;
+	}
+	counts_to_hdr(t);
+	rgaps_topic_dir_changed(t->hdr);
+	if (__atomic_load_n(&m->refs, __ATOMIC_ACQUIRE) == 0)
+		member_free(m);
+	else if (gone_push(t, m))
+		rgaps_error("topic '%s': out of memory: member %llu is never freed", t->cfg.name,
+			    (unsigned long long)m->gen);
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* Where a new subscriber starts in stream p: its last `history` messages, else live. */
+static uint64_t start_of(struct rgapsd_topic *t, const struct rgapsd_member *p)
+{
+	struct rgaps_pub_snapshot s;
+	uint64_t head;
+
+	rgapsd__member_pub_snapshot(p, &s);
+	head = p->state == RGAPSD_MEMBER_DRAINING ? RGAPS_MIN(s.head, p->limit) : s.head;
+	if (s.tail > head)
+		return head;
+	return head - RGAPS_MIN((uint64_t)t->lim.history, head - s.tail);
+}
+
+static int map_region(struct rgapsd_member *m, size_t size, char *err, size_t errlen)
+{
+	int r = rgaps_shm_create(m->shm_name, size);
+
+	if (r < 0) {
+		snprintf(err, errlen, "cannot create %s: %s", m->shm_name, strerror(-r));
+		m->shm_name[0] = 0;
+		return r;
+	}
+	m->fd = r;
+	m->size = size;
+	r = rgaps_shm_map(m->fd, size, &m->map);
+	if (r) {
+		snprintf(err, errlen, "cannot map %s: %s", m->shm_name, strerror(-r));
+		m->map = NULL;
+	}
+	return r;
+}
+
+/* rgapsd reads clients' regions through a read-only mapping: it never writes what they own. */
+static int remap_read_only(struct rgapsd_member *m)
+{
+	void *ro = mmap(NULL, m->size, PROT_READ, MAP_SHARED, m->fd, 0);
+
+	if (ro == MAP_FAILED)
+		return -errno;
+	munmap(m->map, m->size);
+	m->map = ro;
+	return 0;
+}
+
+int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
+			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err, size_t errlen)
+{
+	struct rgapsd_member *m, **tab;
+	char role[48], pool_name[RGAPS_SHM_NAME_MAX + 8];
+	uint32_t n, slot;
+	int r;
+
+	tab = table_of(t, kind, &n);
+	for (slot = 0; slot < n && tab[slot]; slot++)
+		;
+	if (slot == n && kind == RGAPSD_MEMBER_PUB) {
+		/* A departed stream kept for history gives its slot to a live publisher. */
+		for (uint32_t i = 0; i < n; i++) {
+			if (tab[i]->state == RGAPSD_MEMBER_DRAINING) {
+				member_gone(tab[i]);
+				slot = i;
+				break;
+			}
+		}
+	}
+	if (slot == n) {
+		snprintf(err, errlen, "no free %s slot (max %u)",
+			 kind == RGAPSD_MEMBER_PUB ? "publisher" : "subscriber", n);
+		return -ENOSPC;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	m->t = t;
+	m->kind = kind;
+	m->slot = slot;
+	m->gen = ++t->next_gen;
+	m->conn_id = conn_id;
+	m->pid = pid;
+	m->own = own;
+	m->fd = -1;
+	m->pool.fd = -1;
+	m->limit = UINT64_MAX;
+	snprintf(role, sizeof(role), "%c%u.%llu", kind == RGAPSD_MEMBER_PUB ? 'p' : 's', slot,
+		 (unsigned long long)m->gen);
+	r = rgaps_shm_name(m->shm_name, sizeof(m->shm_name), t->d->instance, t->cfg.name, role);
+	if (r) {
+		m->shm_name[0] = 0;
+		snprintf(err, errlen, "segment name too long");
+		goto err;
+	}
+	if (kind == RGAPSD_MEMBER_PUB) {
+		r = map_region(m, t->lim.pub_region_size, err, errlen);
+		if (r)
+			goto err;
+		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
+		snprintf(pool_name, sizeof(pool_name), "%s-pool", m->shm_name);
+		r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_name, t->lim.pool_size,
+						   t->cfg.device, &m->pool);
+		if (r) {
+			snprintf(err, errlen, "memory '%s' cannot create a %llu-byte pool: %s",
+				 t->mem->name, (unsigned long long)t->lim.pool_size, strerror(-r));
+			m->pool.fd = -1;
+			m->pool.base = NULL;
+			goto err;
+		}
+	} else {
+		r = map_region(m, t->lim.sub_region_size, err, errlen);
+		if (r)
+			goto err;
+		rgaps_sub_region_format(m->map, &t->lim, slot, m->gen);
+		/* Where it starts in every stream there is (read before it is visible: it can
+		 * miss nothing published after its attach completes). */
+		for (uint32_t k = 0; k < t->lim.max_publishers; k++)
+			if (t->pubs[k])
+				rgaps_sub_region_set_cursor(m->map, &t->lim, k, t->pubs[k]->gen,
+							    start_of(t, t->pubs[k]),
+							    RGAPS_CURSOR_FRESH);
+	}
+	if (!own) {
+		r = remap_read_only(m);
+		if (r) {
+			snprintf(err, errlen, "cannot map %s read-only: %s", m->shm_name,
+				 strerror(-r));
+			goto err;
+		}
+	}
+	pthread_mutex_lock(&t->lock);
+	tab[slot] = m;
+	pthread_mutex_unlock(&t->lock);
+	if (kind == RGAPSD_MEMBER_PUB)
+		t->npubs++;
+	else
+		t->nsubs++;
+	counts_to_hdr(t);
+	rgaps_topic_dir_changed(t->hdr);
+	*m_p = m;
+	return 0;
+err:
+	member_free(m);
+	return r;
+}
+
+void rgapsd__member_leave(struct rgapsd_member *m)
+{
+	struct rgapsd_topic *t = m->t;
+	struct rgaps_pub_snapshot s;
+
+	if (m->kind == RGAPSD_MEMBER_SUB) {
+		member_gone(m);
+		return;
+	}
+	if (m->state != RGAPSD_MEMBER_ACTIVE)
+		return;
+	rgapsd__member_pub_snapshot(m, &s);
+	/* Loans die with the publisher: its pool goes when its stream has drained. */
+	t->reclaimed_loans += s.c.nloans;
+	pthread_mutex_lock(&t->lock);
+	m->state = RGAPSD_MEMBER_DRAINING;
+	m->limit = s.head;
+	m->since_ns = rgaps_now_ns(CLOCK_MONOTONIC);
+	t->ndraining++;
+	pthread_mutex_unlock(&t->lock);
+	t->npubs--;
+	counts_to_hdr(t);
+	rgaps_topic_dir_changed(t->hdr);
+}
+
+int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable)
+{
+	char path[64];
+	int fd = pool ? m->pool.fd : m->fd, r;
+
+	if (fd < 0)
+		return -EBADF;
+	if (writable || (pool && m->pool.kind != RGAPS_MEM_HOST)) {
+		/* A CUDA pool's handle has no read-only form: the importer maps it read-only. */
+		r = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		return r < 0 ? -errno : r;
+	}
+	/* A new open file description of the same object, read-only: mmap(PROT_WRITE) and
+	 * mprotect() fail on it, and the object's 0600 mode keeps others from reopening it. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	r = open(path, O_RDONLY | O_CLOEXEC);
+	return r < 0 ? -errno : r;
+}
+
+/* ---------------------------------------------------------------- sweeping */
+
+static bool drained(struct rgapsd_topic *t, const struct rgapsd_member *p)
+{
+	struct rgaps_pub_snapshot s;
+	uint64_t limit;
+
+	rgapsd__member_pub_snapshot(p, &s);
+	limit = RGAPS_MIN(p->limit, s.head);
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
+		const struct rgapsd_member *sm = t->subs[j];
+
+		if (!sm)
+			continue;
+		if (rgaps_sub_position(&t->lim, sm->map, p->slot, p->gen, s.tail, limit) < limit ||
+		    rgaps_sub_holds_stream(&t->lim, sm->map, p->gen))
+			return false;
+	}
+	return true;
+}
+
+/* With history, the newest departed stream stays (for late joiners) while no publisher is on. */
+static bool kept_for_history(const struct rgapsd_topic *t, const struct rgapsd_member *p)
+{
+	if (!t->lim.history || t->npubs)
+		return false;
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++)
+		if (t->pubs[k] && t->pubs[k]->gen > p->gen)
+			return false;
+	return true;
+}
+
+static void sweep_topic(struct rgapsd_topic *t, uint64_t now)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t k = 0; k < t->lim.max_publishers && t->ndraining; k++) {
+		struct rgapsd_member *p = t->pubs[k];
+
+		if (!p || p->state != RGAPSD_MEMBER_DRAINING)
+			continue;
+		if (kept_for_history(t, p))
+			continue;
+		if (drained(t, p)) {
+			member_gone(p);
+		} else if (now - p->since_ns > DRAIN_MAX_NS) {
+			rgaps_warn("topic '%s': publisher stream %llu (pid %d) still unread %llu s after "
+				   "its publisher left: dropped (its subscribers count it as lost)",
+				   t->cfg.name, (unsigned long long)p->gen, (int)p->pid,
+				   (unsigned long long)(DRAIN_MAX_NS / 1000000000ull));
+			member_gone(p);
+		}
+	}
+	for (uint32_t i = 0; i < t->ngone; i++) {
+		struct rgapsd_member *m = t->gone[i];
+
+		if (__atomic_load_n(&m->refs, __ATOMIC_ACQUIRE))
+			t->gone[keep++] = m;
+		else
+			member_free(m);
+	}
+	t->ngone = keep;
+}
+
+static void on_sweep(uv_timer_t *timer)
+{
+	struct rgapsd *d = timer->data;
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next)
+		sweep_topic(t, now);
+}
+
+void rgapsd__members_start(struct rgapsd *d)
+{
+	uv_timer_init(d->loop, &d->sweep);
+	d->sweep.data = d;
+	uv_timer_start(&d->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+	d->sweep_started = true;
+}
+
+void rgapsd__members_stop(struct rgapsd *d)
+{
+	if (!d->sweep_started)
+		return;
+	uv_timer_stop(&d->sweep);
+	uv_close((uv_handle_t *)&d->sweep, NULL);
+	d->sweep_started = false;
+}
+
+void rgapsd__members_destroy(struct rgapsd_topic *t)
+{
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
+		if (t->subs[j])
+			member_gone(t->subs[j]);
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++)
+		if (t->pubs[k])
+			member_gone(t->pubs[k]);
+	/* Views of our own are stopped by now (rgapsd_remote_stop): free what is left. */
+	for (uint32_t i = 0; i < t->ngone; i++) {
+		rgaps_require(__atomic_load_n(&t->gone[i]->refs, __ATOMIC_ACQUIRE) == 0);
+		member_free(t->gone[i]);
+	}
+	t->ngone = 0;
+	free(t->gone);
+	t->gone = NULL;
+}
+
+/* ---------------------------------------------------------------- telling clients */
+
+int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
+		      enum rgapsd_member_kind watch)
+{
+	told->n = watch == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
+	told->gen = calloc(told->n, sizeof(*told->gen));
+	told->limit = calloc(told->n, sizeof(*told->limit));
+	if (!told->gen || !told->limit) {
+		rgapsd__told_free(told);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void rgapsd__told_free(struct rgapsd_told *told)
+{
+	free(told->gen);
+	free(told->limit);
+	told->gen = told->limit = NULL;
+	told->n = 0;
+}
+
+static void add_u64(cJSON *o, const char *key, uint64_t v)
+{
+	/* Exact in a double up to 2^53: sequence numbers and generations stay below. */
+	cJSON_AddNumberToObject(o, key, (double)RGAPS_MIN(v, (1ull << 53)));
+}
+
+int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
+		      enum rgapsd_member_kind watch, cJSON *reply, int *fds, int *nfds_p,
+		      int max_fds)
+{
+	cJSON *add = cJSON_AddArrayToObject(reply, "members");
+	cJSON *rem = cJSON_AddArrayToObject(reply, "remove");
+	cJSON *lim = cJSON_AddArrayToObject(reply, "limits");
+	uint32_t n;
+	struct rgapsd_member **tab = table_of(t, watch, &n);
+	int need = watch == RGAPSD_MEMBER_PUB ? 2 : 1;
+	bool more = false;
+
+	rgaps_require(n == told->n);
+	for (uint32_t i = 0; i < n; i++) {
+		struct rgapsd_member *m = tab[i];
+		uint64_t g = m ? m->gen : 0;
+		cJSON *o;
+
+		if (told->gen[i] && told->gen[i] != g) {
+			o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "slot", i);
+			add_u64(o, "gen", told->gen[i]);
+			cJSON_AddItemToArray(rem, o);
+			told->gen[i] = 0;
+		}
+		if (!g)
+			continue;
+		if (told->gen[i] == 0) {
+			int fd, pfd = -1;
+
+			if (*nfds_p + need > max_fds) {
+				more = true;
+				continue;
+			}
+			fd = rgapsd__member_share_fd(m, false, false);
+			if (fd < 0)
+				return fd;
+			if (need == 2) {
+				pfd = rgapsd__member_share_fd(m, true, false);
+				if (pfd < 0) {
+					close(fd);
+					return pfd;
+				}
+			}
+			o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "slot", i);
+			add_u64(o, "gen", g);
+			cJSON_AddNumberToObject(o, "fd", *nfds_p);
+			fds[(*nfds_p)++] = fd;
+			if (pfd >= 0) {
+				cJSON_AddNumberToObject(o, "pool_fd", *nfds_p);
+				cJSON_AddNumberToObject(o, "mem_flags", m->pool.flags);
+				fds[(*nfds_p)++] = pfd;
+			}
+			if (m->state == RGAPSD_MEMBER_DRAINING)
+				add_u64(o, "limit", m->limit);
+			cJSON_AddItemToArray(add, o);
+			told->gen[i] = g;
+			told->limit[i] = m->limit;
+		} else if (told->limit[i] != m->limit) {
+			o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "slot", i);
+			add_u64(o, "gen", g);
+			add_u64(o, "limit", m->limit);
+			cJSON_AddItemToArray(lim, o);
+			told->limit[i] = m->limit;
+		}
+	}
+	cJSON_AddBoolToObject(reply, "more", more);
+	return 0;
+}
