@@ -329,11 +329,10 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 		close(fd);
 		return -EPROTO;
 	}
+	/* Only its size is checked here: what it holds is its owner's to write, so every
+	 * value is checked where it is used (topic.h), not trusted once at mapping. */
 	r = map_fd(fd, m->size, false, &m->map);
 	close(fd);
-	if (!r)
-		r = stream ? rgaps_pub_region_validate(m->map, m->size, &a->lim) :
-			     rgaps_sub_region_validate(m->map, m->size, &a->lim);
 	if (r)
 		goto err;
 	if (stream) {
@@ -442,8 +441,16 @@ static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 		}
 		peer_forget(a, (uint32_t)slot);
 		r = peer_map(a, o, fds, nfds, &m);
-		if (r)
-			goto out;
+		if (r == -EPROTO)
+			goto out; /* rgapsd's reply itself is wrong */
+		if (r) {
+			/* This member only (say, out of memory): go on without it. */
+			rgaps_warn("topic '%.64s': cannot map member %llu: %s", ((struct
+				   rgaps_topic_hdr *)a->hdr)->name, (unsigned long long)slot,
+				   strerror(-r));
+			r = 0;
+			continue;
+		}
 		r = a->role == RGAPS__ROLE_PUB ?
 			    rgaps_pub_set_sub(a->pub, (uint32_t)slot, m.gen, m.map) :
 			    rgaps_sub_set_stream(a->sub, (uint32_t)slot, m.gen, m.map, m.pool.base,

@@ -6,14 +6,24 @@
  *   fdsub TOPIC N      take N messages driven by poll() on rgaps_subscriber_fd()
  *   hold TOPIC N       take N messages, never release them, sleep (to be killed)
  *   loanhold TOPIC N   loan N blocks, never commit, sleep (to be killed)
- * Exit 0 when everything checked out; messages say what did not.
+ *   scribble TOPIC pub|sub random|zero exit|stay SECONDS
+ *                      the attacker of tests/integration/attack_shm.sh: attach, then
+ *                      overwrite every byte of every mapping it can write, again and
+ *                      again for SECONDS, and check it can write nothing else
+ *   legitpub TOPIC N   publish N verifiable messages marked with this process's pid
+ *   legitsub TOPIC N   take until N messages marked by a legitpub arrived, each checked
+ *                      against its stream's sequence; other streams' bytes are theirs
+ * Exit 0 when everything checked out; messages say what did not (3: wrong bytes).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <time.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -408,6 +418,212 @@ static int cmd_loanhold(const char *topic, long n)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- the shared-memory attacker */
+
+struct target {
+	uint8_t *addr;
+	size_t len;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Every shared mapping of an rgaps segment in this process: the writable ones
+ * are the targets; for each read-only one, check that neither mprotect() nor
+ * reopening the file makes it writable.
+ */
+static int find_targets(struct target *t, int max)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0, ro = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8], path[400] = "";
+
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, path) < 3 ||
+		    !strstr(path, "/dev/shm/rgaps-") || perms[3] != 's')
+			continue;
+		if (perms[1] == 'w') {
+			if (n < max)
+				t[n++] = (struct target){ (uint8_t *)lo, hi - lo };
+			continue;
+		}
+		ro++;
+		CHECK(mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0,
+		      "mprotect made a read-only mapping of %s writable", path);
+		{
+			char *del = strstr(path, " (deleted)");
+			int fd;
+
+			if (del)
+				*del = 0;
+			fd = open(path, O_RDWR);
+			CHECK(fd < 0, "%s opened read-write", path);
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	fclose(f);
+	printf("scribble: %d writable mappings (its own), %d read-only ones checked\n", n, ro);
+	return n;
+}
+
+static int cmd_scribble(const char *topic, const char *role, const char *fill, const char *after,
+			double seconds)
+{
+	rgaps_publisher_t *pub = NULL;
+	rgaps_subscriber_t *sub = NULL;
+	struct target t[16];
+	uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull, rounds = 0;
+	double end;
+	int n;
+
+	if (strcmp(role, "pub") == 0) {
+		pub = rgaps_publisher_init(topic);
+		if (!pub) {
+			fprintf(stderr, "scribble: cannot attach: %s\n", rgaps_strerror(errno));
+			return 1;
+		}
+		for (int i = 0; i < 8; i++) {
+			uint8_t buf[4096];
+
+			rgaps_pattern_fill(buf, sizeof(buf), (uint64_t)i);
+			rgaps_publisher_push_timeout(pub, sizeof(buf), buf, 0);
+		}
+	} else {
+		rgaps_msg_t m;
+
+		sub = rgaps_subscriber_init(topic);
+		if (!sub) {
+			fprintf(stderr, "scribble: cannot attach: %s\n", rgaps_strerror(errno));
+			return 1;
+		}
+		/* Hold what comes within a second: the holds are ours to spoil too. */
+		for (int i = 0; i < 4; i++)
+			rgaps_subscriber_take(sub, &m, 250);
+	}
+	n = find_targets(t, 16);
+	CHECK(n > 0, "no writable mapping found");
+	end = now_s() + seconds;
+	do {
+		for (int i = 0; i < n; i++) {
+			if (strcmp(fill, "zero") == 0) {
+				memset(t[i].addr, 0, t[i].len);
+				continue;
+			}
+			for (size_t k = 0; k + 8 <= t[i].len; k += 8) {
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				memcpy(t[i].addr + k, &x, 8);
+			}
+		}
+		rounds++;
+		usleep(2000);
+	} while (now_s() < end);
+	printf("scribble: %llu rounds over %d mappings; %s\n", (unsigned long long)rounds, n, after);
+	fflush(stdout);
+	if (strcmp(after, "stay") == 0)
+		for (;;)
+			pause(); /* killed by the test: everything it holds stays held until then */
+	/* Exit without detaching cleanly: the kernel closes the connection. */
+	_exit(failures ? 1 : 0);
+}
+
+#define LEGIT_MARK "legit:"
+
+static int cmd_legitpub(const char *topic, long n)
+{
+	rgaps_publisher_t *pub = rgaps_publisher_init(topic);
+	char mark[32];
+	rgaps_pub_opts_t o = { .struct_size = sizeof(o), .attrs = mark, .timeout_ms = 2000 };
+	uint8_t buf[8192];
+
+	if (!pub) {
+		fprintf(stderr, "legitpub: cannot attach to %s: %s\n", topic, rgaps_strerror(errno));
+		return 1;
+	}
+	o.attr_len = (size_t)snprintf(mark, sizeof(mark), LEGIT_MARK "%d", (int)getpid());
+	for (long i = 0; i < n; i++) {
+		size_t size = 64 + (size_t)(i * 977) % (sizeof(buf) - 64);
+		int r;
+
+		rgaps_pattern_fill(buf, size, (uint64_t)i);
+		r = rgaps_publisher_push_ex(pub, size, buf, &o);
+		if (r) {
+			fprintf(stderr, "legitpub: publish %ld: %s\n", i, rgaps_strerror(r));
+			rgaps_publisher_destroy(pub);
+			return 1;
+		}
+		usleep(1000);
+	}
+	printf("legitpub: published %ld\n", n);
+	rgaps_publisher_destroy(pub);
+	return 0;
+}
+
+static int cmd_legitsub(const char *topic, long n)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init(topic);
+	uint64_t legit_stream = 0, next = 0, other = 0, lost = 0;
+	long got = 0;
+
+	if (!sub) {
+		fprintf(stderr, "legitsub: cannot attach to %s: %s\n", topic, rgaps_strerror(errno));
+		return 1;
+	}
+	printf("legitsub: subscribed\n");
+	fflush(stdout);
+	while (got < n) {
+		rgaps_msg_info_t info = { .struct_size = sizeof(info) };
+		rgaps_msg_t m;
+		uint64_t ctr = UINT64_MAX;
+		int r = rgaps_subscriber_take(sub, &m, 5000);
+
+		if (r) {
+			fprintf(stderr, "legitsub: take: %s after %ld messages\n", rgaps_strerror(r),
+				got);
+			rgaps_subscriber_destroy(sub);
+			return 1;
+		}
+		CHECK(rgaps_msg_info(sub, &m, &info) == 0, "msg_info of a held message");
+		if (info.attr_len < strlen(LEGIT_MARK) ||
+		    memcmp(info.attrs, LEGIT_MARK, strlen(LEGIT_MARK)) != 0 ||
+		    (legit_stream && info.stream != legit_stream)) {
+			other++; /* another publisher's: its bytes are its own business */
+			rgaps_subscriber_release(sub, &m);
+			continue;
+		}
+		legit_stream = info.stream;
+		lost += m.gap;
+		next += m.gap;
+		if (rgaps_pattern_check(m.data, m.size, &ctr) >= 0 || ctr != m.seq ||
+		    m.seq != next) {
+			fprintf(stderr, "legitsub: WRONG BYTES: seq %llu (expected %llu), counter %llu\n",
+				(unsigned long long)m.seq, (unsigned long long)next,
+				(unsigned long long)ctr);
+			return 3;
+		}
+		next++;
+		got++;
+		rgaps_subscriber_release(sub, &m);
+	}
+	printf("legitsub: %ld verified, %llu lost, %llu from other streams\n", got,
+	       (unsigned long long)lost, (unsigned long long)other);
+	rgaps_subscriber_destroy(sub);
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "badframes") == 0)
@@ -422,7 +638,14 @@ int main(int argc, char **argv)
 		return cmd_hold(argv[2], atol(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "loanhold") == 0)
 		return cmd_loanhold(argv[2], atol(argv[3]));
+	if (argc >= 7 && strcmp(argv[1], "scribble") == 0)
+		return cmd_scribble(argv[2], argv[3], argv[4], argv[5], atof(argv[6]));
+	if (argc >= 4 && strcmp(argv[1], "legitpub") == 0)
+		return cmd_legitpub(argv[2], atol(argv[3]));
+	if (argc >= 4 && strcmp(argv[1], "legitsub") == 0)
+		return cmd_legitsub(argv[2], atol(argv[3]));
 	fprintf(stderr, "usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
-			"hold T N | loanhold T N\n");
+			"hold T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
+			"legitpub T N | legitsub T N\n");
 	return 2;
 }
