@@ -374,9 +374,13 @@ static enum try_result try_all(struct rgaps_sub *s, struct rgaps_sub_msg *m, int
 		uint32_t slot = (s->rr + i) % n;
 		enum try_result t;
 
+		int laps = 0;
+
+		/* Bounded: a stream that keeps lapping us (or lies that it does) gets its turn
+		 * again on the next pass, after the others. */
 		do
 			t = try_stream(s, slot, m, err_p);
-		while (t == TRY_AGAIN);
+		while (t == TRY_AGAIN && ++laps < 8);
 		if (t == TRY_GOT) {
 			s->rr = (slot + 1) % n;
 			return TRY_GOT;

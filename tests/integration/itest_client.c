@@ -13,6 +13,8 @@
  *   legitpub TOPIC N   publish N verifiable messages marked with this process's pid
  *   legitsub TOPIC N   take until N messages marked by a legitpub arrived, each checked
  *                      against its stream's sequence; other streams' bytes are theirs
+ *   stalewait SHMNAME  an old client that missed its daemon's death: map a topic header
+ *                      left behind and wait (5 s at most) until a new rgapsd closes it
  * Exit 0 when everything checked out; messages say what did not (3: wrong bytes).
  */
 #include <errno.h>
@@ -29,7 +31,9 @@
 #include <unistd.h>
 
 #include "../../src/common/frame.h"
+#include "../../src/common/futex.h"
 #include "../../src/common/pattern.h"
+#include "../../src/common/topic.h"
 #include "rgaps/rgaps.h"
 
 static int failures;
@@ -624,6 +628,33 @@ static int cmd_legitsub(const char *topic, long n)
 	return failures ? 1 : 0;
 }
 
+static int cmd_stalewait(const char *name)
+{
+	int fd = shm_open(name, O_RDONLY, 0);
+	const struct rgaps_topic_hdr *h;
+	double end = now_s() + 5;
+
+	if (fd < 0) {
+		perror(name);
+		return 2;
+	}
+	h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (h == MAP_FAILED)
+		return 2;
+	printf("stalewait: waiting\n");
+	fflush(stdout);
+	while (!__atomic_load_n(&h->closed, __ATOMIC_ACQUIRE) && now_s() < end)
+		rgaps_futex_wait(&h->dir_gen, __atomic_load_n(&h->dir_gen, __ATOMIC_ACQUIRE),
+				 100 * 1000 * 1000);
+	if (!h->closed) {
+		fprintf(stderr, "stalewait: the header was never closed\n");
+		return 1;
+	}
+	printf("stalewait: closed and woken\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "badframes") == 0)
@@ -644,8 +675,10 @@ int main(int argc, char **argv)
 		return cmd_legitpub(argv[2], atol(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "legitsub") == 0)
 		return cmd_legitsub(argv[2], atol(argv[3]));
+	if (argc >= 3 && strcmp(argv[1], "stalewait") == 0)
+		return cmd_stalewait(argv[2]);
 	fprintf(stderr, "usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
 			"hold T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
-			"legitpub T N | legitsub T N\n");
+			"legitpub T N | legitsub T N | stalewait SHMNAME\n");
 	return 2;
 }
