@@ -241,20 +241,21 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 	uint64_t again;
 
 	/* Seqlock read: the publisher brackets a rewrite with seq (topic.h). */
+	/* Every load is an acquire, so none moves after the second look at seq (this is the
+	 * fence of a seqlock reader, written so that ThreadSanitizer understands it). */
 	c.seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (c.seq != seq)
 		return -EAGAIN;
-	c.off = __atomic_load_n(&e->off, __ATOMIC_RELAXED);
-	c.size = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
-	c.ts_ns = __atomic_load_n(&e->ts_ns, __ATOMIC_RELAXED);
-	c.origin_stream = __atomic_load_n(&e->origin_stream, __ATOMIC_RELAXED);
-	c.origin_seq = __atomic_load_n(&e->origin_seq, __ATOMIC_RELAXED);
-	c.gap = __atomic_load_n(&e->gap, __ATOMIC_RELAXED);
-	c.flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
-	c.attr_len = __atomic_load_n(&e->attr_len, __ATOMIC_RELAXED);
+	c.off = __atomic_load_n(&e->off, __ATOMIC_ACQUIRE);
+	c.size = __atomic_load_n(&e->size, __ATOMIC_ACQUIRE);
+	c.ts_ns = __atomic_load_n(&e->ts_ns, __ATOMIC_ACQUIRE);
+	c.origin_stream = __atomic_load_n(&e->origin_stream, __ATOMIC_ACQUIRE);
+	c.origin_seq = __atomic_load_n(&e->origin_seq, __ATOMIC_ACQUIRE);
+	c.gap = __atomic_load_n(&e->gap, __ATOMIC_ACQUIRE);
+	c.flags = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
+	c.attr_len = __atomic_load_n(&e->attr_len, __ATOMIC_ACQUIRE);
 	c.pad = 0;
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	again = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+	again = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (again != seq)
 		return -EAGAIN;
 
@@ -285,6 +286,24 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 #undef BAD
 	*e_p = c;
 	return 0;
+}
+
+void rgaps_attrs_store(uint8_t *dst, const void *src, uint32_t len)
+{
+	uint64_t w[RGAPS_ATTR_MAX / 8] = { 0 };
+
+	memcpy(w, src, len);
+	for (uint32_t i = 0; i < (len + 7) / 8; i++)
+		__atomic_store_n((uint64_t *)dst + i, w[i], __ATOMIC_RELEASE);
+}
+
+void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len)
+{
+	uint64_t w[RGAPS_ATTR_MAX / 8];
+
+	for (uint32_t i = 0; i < (len + 7) / 8; i++)
+		w[i] = __atomic_load_n((const uint64_t *)src + i, __ATOMIC_ACQUIRE);
+	memcpy(dst, w, len);
 }
 
 /* ---------------------------------------------------------------- rgapsd's snapshots */

@@ -252,6 +252,14 @@ void rgaps_topic_dir_changed(struct rgaps_topic_hdr *h);
 int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 		     uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
 
+/*
+ * An attribute block (len <= RGAPS_ATTR_MAX) into / out of its slot, which is
+ * 8-byte aligned: word by word with atomics, since a slot may be rewritten
+ * while a lapped reader copies it (the reader checks the entry's seq after).
+ */
+void rgaps_attrs_store(uint8_t *dst, const void *src, uint32_t len);
+void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len);
+
 /* ---------------------------------------------------------------- the caller's hooks */
 
 struct rgaps_topic_cbs {

@@ -492,22 +492,22 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	struct rgaps_topic_entry *e = &p->entries[i];
 	bool wake;
 
-	/* Release: a reader that sees ~0 (or the new seq) also sees the tail that retired
-	 * the old entry. The fence keeps the field stores after the ~0. */
+	/* Release stores throughout: a reader that sees ~0 (or the new seq) also sees the tail
+	 * that retired the old entry, and no field store moves before the ~0 (a seqlock writer,
+	 * written so that ThreadSanitizer understands it). */
 	__atomic_store_n(&e->seq, UINT64_MAX, __ATOMIC_RELEASE);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__atomic_store_n(&e->off, block == RGAPS_TLSF_NIL ? 0 : rgaps_tlsf_offset(p->tlsf, block),
-			 __ATOMIC_RELAXED);
-	__atomic_store_n(&e->size, size, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->ts_ns, c->ts_ns, __ATOMIC_RELAXED);
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&e->size, size, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->ts_ns, c->ts_ns, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->origin_stream, c->origin_stream ? c->origin_stream : p->gen,
-			 __ATOMIC_RELAXED);
-	__atomic_store_n(&e->origin_seq, c->origin_stream ? c->origin_seq : seq, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->gap, c->gap, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->flags, c->flags, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->attr_len, c->attr_len, __ATOMIC_RELAXED);
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&e->origin_seq, c->origin_stream ? c->origin_seq : seq, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->gap, c->gap, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->flags, c->flags, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->attr_len, c->attr_len, __ATOMIC_RELEASE);
 	if (c->attr_len)
-		memcpy(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
+		rgaps_attrs_store(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
 	__atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
 	p->blk[i] = block;
 

@@ -320,13 +320,12 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	/* The entry may be rewritten once retired, even while its block is held: copy the
 	 * attribute block, then check the entry is still this one. */
 	if (e.attr_len)
-		memcpy(s->hp[k].attrs,
-		       rgaps_pub_attrs(&s->lim, st->r) + (next & (s->lim.queue_depth - 1)) *
-							  (uint64_t)RGAPS_ATTR_MAX,
-		       e.attr_len);
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		rgaps_attrs_load(s->hp[k].attrs,
+				 rgaps_pub_attrs(&s->lim, st->r) +
+					 (next & (s->lim.queue_depth - 1)) * (uint64_t)RGAPS_ATTR_MAX,
+				 e.attr_len);
 	if (__atomic_load_n(&rgaps_pub_entries(&s->lim, st->r)[next & (s->lim.queue_depth - 1)].seq,
-			    __ATOMIC_RELAXED) != next)
+			    __ATOMIC_ACQUIRE) != next)
 		goto retired;
 
 	s->hp[k].used = true;

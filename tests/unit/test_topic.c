@@ -957,7 +957,7 @@ static void subscriber_loop(struct fixture *f, uint32_t slot)
 
 struct pub_thread {
 	struct client *p;
-	volatile int stop;
+	int stop; /* atomic */
 	uint64_t published;
 };
 
@@ -965,7 +965,7 @@ static void *publisher_thread(void *arg)
 {
 	struct pub_thread *pt = arg;
 
-	for (uint64_t i = 0; !pt->stop; i++)
+	for (uint64_t i = 0; !__atomic_load_n(&pt->stop, __ATOMIC_RELAXED); i++)
 		if (publish_t(pt->p, 64 + (i * 7919) % 8192, 5, NULL) == 0)
 			pt->published++;
 	return NULL;
@@ -996,7 +996,7 @@ static void test_sigkill_subscribers_anywhere(void **state)
 			if (kids[k] == 0)
 				subscriber_loop(f, k);
 		}
-		pt.stop = 0;
+		__atomic_store_n(&pt.stop, 0, __ATOMIC_RELAXED);
 		pthread_create(&th, NULL, publisher_thread, &pt);
 		usleep(200 + (useconds_t)(rand() % 3000));
 		kill(kids[0], SIGKILL);
@@ -1006,7 +1006,7 @@ static void test_sigkill_subscribers_anywhere(void **state)
 			assert_int_equal(waitpid(kids[k], &status, 0), kids[k]);
 			assert_true(WIFSIGNALED(status)); /* never exited on a bad byte */
 		}
-		pt.stop = 1;
+		__atomic_store_n(&pt.stop, 1, __ATOMIC_RELAXED);
 		pthread_join(th, NULL);
 		/* rgapsd discards what the dead owned... */
 		fx_remove_sub(f, 0);
