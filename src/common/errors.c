@@ -1,12 +1,21 @@
 /*
  * The table of stable wire error codes (see errors.h). Adding a row is fine;
- * renaming or removing one breaks clients and is never done.
+ * renaming or removing one breaks clients and is never done. Also, for
+ * librgaps, the words for a connect(2) to the daemon's socket that failed.
  */
 #include "errors.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -50,4 +59,153 @@ int rgaps__errcode_errno(const char *name)
 		if (strcmp(errcodes[i].name, name) == 0)
 			return errcodes[i].err;
 	return EIO;
+}
+
+/* ------------------------------------------------------------------------ */
+/* librgaps: why the daemon's socket could not be reached                   */
+
+#define CONNECT_TEXT_MAX 768
+
+static __thread struct {
+	int err; /* the errno reported (positive); 0: the last connect succeeded */
+	char text[CONNECT_TEXT_MAX];
+} last_connect;
+
+/* True if this process holds group gid, as its effective or a supplementary group. */
+static bool holds_group(gid_t gid)
+{
+	gid_t groups[256];
+	int n;
+
+	if (getegid() == gid)
+		return true;
+	n = getgroups((int)RGAPS_ARRAY_SIZE(groups), groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+/*
+ * Group gid's name (else its number) into name; *listed: the group file names
+ * this process's user (login) as a member; user: that user's name, or "$USER".
+ */
+static void group_of(gid_t gid, char *name, size_t len, bool *listed, char *user, size_t ulen)
+{
+	struct group gr, *g = NULL;
+	struct passwd pw, *p = NULL;
+	char gbuf[4096], pbuf[1024];
+
+	*listed = false;
+	snprintf(user, ulen, "$USER");
+	if (getpwuid_r(geteuid(), &pw, pbuf, sizeof(pbuf), &p) == 0 && p)
+		snprintf(user, ulen, "%s", p->pw_name);
+	if (getgrgid_r(gid, &gr, gbuf, sizeof(gbuf), &g) != 0 || !g) {
+		snprintf(name, len, "%u", (unsigned)gid);
+		return;
+	}
+	snprintf(name, len, "%s", g->gr_name);
+	for (char **m = g->gr_mem; p && m && *m; m++)
+		if (strcmp(*m, p->pw_name) == 0)
+			*listed = true;
+}
+
+/*
+ * The first directory on path that this process may not search, else the socket
+ * itself if it may not write to it: true, its path in buf and its stat in st.
+ */
+static bool find_denied(const char *path, char *buf, size_t len, struct stat *st, bool *is_dir)
+{
+	if ((size_t)snprintf(buf, len, "%s", path) >= len)
+		return false;
+	for (char *s = strchr(buf + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (faccessat(AT_FDCWD, buf, X_OK, AT_EACCESS) < 0 && errno == EACCES &&
+		    stat(buf, st) == 0) {
+			*is_dir = true;
+			return true;
+		}
+		*s = '/';
+	}
+	*is_dir = false;
+	return faccessat(AT_FDCWD, buf, W_OK, AT_EACCESS) < 0 && errno == EACCES &&
+	       stat(buf, st) == 0;
+}
+
+/* EACCES/EPERM from connect: which object denies, and what would let this user in. */
+static void explain_denied(const char *path, char *out, size_t len)
+{
+	char where[512], group[64], user[64];
+	bool is_dir, listed;
+	struct stat st;
+	mode_t need;
+	int n;
+
+	if (!find_denied(path, where, sizeof(where), &st, &is_dir)) {
+		snprintf(out, len, "no permission to reach rgapsd's socket %s (denied by a security "
+			 "policy, or its permissions changed meanwhile)", path);
+		return;
+	}
+	need = is_dir ? S_IXGRP : S_IWGRP;
+	group_of(st.st_gid, group, sizeof(group), &listed, user, sizeof(user));
+	n = snprintf(out, len, "no permission to reach rgapsd's socket %s: %s %s (mode %04o, "
+		     "group %s) does not let this user %s; ", path,
+		     is_dir ? "the directory" : "the socket", is_dir ? where : "itself",
+		     (unsigned)(st.st_mode & 07777), group, is_dir ? "through" : "connect");
+	if (n < 0 || (size_t)n >= len)
+		return;
+	if (!(st.st_mode & need))
+		snprintf(out + n, len - (size_t)n, "only its owner (uid %u) may, so run as that "
+			 "user, or ask for the mode to be widened (rgapsd(8), \"Who may connect\")",
+			 (unsigned)st.st_uid);
+	else if (listed && !holds_group(st.st_gid))
+		snprintf(out + n, len - (size_t)n, "%s is in group %s, but this process is not "
+			 "yet: log in again (or run: newgrp %s)", user, group, group);
+	else
+		snprintf(out + n, len - (size_t)n, "add yourself to group %s (usermod -aG %s %s), "
+			 "then log in again", group, group, user);
+}
+
+int rgaps__connect_failed(int err, const char *path)
+{
+	char *t = last_connect.text;
+	size_t len = sizeof(last_connect.text);
+	int report = err;
+
+	switch (err) {
+	case ENOENT:
+	case ENOTDIR:
+		report = ENOENT;
+		snprintf(t, len, "no rgapsd socket at %s: is rgapsd running? (systemctl status "
+			 "rgapsd; for a daemon with another socket, set RGAPS_SOCKET)", path);
+		break;
+	case EACCES:
+	case EPERM:
+		report = EPERM;
+		explain_denied(path, t, len);
+		break;
+	case ECONNREFUSED:
+		snprintf(t, len, "nothing listens at %s: rgapsd is not running (it stopped "
+			 "without removing its socket, or is just starting)", path);
+		break;
+	case ENAMETOOLONG:
+		snprintf(t, len, "rgapsd's socket path %s is longer than %zu bytes (RGAPS_SOCKET)",
+			 path, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		break;
+	default:
+		snprintf(t, len, "cannot connect to rgapsd's socket %s: %s", path, strerror(err));
+		break;
+	}
+	last_connect.err = report;
+	return report;
+}
+
+void rgaps__connect_succeeded(void)
+{
+	last_connect.err = 0;
+}
+
+const char *rgaps__connect_error_text(int err)
+{
+	return err && abs(err) == last_connect.err ? last_connect.text : NULL;
 }

@@ -237,17 +237,19 @@ int rgaps__connect(void)
 	int fd, r;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
+		return -rgaps__connect_failed(ENAMETOOLONG, path);
 	strcpy(sa.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		rgaps_debug("cannot reach rgapsd at %s: %s", path, strerror(errno));
+		/* The cause in words for rgaps_strerror(); EACCES becomes EPERM (errors.h). */
+		r = -rgaps__connect_failed(errno, path);
+		rgaps_debug("%s", rgaps__connect_error_text(r));
 		close(fd);
 		return r;
 	}
+	rgaps__connect_succeeded();
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "type", "hello");
 	cJSON_AddNumberToObject(req, "version", RGAPS_PROTOCOL_VERSION);

@@ -1,29 +1,40 @@
 /*
  * rgaps_strerror(): errno values in the words of rgaps where the generic text
  * would mislead (ENOBUFS means "release or cancel first" here, not "kernel out
- * of buffers").
+ * of buffers"). A connect to the daemon's socket that failed in this thread is
+ * told with its cause and the path (errors.h, rgaps__connect_failed()): no
+ * socket, which directory denies access and what to do, nobody listening.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/errors.h"
 #include "../common/util.h"
 #include "rgaps/rgaps.h"
 
 RGAPS_EXPORT const char *rgaps_strerror(int err)
 {
+	const char *connect_text = rgaps__connect_error_text(err);
+
+	if (connect_text)
+		return connect_text;
 	switch (abs(err)) {
 	case 0:
 		return "success";
-	case ECONNREFUSED:
 	case ENOENT:
-		return "rgapsd is not running (no control socket; see $RGAPS_SOCKET)";
+		return "not found: no rgapsd socket (is rgapsd running?), or no such topic";
+	case ECONNREFUSED:
+		return "rgapsd is not running: nothing listens at its socket";
+	case EPERM:
+		return "no permission to reach rgapsd's socket: join the group of its directory "
+		       "(rgaps for the packaged service), then log in again";
 	case ENOTCONN:
 		return "rgapsd is gone or the topic was closed";
 	case EPROTONOSUPPORT:
 		return "rgapsd speaks another protocol version";
 	case EACCES:
-		return "not on the topic's allow-list";
+		return "rgapsd refused: not on the topic's allow-list (allowed_uids, allowed_gids)";
 	case ENOSPC:
 		return "no free publisher or subscriber slot on the topic";
 	case EMSGSIZE:
