@@ -1687,6 +1687,23 @@ static void cfg_print_table(FILE *out, const struct rgaps_cfg_table *t)
 	}
 }
 
+bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
+			  struct rgaps_config_key_doc *kd)
+{
+	const struct rgaps_cfg_table *t = table == RGAPS_CONFIG_TOPIC ? &topic_table : &daemon_table;
+	const struct rgaps_cfg_field *f;
+
+	if (i >= t->nfields)
+		return false;
+	f = &t->fields[i];
+	kd->name = f->name;
+	cfg_type_doc(f, kd->type, sizeof(kd->type));
+	kd->def = f->def ? f->def : f->def_doc;
+	kd->doc = f->doc;
+	kd->topic_only = f->flags & RGAPS_CFG_F_TOPIC_ONLY;
+	return true;
+}
+
 void rgaps_config_print_help(FILE *f)
 {
 	fprintf(f, "Daemon keys (%s):\n\n", rgaps__config_default_path);

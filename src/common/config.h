@@ -120,6 +120,25 @@ void rgaps_format_size(uint64_t v, char *buf, size_t len);
 /* Print every key of both tables with type, default and doc (rgapsd --help-config). */
 void rgaps_config_print_help(FILE *f);
 
+/* The tables rgaps_config_key_doc() walks. */
+enum rgaps_config_table_id {
+	RGAPS_CONFIG_DAEMON, /* rgapsd.json */
+	RGAPS_CONFIG_TOPIC,  /* topics.d/NAME.json and the daemon's "defaults" object */
+};
+
+/* One key as --help-config shows it, for the rgapsd.json(5) generator (man/). */
+struct rgaps_config_key_doc {
+	const char *name;
+	char type[160];	 /* "size, 4KiB..1TiB", "block | drop_oldest", ... */
+	const char *def; /* as written in a file ("\"256MiB\"", "64"), or a phrase */
+	const char *doc;
+	bool topic_only; /* refused in the daemon's "defaults" object */
+};
+
+/* Key i of a table: true and *kd filled, false past its last key. */
+bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
+			  struct rgaps_config_key_doc *kd);
+
 /* The topic config as a cJSON object (for stats/topics replies). Returns cJSON* as void*. */
 void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc);
 
