@@ -22,7 +22,7 @@ SUDO=
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
       libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2"
 # The tests also lint the Prometheus text with promtool, and build deb and rpm packages.
-[ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm help2man"
+[ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm mandoc man-db mmdebstrap"
 missing=()
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
