@@ -188,6 +188,16 @@ int rgaps__connect_failed(int err, const char *path)
 		snprintf(t, len, "nothing listens at %s: rgapsd is not running (it stopped "
 			 "without removing its socket, or is just starting)", path);
 		break;
+	case ECONNRESET:
+	case ENOTCONN:
+		report = ECONNRESET;
+		snprintf(t, len, "rgapsd at %s closed the connection without answering (it is "
+			 "stopping, or has just died)", path);
+		break;
+	case ETIMEDOUT:
+		snprintf(t, len, "rgapsd at %s took the connection but did not answer (stuck or "
+			 "overloaded?)", path);
+		break;
 	case ENAMETOOLONG:
 		snprintf(t, len, "rgapsd's socket path %s is longer than %zu bytes (RGAPS_SOCKET)",
 			 path, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);

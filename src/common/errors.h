@@ -14,12 +14,15 @@ int rgaps__errcode_errno(const char *name);
 
 /*
  * librgaps: why connect(2) to the daemon's socket failed, for rgaps_strerror().
- * rgaps__connect_failed() takes connect's errno (positive) and the socket path,
- * finds the cause (no socket, which directory or socket denies access and
- * through which group it could be reached, nobody listening), keeps the text
- * for the calling thread and returns the errno to report: ENOENT (no socket),
- * EPERM (no permission: never EACCES, which means the daemon refused the
- * attach), ECONNREFUSED (nobody listens), else err. rgaps__connect_succeeded()
+ * rgaps__connect_failed() takes connect's errno (positive), or that of a hello
+ * exchange the daemon hung up on (ECONNRESET, ENOTCONN) or never answered
+ * (ETIMEDOUT), and the socket path; finds the cause (no socket, which
+ * directory or socket denies access and through which group it could be
+ * reached, nobody listening, a daemon that hung up), keeps the text for the
+ * calling thread and returns the errno to report: ENOENT (no socket), EPERM
+ * (no permission: never EACCES, which means the daemon refused the attach),
+ * ECONNREFUSED (nobody listens), ECONNRESET (hung up), else err.
+ * rgaps__connect_succeeded()
  * forgets the text; rgaps__connect_error_text(err) gives it while err (either
  * sign) is the errno last reported by this thread's failed connect, else NULL.
  */

@@ -249,7 +249,6 @@ int rgaps__connect(void)
 		close(fd);
 		return r;
 	}
-	rgaps__connect_succeeded();
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "type", "hello");
 	cJSON_AddNumberToObject(req, "version", RGAPS_PROTOCOL_VERSION);
@@ -257,6 +256,13 @@ int rgaps__connect(void)
 	r = rgaps__request(fd, req, REQUEST_TIMEOUT_MS, &reply, NULL, NULL);
 	cJSON_Delete(req);
 	cJSON_Delete(reply);
+	if (r == -ECONNRESET || r == -ENOTCONN || r == -ETIMEDOUT) {
+		/* Hung up or silent before its hello reply: told like a failed connect. */
+		r = -rgaps__connect_failed(-r, path);
+		rgaps_debug("%s", rgaps__connect_error_text(r));
+	} else {
+		rgaps__connect_succeeded(); /* the daemon answered: its own code says the rest */
+	}
 	if (r) {
 		close(fd);
 		return r;

@@ -2,7 +2,8 @@
 # A client that cannot reach rgapsd is told why, as an administrator would
 # fix it (librgaps' rgaps_strerror, errors.c): no socket at the path;
 # permission denied on the socket's directory or on the socket, naming it,
-# its mode and group and "add yourself to group ..."; nobody listening. The
+# its mode and group and "add yourself to group ..."; nobody listening, or a
+# daemon that hung up. The
 # allow-list message comes only when the daemon refused the attach. The
 # clients run as nobody (setpriv), the daemon as root; needs root.
 . "$(dirname "$0")/lib.sh"
@@ -61,5 +62,16 @@ kill -9 "$DAEMON_PID"
 wait "$DAEMON_PID" 2>/dev/null
 DAEMON_PID=
 [ -S "$RGAPS_SOCKET" ] || fail "the killed daemon's socket is gone: cannot test a refused connect"
+# The kernel may still take connections for a moment after the process is
+# gone (its io_uring lets go of the socket asynchronously): a client then sees
+# the daemon hang up, and is told so.
+for _ in $(seq 100); do
+	"$RGAPS" topics >"$T/out" 2>"$T/err" && fail "rgaps topics succeeded with no daemon"
+	grep -q "nothing listens" "$T/err" && break
+	grep -q "rgapsd at $T/gate/rgapsd.sock closed the connection without answering (it is stopping, or has just died)" \
+		"$T/err" || fail "just after the daemon died: $(cat "$T/err")"
+	ok "just after the daemon died: $(cat "$T/err")"
+	sleep 0.05
+done
 expect "nobody listens" 1 "nothing listens at $T/gate/rgapsd\.sock: rgapsd is not running" "$RGAPS" topics
 echo "connect errors: all cases name their cause"
