@@ -31,6 +31,7 @@ JOBS=${RGAPS_PKG_JOBS:-2}
 T=$(mktemp -d "${TMPDIR:-/tmp}/rgaps-pkgtest.XXXXXX")
 INSTANCE="pkg$$"
 DAEMON_PID=
+ROOT_PID=
 NOT_CHECKED=()
 
 # Whatever is mounted under $T (a clean root whose mmdebstrap was killed) goes
@@ -44,6 +45,24 @@ unmount_under() {
 cleanup() {
 	local rc=$?
 	[ -n "$DAEMON_PID" ] && kill -9 "$DAEMON_PID" 2>/dev/null
+	# Whatever else this test started and is still running (a build, mmdebstrap
+	# and its apt and dpkg, a bounded command's children): TERM, which lets
+	# mmdebstrap unmount what it mounted, then KILL. By process group, when the
+	# test leads its own (meson, a shell's job); else its direct children.
+	local how=-P
+	[ "$(ps -o pgid= -p $$ | tr -d ' ')" = "$$" ] && how=-g
+	others() { # not this shell, nor the subshell that runs this function
+		local p out=()
+		for p in $(pgrep "$how" $$); do
+			[ "$p" = $$ ] || [ "$p" = "$BASHPID" ] || out+=("$p")
+		done
+		echo "${out[*]}"
+	}
+	if [ -n "$(others)" ]; then
+		kill -TERM $(others) 2>/dev/null
+		for _ in $(seq 100); do [ -n "$(others)" ] || break; sleep 0.1; done
+		kill -KILL $(others) 2>/dev/null
+	fi
 	wait 2>/dev/null
 	if [ $rc -ne 0 ] && [ $rc -ne 77 ] && [ -f "$T/rgapsd.log" ]; then
 		echo "---- rgapsd.log (last 15 lines) ----"
@@ -51,12 +70,22 @@ cleanup() {
 	fi
 	rm -f /dev/shm/rgaps-"$INSTANCE"* 2>/dev/null
 	unmount_under "$T"
-	if [ -n "${RGAPS_TEST_KEEP:-}" ]; then echo "kept $T"; else rm -rf --one-file-system "$T"; fi
+	if [ -n "${RGAPS_TEST_KEEP:-}" ]; then
+		echo "kept $T"
+	else
+		# A killed mmdebstrap's own teardown may still be emptying the root: retry.
+		for _ in 1 2 3 4 5; do rm -rf --one-file-system "$T" 2>/dev/null && break; sleep 1; done
+		[ -e "$T" ] && echo "could not remove $T: $(rm -rf --one-file-system "$T" 2>&1 | head -n 1)"
+	fi
 	exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# bounded SECONDS CMD...: CMD, ended (TERM, then KILL 10 s later) if it runs
+# longer. --foreground keeps it in the test's process group, so that a
+# signal to the group (meson's timeout, ^C) reaches it and all it started.
+bounded() { timeout --foreground -k 10 "$@"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
 skip() { echo "SKIP: $*"; exit 77; }
@@ -64,9 +93,9 @@ not_checked() { echo "not checked: $*"; NOT_CHECKED+=("$*"); }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 apt_install() {
 	command -v apt-get >/dev/null || return 1
-	{ DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y --no-install-recommends "$@" ||
-		{ timeout 300 apt-get update &&
-		  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y --no-install-recommends "$@"; }
+	{ DEBIAN_FRONTEND=noninteractive bounded 600 apt-get install -y --no-install-recommends "$@" ||
+		{ bounded 300 apt-get update &&
+		  DEBIAN_FRONTEND=noninteractive bounded 600 apt-get install -y --no-install-recommends "$@"; }
 	} >>"$T/apt.log" 2>&1
 }
 phase() { echo "-- $* (${SECONDS} s)"; }
@@ -88,9 +117,32 @@ done
 MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 VERSION=$(sed -n 's/^Version:[[:space:]]*//p' "$SRC/packaging/rpm/rgaps.spec")
 
+# The clean root of part 5 is made while the packages build (mostly waiting on
+# the mirror and the disk), in the test's process group, so that a timeout's
+# signal to the group reaches it too. ROOT_WHY: why there is none.
+CR="$T/clean"
+ROOT_WHY=
+ROOT_SUITE=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+ROOT_MIRROR=${RGAPS_PKG_MIRROR:-$(sed -n 's/^URIs:[[:space:]]*\([^ ]*\).*/\1/p' \
+	/etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)}
+ROOT_MIRROR=${ROOT_MIRROR:-http://deb.debian.org/debian}
+if ! is_root; then
+	ROOT_WHY="needs root for mmdebstrap and chroot"
+elif ! command -v mmdebstrap >/dev/null; then
+	ROOT_WHY="no mmdebstrap"
+elif [ -z "$ROOT_SUITE" ]; then
+	ROOT_WHY="no VERSION_CODENAME in /etc/os-release"
+else
+	# Debian's essential set, apt, and what a client build needs; the lists are
+	# kept so that apt in the root can fetch librgaps0's dependencies.
+	bounded 600 mmdebstrap --variant=apt --include=gcc,libc6-dev,pkgconf \
+		--skip=cleanup/apt/lists "$ROOT_SUITE" "$CR" "$ROOT_MIRROR" >"$T/mmdebstrap.log" 2>&1 &
+	ROOT_PID=$!
+fi
+
 # ------------------------------------------------------------------ 1. build, lint
 phase "building the debs (DEB_BUILD_OPTIONS=nocheck parallel=$JOBS)"
-DEB_BUILD_OPTIONS="nocheck parallel=$JOBS" timeout 600 "$SRC/packaging/build-deb.sh" "$T/deb" ||
+DEB_BUILD_OPTIONS="nocheck parallel=$JOBS" bounded 600 "$SRC/packaging/build-deb.sh" "$T/deb" ||
 	fail "build-deb.sh failed"
 deb() {
 	local f
@@ -107,7 +159,7 @@ ok "built $(cd "$T/deb" && ls -- *.deb | tr '\n' ' ')"
 if command -v lintian >/dev/null; then
 	phase lintian
 	root_opt=; is_root && root_opt=--allow-root
-	timeout 300 lintian $root_opt --tag-display-limit 0 --display-info "$T"/deb/*.changes \
+	bounded 300 lintian $root_opt --tag-display-limit 0 --display-info "$T"/deb/*.changes \
 		>"$T/lintian.txt" 2>&1
 	lrc=$?
 	[ $lrc -le 1 ] || { cat "$T/lintian.txt"; fail "lintian itself failed ($lrc)"; }
@@ -244,7 +296,7 @@ ldd "$RGAPS" | grep -q "librgaps.so.0 => $R/usr/lib/$MA/librgaps.so.0" ||
 	fail "the extracted rgaps does not use the extracted librgaps: $(ldd "$RGAPS" | grep librgaps)"
 v=$("$RGAPSD" --version) || fail "rgapsd --version"
 [ "$v" = "rgapsd $VERSION" ] || fail "rgapsd --version says '$v'"
-out=$(timeout 10 "$RGAPSD" --config "$R/etc/rgaps/rgapsd.json" --plugin-dir "$RGAPS_PLUGIN_DIR" \
+out=$(bounded 10 "$RGAPSD" --config "$R/etc/rgaps/rgapsd.json" --plugin-dir "$RGAPS_PLUGIN_DIR" \
 	--check-config 2>&1) || fail "the packaged configuration is refused: $out"
 [ "$out" = "configuration OK: 0 topics" ] || fail "packaged configuration: '$out' (the example must stay inactive)"
 ok "packaged /etc/rgaps/rgapsd.json accepted, topics.d/example.json.example inactive"
@@ -255,7 +307,7 @@ start_daemon() {
 		--plugin-dir "$RGAPS_PLUGIN_DIR" >>"$T/rgapsd.log" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 100); do
-		[ -S "$1" ] && RGAPS_SOCKET=$1 timeout 5 "$RGAPS" topics >/dev/null 2>&1 && return 0
+		[ -S "$1" ] && RGAPS_SOCKET=$1 bounded 5 "$RGAPS" topics >/dev/null 2>&1 && return 0
 		kill -0 "$DAEMON_PID" 2>/dev/null || fail "the packaged rgapsd exited at start"
 		sleep 0.05
 	done
@@ -271,9 +323,9 @@ stop_daemon() {
 }
 start_daemon "$RGAPS_SOCKET"
 grep -q "plugins $RGAPS_PLUGIN_DIR" "$T/rgapsd.log" || fail "rgapsd does not use the packaged plugins: $(grep serving "$T/rgapsd.log")"
-timeout 60 "$RGAPS" sub pkgtest --count 40 --verify --timeout 30 >"$T/sub.out" 2>&1 &
+bounded 60 "$RGAPS" sub pkgtest --count 40 --verify --timeout 30 >"$T/sub.out" 2>&1 &
 SUB=$!
-timeout 60 "$RGAPS" pub pkgtest --count 40 --size 16-1MiB --wait-subscribers 1 --timeout 20 \
+bounded 60 "$RGAPS" pub pkgtest --count 40 --size 16-1MiB --wait-subscribers 1 --timeout 20 \
 	>"$T/pub.out" 2>&1 || fail "rgaps pub: $(tail -n 3 "$T/pub.out")"
 wait $SUB || fail "rgaps sub: $(tail -n 3 "$T/sub.out")"
 grep -q "received 40 verified 40 mismatched 0 gaps 0 drops 0" "$T/sub.out" ||
@@ -292,7 +344,7 @@ done
 grep -q "^PrivateDevices=yes" "$UNIT" && fail "unit has PrivateDevices=yes: rgapsd needs /dev/nvidia* and /dev/infiniband"
 if command -v systemd-sysusers >/dev/null; then
 	mkdir -p "$T/sysroot/etc"
-	timeout 30 systemd-sysusers --root="$T/sysroot" "$R/usr/lib/sysusers.d/rgaps.conf" >"$T/sysusers.txt" 2>&1 ||
+	bounded 30 systemd-sysusers --root="$T/sysroot" "$R/usr/lib/sysusers.d/rgaps.conf" >"$T/sysusers.txt" 2>&1 ||
 		fail "systemd-sysusers: $(cat "$T/sysusers.txt")"
 	grep -q '^rgaps:' "$T/sysroot/etc/passwd" && grep -q '^rgaps:' "$T/sysroot/etc/group" ||
 		fail "the sysusers file does not create user and group rgaps"
@@ -305,7 +357,7 @@ if command -v systemd-analyze >/dev/null; then
 	# Documentation= page: point both into the extracted tree.
 	mkdir -p "$T/unit"
 	sed "s|^ExecStart=/usr/sbin/rgapsd|ExecStart=$RGAPSD|" "$UNIT" >"$T/unit/rgapsd.service"
-	(cd "$T/unit" && MANPATH="$R$MAN" timeout 60 systemd-analyze verify "$T/unit/rgapsd.service") \
+	(cd "$T/unit" && MANPATH="$R$MAN" bounded 60 systemd-analyze verify "$T/unit/rgapsd.service") \
 		>"$T/verify.txt" 2>&1 || fail "systemd-analyze verify: $(cat "$T/verify.txt")"
 	[ -s "$T/verify.txt" ] && fail "systemd-analyze verify complains: $(cat "$T/verify.txt")"
 	ok "systemd-analyze verify: unit clean, its Documentation= pages open with man"
@@ -326,26 +378,17 @@ if command -v apt-get >/dev/null; then
 fi
 
 # chroot_run CMD...: CMD inside the clean root, bounded, no input.
-CR="$T/clean"
-chroot_run() { timeout 300 chroot "$CR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+chroot_run() { bounded 300 chroot "$CR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 	DEBIAN_FRONTEND=noninteractive "$@" </dev/null; }
 clean_root() {
-	local mirror suite
-	is_root || { not_checked "install into a clean root (needs root for mmdebstrap and chroot)"; return; }
-	command -v mmdebstrap >/dev/null || { not_checked "install into a clean root (no mmdebstrap)"; return; }
-	suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-	[ -n "$suite" ] || { not_checked "install into a clean root (no VERSION_CODENAME in /etc/os-release)"; return; }
-	mirror=${RGAPS_PKG_MIRROR:-$(sed -n 's/^URIs:[[:space:]]*\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources \
-		2>/dev/null | grep -v security | head -n 1)}
-	mirror=${mirror:-http://deb.debian.org/debian}
-	# Debian's essential set, apt, and what a client build needs; the lists are kept
-	# so that apt in the root can fetch librgaps0's dependencies.
-	if ! timeout 600 mmdebstrap --variant=apt --include=gcc,libc6-dev,pkgconf \
-		--skip=cleanup/apt/lists "$suite" "$CR" "$mirror" >"$T/mmdebstrap.log" 2>&1; then
-		not_checked "install into a clean root: mmdebstrap $suite from $mirror failed: $(grep -E '^E: ' "$T/mmdebstrap.log" | tail -n 1)"
+	[ -z "$ROOT_WHY" ] || { not_checked "install into a clean root ($ROOT_WHY)"; return; }
+	wait "$ROOT_PID"; local rc=$?
+	ROOT_PID=
+	if [ $rc -ne 0 ]; then
+		not_checked "install into a clean root: mmdebstrap $ROOT_SUITE from $ROOT_MIRROR failed ($rc): $(grep -E '^E: ' "$T/mmdebstrap.log" | tail -n 1)"
 		return
 	fi
-	ok "clean $suite root from $mirror (mmdebstrap --variant=apt, gcc, libc6-dev, pkgconf)"
+	ok "clean $ROOT_SUITE root from $ROOT_MIRROR (mmdebstrap --variant=apt, gcc, libc6-dev, pkgconf), made while the packages built"
 	# A local repository of every deb built, as a site would publish them.
 	mkdir -p "$CR/srv/rgaps"
 	cp "$T"/deb/*.deb "$CR/srv/rgaps/"
@@ -445,7 +488,7 @@ clean_root
 if command -v rpmbuild >/dev/null; then
 	nodeps=; command -v dpkg >/dev/null && nodeps=--nodeps   # build deps are debs here
 	phase "building the rpms (rpmbuild -bb $nodeps --without check)"
-	RPM_BUILD_NCPUS=$JOBS timeout 600 "$SRC/packaging/build-rpm.sh" "$T/rpm" $nodeps --without check ||
+	RPM_BUILD_NCPUS=$JOBS bounded 600 "$SRC/packaging/build-rpm.sh" "$T/rpm" $nodeps --without check ||
 		fail "build-rpm.sh failed"
 	rpmf() {
 		local f
