@@ -79,7 +79,7 @@ done
 ok "${#PAGES[@]} pages linted and rendered: ${NAMES[*]}"
 
 # Text of a page as a reader sees it (options such as --config appear as typed).
-text_of() { mandoc -T ascii "$1" 2>/dev/null | col -b; }
+text_of() { mandoc -T ascii "$1" 2>/dev/null | sed 's/.\x08//g'; }   # no overstrike
 
 # Every option in a program's --help, long and short, is in its page.
 check_options() { # PROGRAM PAGE
