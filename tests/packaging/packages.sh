@@ -32,6 +32,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/rgaps-pkgtest.XXXXXX")
 INSTANCE="pkg$$"
 DAEMON_PID=
 ROOT_PID=
+CR_RM_PID=
 NOT_CHECKED=()
 
 # Whatever is mounted under $T (a clean root whose mmdebstrap was killed) goes
@@ -49,6 +50,7 @@ cleanup() {
 	# and its apt and dpkg, a bounded command's children): TERM, which lets
 	# mmdebstrap unmount what it mounted, then KILL. By process group, when the
 	# test leads its own (meson, a shell's job); else its direct children.
+	[ -n "$CR_RM_PID" ] && wait "$CR_RM_PID" 2>/dev/null   # the clean root's removal
 	local how=-P
 	[ "$(ps -o pgid= -p $$ | tr -d ' ')" = "$$" ] && how=-g
 	others() { # not this shell, nor the subshell that runs this function
@@ -481,6 +483,9 @@ clean_root() {
 		usr/share/doc/librgaps* "usr/share/man/man3/librgaps.3.gz" 2>/dev/null)
 	[ -z "$left" ] || fail "purge left: $left"
 	ok "apt-get purge librgaps-dev librgaps0 leaves none of their files"
+	# 400 MB of small files: removed while the rpms build, not after.
+	rm -rf --one-file-system "$CR" &
+	CR_RM_PID=$!
 }
 clean_root
 
