@@ -1,5 +1,5 @@
 #!/bin/bash
-# The manual pages (man/, docs/DECISIONS.md 26):
+# The manual pages (man/, docs/DECISIONS.md 31):
 #   check_man.sh SRCROOT BUILDROOT
 # For every page this build installs (man/*.[1-8] and the generated
 # BUILDROOT/man/rgapsd.json.5):
