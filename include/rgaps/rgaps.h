@@ -40,9 +40,13 @@ typedef struct rgaps_subscriber rgaps_subscriber_t;
 /**
  * Attach to @p topic as a publisher (creates the topic from the daemon's
  * defaults if it does not exist yet).
- * @return a handle, or NULL with errno set (ECONNREFUSED/ENOENT: no daemon,
- * EINVAL: bad topic name, EACCES: not on the topic's allow-list, ENOSPC: no
- * publisher slot left, EPROTONOSUPPORT: daemon speaks another protocol).
+ * @return a handle, or NULL with errno set (ENOENT: no socket at the path,
+ * ECONNREFUSED: nobody listens there, EPERM: no permission to reach the socket
+ * or its directory, ECONNRESET: the daemon hung up before answering, EINVAL:
+ * bad topic name, EACCES: rgapsd refused the attach (the topic's allow-list),
+ * ENOSPC: no publisher slot left, EPROTONOSUPPORT: daemon speaks another
+ * protocol). rgaps_strerror() then tells the cause in words; its text for a
+ * failed connect is kept per thread until that thread's next connect.
  */
 rgaps_publisher_t *rgaps_publisher_init(const char *topic);
 
