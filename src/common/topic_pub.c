@@ -346,6 +346,10 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, uint64_t 
 	rgaps_waitv_set(&p->wv[n++], &p->hdr->dir_gen, dir);
 	if (room(p, arg) || dir != p->dir_seen) {
 		r = 0;
+	} else if (n == 2) {
+		/* One subscriber: its progress word alone (rgapsd wakes it on any change). */
+		r = rgaps_futex_wait((const uint32_t *)(uintptr_t)p->wv[0].uaddr,
+				     (uint32_t)p->wv[0].val, slice);
 	} else {
 		r = rgaps_futex_waitv(p->wv, n, slice);
 		if (r == -ENOSYS)
@@ -390,8 +394,13 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 		r = check_world(p);
 		if (r)
 			return r;
-		rgaps_pub_reclaim(p);
-		if (rgaps_tlsf_alloc(p->tlsf, size, &block) == 0) {
+		/* Every commit reclaims already: here only when the pool looks full. */
+		r = rgaps_tlsf_alloc(p->tlsf, size, &block);
+		if (r) {
+			rgaps_pub_reclaim(p);
+			r = rgaps_tlsf_alloc(p->tlsf, size, &block);
+		}
+		if (r == 0) {
 			for (k = 0; p->loans[k] != RGAPS_TLSF_NIL; k++)
 				;
 			p->loans[k] = block;

@@ -218,11 +218,27 @@ static void poison(struct rgaps_sub *s, struct stream *st, uint32_t slot, const 
 
 enum try_result { TRY_NONE, TRY_GOT, TRY_AGAIN };
 
-static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r)
+/*
+ * This subscriber moved past message seq of the stream in r (took it: past =
+ * true) or released its hold on it. Bump the progress word, then wake the
+ * publisher if it sleeps for room (topic_pub.c wait_progress) and this can
+ * give it some: passing the stream's tail may let it retire, releasing a
+ * retired message may let it free. Anything else cannot, and waking for it
+ * cost the publisher a context switch per message. The publisher's tail does
+ * not move while it sleeps, and it raised its flag before it read our cursor
+ * and holds, so whenever it missed what we did we see the flag and the tail it
+ * stopped at (all sequentially consistent): no wake is lost.
+ */
+static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r, uint64_t seq,
+		       bool past)
 {
-	/* Bump, then look whether the publisher sleeps for room (topic_pub.c wait_progress). */
+	uint64_t tail;
+
 	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
-	if (r && __atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST))
+	if (!r || !__atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST))
+		return;
+	tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);
+	if (past ? seq <= tail : seq < tail)
 		rgaps_futex_wake_all(&s->r->progress);
 }
 
@@ -246,7 +262,8 @@ static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t s
 		__atomic_fetch_add(&s->r->c.drops, tail - next, __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&c->next, tail, __ATOMIC_SEQ_CST);
-	progressed(s, st->r);
+	/* Moving to the tail gives the publisher nothing: no wake (bump only). */
+	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
 	return TRY_AGAIN;
 }
 
@@ -302,7 +319,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		st->pending_gap = 0;
 		__atomic_store_n(&c->next, next + 1, __ATOMIC_SEQ_CST);
 		__atomic_fetch_and(&c->flags, ~RGAPS_CURSOR_FRESH, __ATOMIC_RELAXED);
-		progressed(s, st->r);
+		progressed(s, st->r, next, true);
 		return TRY_GOT;
 	}
 	k = free_hold(s);
@@ -338,7 +355,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	__atomic_store_n(&c->next, next + 1, __ATOMIC_SEQ_CST);
 	__atomic_fetch_and(&c->flags, ~RGAPS_CURSOR_FRESH, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&s->r->c.taken, 1, __ATOMIC_RELAXED);
-	progressed(s, st->r);
+	progressed(s, st->r, next, true);
 
 	m->off = e.off;
 	m->data = st->pool + e.off;
@@ -468,11 +485,18 @@ static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
 	rgaps_sub_sleeping(s, 1);
 	n = rgaps_sub_wait_words(s, s->wv, RGAPS_WAITV_MAX);
 	if (!rgaps_sub_ready(s)) {
-		r = rgaps_futex_waitv(s->wv, n, slice);
-		if (r == -ENOSYS) /* Linux < 5.16: one word, else short polls */
+		/*
+		 * One stream (the usual case): FUTEX_WAIT on its doorbell, which wakes faster
+		 * than futex_waitv. A membership change or a close then reaches us through
+		 * rgapsd, which wakes every doorbell after it bumps dir_gen (members.c); only
+		 * a change that falls between our look at dir_gen above and the wait below
+		 * waits out the slice.
+		 */
+		r = n == 2 ? -ENOSYS : rgaps_futex_waitv(s->wv, n, slice);
+		if (r == -ENOSYS) /* one word, or Linux < 5.16: one word with short polls */
 			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)s->wv[0].uaddr,
 					     (uint32_t)s->wv[0].val,
-					     n == 2 ? slice : RGAPS_MIN(slice, POLL_SLICE_NS));
+					     n <= 2 ? slice : RGAPS_MIN(slice, POLL_SLICE_NS));
 	}
 	rgaps_sub_sleeping(s, -1);
 	return r == -EINTR ? -EINTR : 0;
@@ -552,7 +576,7 @@ int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
 	__atomic_store_n(&s->r->nholds, s->nholds, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&s->r->c.released, 1, __ATOMIC_RELAXED);
 	/* Its publisher may be gone (the stream cleared): then nobody waits for room. */
-	progressed(s, s->streams[h->slot].gen == h->gen ? h->r : NULL);
+	progressed(s, s->streams[h->slot].gen == h->gen ? h->r : NULL, h->seq, false);
 	return 0;
 }
 

@@ -135,6 +135,8 @@ void rgapsd__member_get(struct rgapsd_member *m);
 void rgapsd__member_put(struct rgapsd_member *m);
 /* A new fd for another process: read-only unless writable (the owner's). -errno. */
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
+/* Wake every member's futex word (after dir_gen moved or the topic closed). */
+void rgapsd__members_wake(struct rgapsd_topic *t);
 void rgapsd__members_start(struct rgapsd *d);
 void rgapsd__members_stop(struct rgapsd *d);
 /* Tear every member of a topic down (the topic is destroyed). */

@@ -90,6 +90,27 @@ static int gone_push(struct rgapsd_topic *t, struct rgapsd_member *m)
 	return 0;
 }
 
+void rgapsd__members_wake(struct rgapsd_topic *t)
+{
+	/*
+	 * A client asleep on a single futex word - the one stream's doorbell, the one
+	 * subscriber's progress word - learns of a membership change or a close only if
+	 * that word is woken: FUTEX_WAKE works through our read-only mappings.
+	 */
+	for (uint32_t k = 0; k < t->lim.max_publishers; k++)
+		if (t->pubs[k])
+			rgaps_futex_wake_all(&((struct rgaps_pub_region *)t->pubs[k]->map)->doorbell);
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
+		if (t->subs[j])
+			rgaps_futex_wake_all(&((struct rgaps_sub_region *)t->subs[j]->map)->progress);
+}
+
+static void dir_changed(struct rgapsd_topic *t)
+{
+	rgaps_topic_dir_changed(t->hdr);
+	rgapsd__members_wake(t);
+}
+
 static void counts_to_hdr(struct rgapsd_topic *t)
 {
 	__atomic_store_n(&t->hdr->nsubs, t->nsubs, __ATOMIC_RELAXED);
@@ -136,7 +157,7 @@ static void member_gone(struct rgapsd_member *m)
 		t->nsubs--;
 	}
 	counts_to_hdr(t);
-	rgaps_topic_dir_changed(t->hdr);
+	dir_changed(t);
 	if (__atomic_load_n(&m->refs, __ATOMIC_ACQUIRE) == 0)
 		member_free(m);
 	else if (gone_push(t, m))
@@ -283,7 +304,7 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 	else
 		t->nsubs++;
 	counts_to_hdr(t);
-	rgaps_topic_dir_changed(t->hdr);
+	dir_changed(t);
 	*m_p = m;
 	return 0;
 err:
@@ -313,7 +334,7 @@ void rgapsd__member_leave(struct rgapsd_member *m)
 	pthread_mutex_unlock(&t->lock);
 	t->npubs--;
 	counts_to_hdr(t);
-	rgaps_topic_dir_changed(t->hdr);
+	dir_changed(t);
 }
 
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable)

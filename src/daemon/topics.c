@@ -222,6 +222,7 @@ void rgapsd__topics_destroy(struct rgapsd *d)
 
 		d->topics = t->next;
 		rgaps_topic_close(t->hdr);
+		rgapsd__members_wake(t);
 		topic_free(t);
 	}
 	d->ntopics = 0;
