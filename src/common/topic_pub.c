@@ -361,6 +361,27 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, uint64_t 
 	return 0;
 }
 
+/*
+ * One wait of the overflow policy "block": -EAGAIN when the caller may not
+ * wait, -ETIMEDOUT at the deadline (both counted), else 0 to look again.
+ */
+static int block_once(struct rgaps_pub *p, room_fn room, void *arg, int timeout_ms,
+		      uint64_t deadline, bool *waited)
+{
+	int r;
+
+	if (timeout_ms == 0)
+		return -EAGAIN;
+	if (!*waited) {
+		p->r->c.full_waits++;
+		*waited = true;
+	}
+	r = wait_progress(p, room, arg, deadline);
+	if (r == -ETIMEDOUT)
+		p->r->c.timeouts++;
+	return r;
+}
+
 /* ---------------------------------------------------------------- loans */
 
 static bool can_alloc(struct rgaps_pub *p, void *arg)
@@ -415,15 +436,7 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 			force_retire_oldest(p);
 			continue;
 		}
-		if (timeout_ms == 0)
-			return -EAGAIN;
-		if (!waited) {
-			p->r->c.full_waits++;
-			waited = true;
-		}
-		r = wait_progress(p, can_alloc, &size, deadline);
-		if (r == -ETIMEDOUT)
-			p->r->c.timeouts++;
+		r = block_once(p, can_alloc, &size, timeout_ms, deadline, &waited);
 		if (r)
 			return r;
 	}
@@ -475,15 +488,7 @@ static int queue_room(struct rgaps_pub *p, int timeout_ms)
 			force_retire_oldest(p);
 			continue;
 		}
-		if (timeout_ms == 0)
-			return -EAGAIN;
-		if (!waited) {
-			p->r->c.full_waits++;
-			waited = true;
-		}
-		r = wait_progress(p, queue_has_room, NULL, deadline);
-		if (r == -ETIMEDOUT)
-			p->r->c.timeouts++;
+		r = block_once(p, queue_has_room, NULL, timeout_ms, deadline, &waited);
 		if (r)
 			return r;
 		r = check_world(p);
