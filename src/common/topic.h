@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -373,11 +374,17 @@ int rgaps_sub_release(struct rgaps_sub *sub, uint32_t token);
 bool rgaps_sub_ready(struct rgaps_sub *sub);
 
 /*
- * For a helper thread that sleeps until rgaps_sub_ready() may be true: fill w
- * (at most RGAPS_WAITV_MAX words) with the futex words and values to wait on.
- * The caller serialises this with membership changes (the words live in
- * mappings the sync callback may drop). Returns how many.
+ * Sleep until rgaps_sub_ready() may be true (a publisher rang, the membership
+ * changed, the topic closed), one of the caller's nextra extra futex words
+ * moved, or slice_ns passed. For a thread other than the one that takes (a
+ * pollable fd's helper, rgapsd's forwarder): lock (may be NULL) is the lock
+ * the caller's sync callback holds while it changes the mappings; ready_too
+ * (may be NULL) is another reason not to sleep, asked under that lock.
+ * Returns 1 at once if something is ready, 0 after a sleep, or -EINTR.
  */
+int rgaps_sub_sleep(struct rgaps_sub *sub, pthread_mutex_t *lock, const struct futex_waitv *extra,
+		    uint32_t nextra, bool (*ready_too)(void *arg), void *arg, int64_t slice_ns);
+/* The futex words and values a sleep waits on (at most max). Returns how many. */
 uint32_t rgaps_sub_wait_words(struct rgaps_sub *sub, struct futex_waitv *w, uint32_t max);
 void rgaps_sub_sleeping(struct rgaps_sub *sub, int delta);
 /* A take of a message stamped ts_ns (CLOCK_REALTIME of its origin) at now_ns: the histogram. */

@@ -16,6 +16,7 @@
  * stream goes away with messages untaken, as a gap-only message).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -465,41 +466,62 @@ void rgaps_sub_record_latency(struct rgaps_sub *s, uint64_t ts_ns, uint64_t now_
 	rgaps_lathist_add(h, now_ns - ts_ns);
 }
 
-/*
- * Sleep until a publisher rings, the membership changes or the topic closes.
- * The sleeping count is raised before the doorbells are read and the streams
- * looked at again, and publishers store head and ring before they read it, so
- * a publish is either seen here or wakes us.
- */
-static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
+int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct futex_waitv *extra,
+		    uint32_t nextra, bool (*ready_too)(void *arg), void *arg, int64_t slice_ns)
 {
-	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-	int64_t slice = WAIT_SLICE_NS;
+	struct futex_waitv wv[RGAPS_WAITV_MAX];
+	bool ready;
 	uint32_t n;
 	int r = 0;
 
-	if (now >= deadline)
-		return -ETIMEDOUT;
-	if (deadline - now < (uint64_t)slice)
-		slice = (int64_t)(deadline - now);
+	/*
+	 * The sleeping count is raised before the doorbells are read and the streams
+	 * looked at again, and publishers store head and ring before they read it, so a
+	 * publish is either seen here or wakes us. The words are read under the
+	 * caller's lock: a sync may unmap a stream; one unmapped while we sleep only
+	 * ends the sleep early.
+	 */
 	rgaps_sub_sleeping(s, 1);
-	n = rgaps_sub_wait_words(s, s->wv, RGAPS_WAITV_MAX);
-	if (!rgaps_sub_ready(s)) {
+	if (lock)
+		pthread_mutex_lock(lock);
+	n = rgaps_sub_wait_words(s, wv, RGAPS_WAITV_MAX - RGAPS_MIN(nextra, RGAPS_WAITV_MAX - 2));
+	for (uint32_t i = 0; i < nextra && n < RGAPS_WAITV_MAX; i++)
+		wv[n++] = extra[i];
+	ready = rgaps_sub_ready(s) || (ready_too && ready_too(arg));
+	if (lock)
+		pthread_mutex_unlock(lock);
+	if (!ready) {
 		/*
-		 * One stream (the usual case): FUTEX_WAIT on its doorbell, which wakes faster
-		 * than futex_waitv. A membership change or a close then reaches us through
-		 * rgapsd, which wakes every doorbell after it bumps dir_gen (members.c); only
-		 * a change that falls between our look at dir_gen above and the wait below
-		 * waits out the slice.
+		 * One stream and nothing else (the usual case): FUTEX_WAIT on its doorbell,
+		 * which wakes faster than futex_waitv. A membership change or a close then
+		 * reaches us through rgapsd, which wakes every doorbell after it bumps dir_gen
+		 * (members.c); only a change that falls between our look at dir_gen above and
+		 * the wait below waits out the slice.
 		 */
-		r = n == 2 ? -ENOSYS : rgaps_futex_waitv(s->wv, n, slice);
-		if (r == -ENOSYS) /* one word, or Linux < 5.16: one word with short polls */
-			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)s->wv[0].uaddr,
-					     (uint32_t)s->wv[0].val,
-					     n <= 2 ? slice : RGAPS_MIN(slice, POLL_SLICE_NS));
+		r = n == 2 && !nextra ? -ENOSYS : rgaps_futex_waitv(wv, n, slice_ns);
+		if (r == -ENOSYS) /* one word, or Linux < 5.16: the first word, short polls */
+			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)wv[0].uaddr,
+					     (uint32_t)wv[0].val,
+					     n == 2 && !nextra ? slice_ns :
+								 RGAPS_MIN(slice_ns, POLL_SLICE_NS));
 	}
 	rgaps_sub_sleeping(s, -1);
+	if (ready)
+		return 1;
 	return r == -EINTR ? -EINTR : 0;
+}
+
+/* Sleep once, at most until the deadline (-ETIMEDOUT once passed). */
+static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
+{
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	int r;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	r = rgaps_sub_sleep(s, NULL, NULL, 0, NULL, NULL,
+			    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
+	return r < 0 ? r : 0;
 }
 
 static void spin_for(struct rgaps_sub *s, uint32_t spin_us)

@@ -207,50 +207,40 @@ RGAPS_EXPORT void *rgaps_subscriber_pull(rgaps_subscriber_t *sub)
 	return sub->pulled.data;
 }
 
+static bool daemon_gone(void *arg)
+{
+	return !rgaps__alive(arg);
+}
+
 /*
  * Sleep until a publisher rings, the membership changes (the topic's word, or
- * ours after a sync) or take() drains the fd; then look again. The words are
- * read under the handle's lock, since a sync may unmap a stream meanwhile; a
- * word unmapped while we sleep only ends the sleep early.
+ * ours after a sync) or take() drains the fd; then look again.
  */
 static void *fd_thread(void *arg)
 {
 	rgaps_subscriber_t *sub = arg;
-	struct futex_waitv wv[RGAPS_WAITV_MAX];
 
 	while (!__atomic_load_n(&sub->stop, __ATOMIC_SEQ_CST)) {
-		uint32_t rearm = __atomic_load_n(&sub->rearm, __ATOMIC_SEQ_CST), n;
-		bool ready;
-		int r;
+		uint32_t rearm = __atomic_load_n(&sub->rearm, __ATOMIC_SEQ_CST);
+		struct futex_waitv own[2];
 
 		if (__atomic_load_n(&sub->signaled, __ATOMIC_SEQ_CST)) {
 			/* Readable already: sleep until take() drains it. */
 			rgaps_futex_wait(&sub->rearm, rearm, FD_THREAD_SLICE_NS);
 			continue;
 		}
-		pthread_mutex_lock(&sub->a.lock);
-		rgaps_sub_sleeping(sub->a.sub, 1);
-		n = rgaps_sub_wait_words(sub->a.sub, wv, RGAPS_WAITV_MAX - 2);
-		rgaps_waitv_set(&wv[n++], &sub->rearm, rearm);
-		wv[n - 1].flags |= FUTEX_PRIVATE_FLAG;
-		rgaps_waitv_set(&wv[n], &sub->a.view_gen,
+		rgaps_waitv_set(&own[0], &sub->rearm, rearm);
+		rgaps_waitv_set(&own[1], &sub->a.view_gen,
 				__atomic_load_n(&sub->a.view_gen, __ATOMIC_SEQ_CST));
-		wv[n++].flags |= FUTEX_PRIVATE_FLAG;
-		ready = rgaps_sub_ready(sub->a.sub) || !rgaps__alive(&sub->a);
-		pthread_mutex_unlock(&sub->a.lock);
-		if (ready) {
+		own[0].flags |= FUTEX_PRIVATE_FLAG;
+		own[1].flags |= FUTEX_PRIVATE_FLAG;
+		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, daemon_gone, &sub->a,
+				    FD_THREAD_SLICE_NS) == 1) {
 			uint64_t one = 1;
 
-			rgaps_sub_sleeping(sub->a.sub, -1);
 			__atomic_store_n(&sub->signaled, 1, __ATOMIC_SEQ_CST);
 			(void)!write(sub->efd, &one, sizeof(one));
-			continue;
 		}
-		r = rgaps_futex_waitv(wv, n, FD_THREAD_SLICE_NS);
-		if (r == -ENOSYS)
-			rgaps_futex_wait((const uint32_t *)(uintptr_t)wv[0].uaddr, (uint32_t)wv[0].val,
-					 2 * 1000 * 1000);
-		rgaps_sub_sleeping(sub->a.sub, -1);
 	}
 	return NULL;
 }

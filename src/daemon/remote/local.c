@@ -112,32 +112,6 @@ err:
 	return r;
 }
 
-/*
- * The forwarder waits outside the lock, on the same words a client's blocking
- * take sleeps on, so the loop's releases never wait behind its sleep.
- */
-static int sub_wait(struct rt_local_sub *s, int64_t slice)
-{
-	struct futex_waitv wv[RGAPS_WAITV_MAX];
-	uint32_t n;
-	bool ready;
-	int r = 0;
-
-	pthread_mutex_lock(&s->lock);
-	rgaps_sub_sleeping(s->sub, 1);
-	n = rgaps_sub_wait_words(s->sub, wv, RGAPS_WAITV_MAX);
-	ready = rgaps_sub_ready(s->sub);
-	pthread_mutex_unlock(&s->lock);
-	if (!ready) {
-		r = rgaps_futex_waitv(wv, n, slice);
-		if (r == -ENOSYS)
-			r = rgaps_futex_wait((const uint32_t *)(uintptr_t)wv[0].uaddr,
-					     (uint32_t)wv[0].val, RGAPS_MIN(slice, 2000000ll));
-	}
-	rgaps_sub_sleeping(s->sub, -1);
-	return r == -EINTR ? -EINTR : 0;
-}
-
 int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p)
 {
 	uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ull;
@@ -169,8 +143,10 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 		now = rgaps_now_ns(CLOCK_MONOTONIC);
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		r = sub_wait(s, (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
-		if (r)
+		/* Outside the lock, so the loop's releases never wait behind our sleep. */
+		r = rgaps_sub_sleep(s->sub, &s->lock, NULL, 0, NULL, NULL,
+				    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
+		if (r < 0)
 			return r;
 	}
 }
