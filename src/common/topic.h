@@ -157,7 +157,8 @@ struct rgaps_pub_region {
 	uint64_t head __attribute__((aligned(RGAPS_CACHELINE))); /* next seq; the commit point */
 	uint64_t tail;	   /* oldest entry kept */
 	uint32_t doorbell; /* futex word: bumped after every publish */
-	uint32_t space_waiting; /* the publisher sleeps until a subscriber progresses */
+	uint32_t space_waiting; /* the publisher sleeps for room: 0 no, slot + 1 for that
+				   subscriber's progress, UINT32_MAX for anyone's */
 
 	struct rgaps_pub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
 };

@@ -317,37 +317,90 @@ static uint64_t deadline_of(int timeout_ms)
 
 typedef bool (*room_fn)(struct rgaps_pub *p, void *arg);
 
+#define WAIT_ANYONE UINT32_MAX /* space_waiting: any subscriber's progress may help */
+
+/* Whether subscriber i holds a message this publisher has retired (whose block it waits for). */
+static bool holds_retired(const struct rgaps_pub *p, uint32_t i)
+{
+	const struct sub_ref *s = &p->subs[i];
+
+	if (!p->nretired || !__atomic_load_n(&s->r->nholds, __ATOMIC_SEQ_CST))
+		return false;
+	for (uint32_t k = 0; k < p->lim.max_holds; k++) {
+		uint64_t seq;
+
+		if (__atomic_load_n(&s->holds[k].gen, __ATOMIC_SEQ_CST) != p->gen)
+			continue;
+		seq = __atomic_load_n(&s->holds[k].seq, __ATOMIC_ACQUIRE);
+		for (uint32_t r = 0; r < p->nretired; r++)
+			if (p->retired[r].seq == seq)
+				return true;
+	}
+	return false;
+}
+
+/* Whether subscriber i stands in the way: at the tail, or (want_block) holding a retired block. */
+static bool blocks(const struct rgaps_pub *p, uint32_t i, bool want_block)
+{
+	return p->subs[i].gen &&
+	       (position(p, &p->subs[i]) <= p->tail || (want_block && holds_retired(p, i)));
+}
+
 /*
- * Sleep until a subscriber progresses (takes or releases: its progress word),
- * the membership changes or the topic closes, then let the caller look again.
- * The flag is raised before the words are read and room re-checked, and
- * subscribers bump their word before they read the flag, so no wake is lost.
+ * Sleep until a subscriber that stands in the way progresses (takes past the
+ * tail, releases a retired message: its progress word), the membership changes
+ * or the topic closes, then let the caller look again.
+ *
+ * We wait for one blocker only, and tell it so (space_waiting = its slot + 1):
+ * subscribers in lockstep would otherwise each wake us for every message.
+ * The flag is raised before the word is read and room looked at again, and a
+ * subscriber bumps its word before it reads the flag, so no wake is lost; if
+ * the one we chose moved meanwhile we choose again, and after a few rounds
+ * wait for anyone (futex_waitv over every subscriber).
  */
-static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, uint64_t deadline)
+static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, bool want_block,
+			 uint64_t deadline)
 {
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
 	int64_t slice = WAIT_SLICE_NS;
-	uint32_t n = 0, dir;
-	int r;
+	uint32_t n = 0, dir, who = WAIT_ANYONE;
+	int r = 0;
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
 	if (deadline - now < (uint64_t)slice)
 		slice = (int64_t)(deadline - now);
-	__atomic_store_n(&p->r->space_waiting, 1, __ATOMIC_SEQ_CST);
-	for (uint32_t i = 0; i < p->lim.max_subscribers && n < RGAPS_WAITV_MAX - 1; i++) {
-		const struct sub_ref *s = &p->subs[i];
+	for (int round = 0; round < 4 && who == WAIT_ANYONE; round++) {
+		uint32_t i;
 
-		if (s->gen)
-			rgaps_waitv_set(&p->wv[n++], &s->r->progress,
-					__atomic_load_n(&s->r->progress, __ATOMIC_SEQ_CST));
+		for (i = 0; i < p->lim.max_subscribers && !blocks(p, i, want_block); i++)
+			;
+		if (i == p->lim.max_subscribers)
+			break;
+		__atomic_store_n(&p->r->space_waiting, i + 1, __ATOMIC_SEQ_CST);
+		rgaps_waitv_set(&p->wv[0], &p->subs[i].r->progress,
+				__atomic_load_n(&p->subs[i].r->progress, __ATOMIC_SEQ_CST));
+		if (room(p, arg))
+			goto out;
+		if (blocks(p, i, want_block))
+			who = i; /* still in the way after we raised the flag: wait for it */
+	}
+	if (who == WAIT_ANYONE) {
+		__atomic_store_n(&p->r->space_waiting, WAIT_ANYONE, __ATOMIC_SEQ_CST);
+		for (uint32_t i = 0; i < p->lim.max_subscribers && n < RGAPS_WAITV_MAX - 1; i++)
+			if (p->subs[i].gen)
+				rgaps_waitv_set(&p->wv[n++], &p->subs[i].r->progress,
+						__atomic_load_n(&p->subs[i].r->progress,
+								__ATOMIC_SEQ_CST));
+	} else {
+		n = 1;
 	}
 	dir = __atomic_load_n(&p->hdr->dir_gen, __ATOMIC_SEQ_CST);
 	rgaps_waitv_set(&p->wv[n++], &p->hdr->dir_gen, dir);
-	if (room(p, arg) || dir != p->dir_seen) {
-		r = 0;
-	} else if (n == 2) {
-		/* One subscriber: its progress word alone (rgapsd wakes it on any change). */
+	if ((who == WAIT_ANYONE && room(p, arg)) || dir != p->dir_seen)
+		goto out;
+	if (n == 2) {
+		/* One word (rgapsd wakes it on any membership change or close). */
 		r = rgaps_futex_wait((const uint32_t *)(uintptr_t)p->wv[0].uaddr,
 				     (uint32_t)p->wv[0].val, slice);
 	} else {
@@ -355,18 +408,17 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, uint64_t 
 		if (r == -ENOSYS)
 			r = rgaps_futex_wait(&p->hdr->dir_gen, dir, RGAPS_MIN(slice, POLL_SLICE_NS));
 	}
+out:
 	__atomic_store_n(&p->r->space_waiting, 0, __ATOMIC_RELAXED);
-	if (r == -EINTR)
-		return -EINTR;
-	return 0;
+	return r == -EINTR ? -EINTR : 0;
 }
 
 /*
  * One wait of the overflow policy "block": -EAGAIN when the caller may not
  * wait, -ETIMEDOUT at the deadline (both counted), else 0 to look again.
  */
-static int block_once(struct rgaps_pub *p, room_fn room, void *arg, int timeout_ms,
-		      uint64_t deadline, bool *waited)
+static int block_once(struct rgaps_pub *p, room_fn room, void *arg, bool want_block,
+		      int timeout_ms, uint64_t deadline, bool *waited)
 {
 	int r;
 
@@ -376,7 +428,7 @@ static int block_once(struct rgaps_pub *p, room_fn room, void *arg, int timeout_
 		p->r->c.full_waits++;
 		*waited = true;
 	}
-	r = wait_progress(p, room, arg, deadline);
+	r = wait_progress(p, room, arg, want_block, deadline);
 	if (r == -ETIMEDOUT)
 		p->r->c.timeouts++;
 	return r;
@@ -436,7 +488,7 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 			force_retire_oldest(p);
 			continue;
 		}
-		r = block_once(p, can_alloc, &size, timeout_ms, deadline, &waited);
+		r = block_once(p, can_alloc, &size, true, timeout_ms, deadline, &waited);
 		if (r)
 			return r;
 	}
@@ -488,7 +540,7 @@ static int queue_room(struct rgaps_pub *p, int timeout_ms)
 			force_retire_oldest(p);
 			continue;
 		}
-		r = block_once(p, queue_has_room, NULL, timeout_ms, deadline, &waited);
+		r = block_once(p, queue_has_room, NULL, false, timeout_ms, deadline, &waited);
 		if (r)
 			return r;
 		r = check_world(p);

@@ -53,6 +53,7 @@ struct rgaps_sub {
 	struct rgaps_topic_limits lim;
 	struct rgaps_topic_cbs cbs;
 	struct rgaps_sub_region *r;
+	uint32_t slot; /* ours, as rgapsd wrote it when it made the region */
 	struct rgaps_sub_cursor *cursors;
 	struct rgaps_sub_hold *holds;
 	struct stream *streams; /* [max_publishers] */
@@ -79,6 +80,7 @@ int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	s->lim = *lim;
 	s->cbs = *cbs;
 	s->r = mine;
+	s->slot = mine->slot;
 	s->cursors = rgaps_sub_cursors(lim, mine);
 	s->holds = rgaps_sub_holds(lim, mine);
 	s->streams = calloc(lim->max_publishers, sizeof(*s->streams));
@@ -233,10 +235,15 @@ enum try_result { TRY_NONE, TRY_GOT, TRY_AGAIN };
 static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r, uint64_t seq,
 		       bool past)
 {
+	uint32_t waiting;
 	uint64_t tail;
 
 	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
-	if (!r || !__atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST))
+	if (!r)
+		return;
+	/* 0: nobody waits; a slot + 1: the publisher waits for that subscriber only. */
+	waiting = __atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST);
+	if (!waiting || (waiting != UINT32_MAX && waiting != s->slot + 1))
 		return;
 	tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);
 	if (past ? seq <= tail : seq < tail)

@@ -158,6 +158,10 @@ static void member_gone(struct rgapsd_member *m)
 	}
 	counts_to_hdr(t);
 	dir_changed(t);
+	/* Out of the table, so not among those dir_changed woke: whoever sleeps on it too. */
+	rgaps_futex_wake_all(m->kind == RGAPSD_MEMBER_PUB ?
+				     &((struct rgaps_pub_region *)m->map)->doorbell :
+				     &((struct rgaps_sub_region *)m->map)->progress);
 	if (__atomic_load_n(&m->refs, __ATOMIC_ACQUIRE) == 0)
 		member_free(m);
 	else if (gone_push(t, m))
