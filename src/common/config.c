@@ -95,6 +95,7 @@ struct rgaps_cfg_table {
 	.max_count = RGAPS_ARRAY_SIZE(((type *)0)->member)
 
 _Static_assert(sizeof(enum rgaps_overflow) == sizeof(int), "ENUM fields are stored as int");
+_Static_assert(sizeof(enum rgapsd_create_topics) == sizeof(int), "ENUM fields are stored as int");
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
 	       "IDS fields are stored as uint32_t");
 
@@ -220,6 +221,42 @@ bad:
 	return false;
 }
 
+/* "0660": 3 or 4 octal digits, read, write and execute bits only (no setuid, setgid, sticky). */
+static bool check_mode(const char *s, char *why, size_t len)
+{
+	size_t n = strlen(s);
+	unsigned long v = 0;
+	char shown[80];
+
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '7') {
+			n = 0;
+			break;
+		}
+		v = v * 8 + (unsigned long)(s[i] - '0');
+	}
+	if (n < 3 || n > 4 || v > 0777) {
+		snprintf(why, len,
+			 "'%s' is not a permission mode: 3 or 4 octal digits up to 0777 (e.g. "
+			 "\"0660\")", cfg_show(s, shown, sizeof(shown)));
+		return false;
+	}
+	return true;
+}
+
+/* A group name (as in /etc/group: letters, digits, . _ -) or a number; "" for none. */
+static bool check_group(const char *s, char *why, size_t len)
+{
+	char shown[80];
+
+	if (s[0] == '-') {
+		snprintf(why, len, "'%s' is not a group name or number",
+			 cfg_show(s, shown, sizeof(shown)));
+		return false;
+	}
+	return check_name_chars(s, why, len);
+}
+
 static bool check_hostport_or_empty(const char *s, char *why, size_t len)
 {
 	return !s[0] || check_hostport(s, why, len);
@@ -232,6 +269,7 @@ static const char *const overflow_names[] = { "block", "drop_oldest", NULL };
 static const char *const memory_names[] = { "auto", "host", "cuda", NULL };
 static const char *const transport_names[] = { "auto", "tcp", "verbs", NULL };
 /* In enum rgaps_log_level order; the unit test holds them to rgaps__log_level_parse(). */
+static const char *const create_topics_names[] = { "any", "configured", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", "trace", NULL };
 
 #define T struct rgaps_topic_config
@@ -359,6 +397,55 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "keepalive_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, keepalive_ms), .def = "1000",
 	  .min = 10, .max = 3600000,
 	  .doc = "Milliseconds between keepalives on peer connections." },
+	{ .name = "socket_mode", .type = RGAPS_CFG_STRING, CFG_AT(D, socket_mode),
+	  .def = "\"0666\"", .check = check_mode,
+	  .doc = "Permission bits of the socket, in octal. \"0666\": every local user may "
+		 "connect, and each topic's allowed_uids / allowed_gids decide who may attach; "
+		 "\"0660\" with socket_group: only that group (and the daemon's user). A "
+		 "directory rgapsd creates for the socket gets the matching search bits." },
+	{ .name = "socket_group", .type = RGAPS_CFG_STRING, CFG_AT(D, socket_group),
+	  .def = "\"\"", .check = check_group,
+	  .doc = "Group of the socket (and of a directory rgapsd creates for it): a name or a "
+		 "number. \"\": rgapsd's own group. A user other than root must be a member." },
+	{ .name = "max_connections", .type = RGAPS_CFG_UINT, CFG_AT(D, max_connections),
+	  .def = "1024", .min = 1, .max = 65536,
+	  .doc = "Client connections open at once. One more is refused at once with the "
+		 "error \"limit\" (counted: connections_refused)." },
+	{ .name = "max_connections_per_user", .type = RGAPS_CFG_UINT,
+	  CFG_AT(D, max_connections_per_user), .def = "256", .min = 1, .max = 65536,
+	  .doc = "Client connections of one user (socket credentials' uid) open at once; one "
+		 "more is refused with the error \"quota\" (connections_refused_user). Root and "
+		 "rgapsd's own user are bound only by max_connections." },
+	{ .name = "idle_timeout_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, idle_timeout_ms),
+	  .def = "60000", .min = 100, .max = 86400000,
+	  .doc = "A connection that holds no attachment and sends nothing for this long is "
+		 "closed (idle_closed); so is any connection whose replies wait this long "
+		 "without the client reading any of them (stalled_closed)." },
+	{ .name = "frame_timeout_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, frame_timeout_ms),
+	  .def = "5000", .min = 100, .max = 600000,
+	  .doc = "A request frame must arrive whole within this time of its first byte, "
+		 "else the connection is closed (frame_timeouts)." },
+	{ .name = "max_unsent_replies", .type = RGAPS_CFG_SIZE, CFG_AT(D, max_unsent_replies),
+	  .def = "\"1MiB\"", .min = 64 * KiB, .max = GiB,
+	  .doc = "Bytes of replies a connection may leave unread before rgapsd stops reading "
+		 "its requests (read_pauses); reading resumes as the client catches up." },
+	{ .name = "max_topics", .type = RGAPS_CFG_UINT, CFG_AT(D, max_topics), .def = "1024",
+	  .min = 1, .max = 1048576,
+	  .doc = "Topics made from the defaults (not in topics_dir) that rgapsd holds at "
+		 "once, whoever asked for them (a client's attach or a peer's set-up); one more "
+		 "is refused with the error \"limit\" (topics_refused_max). Topics of "
+		 "topics_dir are always created and do not count." },
+	{ .name = "max_topics_per_user", .type = RGAPS_CFG_UINT, CFG_AT(D, max_topics_per_user),
+	  .def = "128", .min = 0, .max = 1048576,
+	  .doc = "Of those, how many one user's attaches may create; one more is refused with "
+		 "the error \"quota\" (topics_refused_quota). Root and rgapsd's own user are "
+		 "bound only by max_topics." },
+	{ .name = "create_topics", .type = RGAPS_CFG_ENUM, CFG_AT(D, create_topics),
+	  .def = "\"any\"", .names = create_topics_names,
+	  .doc = "\"any\": attaching to a topic that does not exist creates it from the "
+		 "defaults; \"configured\": only topics of topics_dir exist, and others are "
+		 "refused with the error \"not_found\" (topics_refused_unconfigured), from "
+		 "clients and peers alike." },
 	{ .name = "transport_options", .type = RGAPS_CFG_PLUGIN_OPTIONS,
 	  CFG_AT(D, transport_options), .def = "{}",
 	  .doc = "Tunables of the transport plugins: { \"verbs\": { \"qps\": 4 }, \"tcp\": "

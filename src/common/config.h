@@ -27,6 +27,11 @@
 #define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
 #define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
 
+enum rgapsd_create_topics {
+	RGAPSD_CREATE_ANY = 0,	      /* a client's attach creates any topic it names */
+	RGAPSD_CREATE_CONFIGURED = 1, /* only topics of topics.d exist */
+};
+
 enum rgaps_overflow {
 	RGAPS_OVERFLOW_BLOCK = 0,	/* publisher waits (block_timeout_ms), then -ETIMEDOUT */
 	RGAPS_OVERFLOW_DROP_OLDEST = 1, /* slow subscribers are skipped forward; drops counted */
@@ -71,6 +76,17 @@ struct rgapsd_config {
 	uint32_t npeers;
 	char key_file[RGAPS_PATH_MAX];
 	uint32_t keepalive_ms;
+	/* Bounds on what local clients can make rgapsd hold (docs/CONFIG.md). */
+	uint32_t max_connections;	   /* client connections open at once */
+	uint32_t max_connections_per_user; /* of one uid (0 and rgapsd's own: only the above) */
+	uint32_t idle_timeout_ms;	   /* an unattached connection silent this long is closed */
+	uint32_t frame_timeout_ms;	   /* a frame begun must be complete within this */
+	uint64_t max_unsent_replies;	   /* bytes: reading stops while more wait to be sent */
+	uint32_t max_topics;		   /* topics not in topics.d, held at once */
+	uint32_t max_topics_per_user;	   /* of those, created by one uid (0, ours: exempt) */
+	int create_topics;		   /* enum rgapsd_create_topics */
+	char socket_mode[8];		   /* octal permission bits of the socket, e.g. "0660" */
+	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
 	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
 	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
 	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */

@@ -42,6 +42,8 @@ static const struct {
 	{ ENODEV, "no_device" },	    /* memory or transport device missing */
 	{ ECONNRESET, "peer_gone" },	    /* peer daemon disconnected */
 	{ EIO, "internal" },		    /* anything else */
+	{ ENFILE, "limit" },		    /* a daemon-wide limit (max_connections, max_topics) */
+	{ EDQUOT, "quota" },		    /* a per-user limit (connections, topics) */
 };
 
 const char *rgaps__errcode_name(int err)

@@ -97,6 +97,17 @@ int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payloa
 	return 1;
 }
 
+int rgaps_frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p)
+{
+	uint32_t len = frame_header_get(hdr);
+	int err = frame_len_check(len);
+
+	if (err)
+		return err;
+	*len_p = len;
+	return 0;
+}
+
 void rgaps_frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len)
 {
 	rgaps_require(len <= RGAPS_FRAME_MAX);

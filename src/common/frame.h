@@ -40,6 +40,13 @@ size_t rgaps_frame_reader_feed(struct rgaps_frame_reader *r, const void *data, s
 int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payload_p,
 			    size_t *len_p);
 
+/*
+ * The payload length a header announces: 0 and *len_p, or -EBADMSG (length 0),
+ * -EMSGSIZE (over RGAPS_FRAME_MAX). For readers that hold no frame buffer
+ * between frames (rgapsd's control server).
+ */
+int rgaps_frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p);
+
 /* Write the 4-byte header for a payload of len bytes (len <= RGAPS_FRAME_MAX). */
 void rgaps_frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len);
 

@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
@@ -61,4 +62,49 @@ void rgaps__log(int level, const char *file, int line, const char *fmt, ...)
 	buf[n++] = '\n';
 	(void)!write(STDERR_FILENO, buf, (size_t)n);
 	errno = saved;
+}
+
+bool rgaps_ratelimit_ok(struct rgaps_ratelimit *rl, uint64_t now_ms, uint32_t burst,
+			uint32_t interval_ms, uint64_t *suppressed_p)
+{
+	if (now_ms - rl->window_start_ms >= interval_ms || now_ms < rl->window_start_ms) {
+		rl->window_start_ms = now_ms;
+		rl->in_window = 0;
+	}
+	if (rl->in_window >= burst) {
+		rl->suppressed++;
+		rl->suppressed_total++;
+		return false;
+	}
+	rl->in_window++;
+	*suppressed_p = rl->suppressed;
+	rl->suppressed = 0;
+	return true;
+}
+
+void rgaps__log_limited(struct rgaps_ratelimit *rl, int level, const char *file, int line,
+			const char *fmt, ...)
+{
+	struct timespec ts;
+	uint64_t now, suppressed = 0;
+	char msg[900];
+	va_list ap;
+	bool ok;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	/* Counted whatever the log level, so the statistics hold at any level. */
+	ok = rgaps_ratelimit_ok(rl, now, RGAPS_LOG_BURST, RGAPS_LOG_INTERVAL_MS, &suppressed);
+	if (!ok)
+		level = RGAPS_LOG_DEBUG;
+	if (level > rgaps__log_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (suppressed)
+		rgaps__log(level, file, line, "%s [%" PRIu64 " similar record(s) before this one "
+			   "were suppressed]", msg, suppressed);
+	else
+		rgaps__log(level, file, line, "%s", msg);
 }

@@ -49,6 +49,10 @@ RGAPS_EXPORT const char *rgaps_strerror(int err)
 		return "unexpected reply from rgapsd";
 	case EINVAL:
 		return "invalid argument";
+	case ENFILE:
+		return "rgapsd is at a limit (max_connections or max_topics)";
+	case EDQUOT:
+		return "this user is at its limit of connections or topics in rgapsd";
 	}
 	return strerror(abs(err));
 }
