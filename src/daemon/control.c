@@ -13,15 +13,30 @@
  * under a pending op. Closing a connection needs no io_uring cancel: shutdown(2)
  * makes its pending recv return 0 and its pending send fail with EPIPE at once.
  *
- * on_close runs only from a completion handler or from rgapsd_control_stop(),
- * never inside a call the owner makes (send, close_after_send), so the owner
- * is never re-entered while it holds state on the stack.
+ * on_close runs only from a completion handler, the sweep timer or
+ * rgapsd_control_stop(), never inside a call the owner makes (send,
+ * close_after_send), so the owner is never re-entered while it holds state on
+ * the stack.
+ *
+ * Limits (control.h, docs/PROTOCOL.md "Limits"). A connection over a cap gets
+ * an error frame and is closed as it is accepted. A recv takes at most the
+ * rest of one frame (its header, then its payload, into a buffer allocated
+ * when the header is in and freed when the frame has been handled), so each
+ * recv brings at most one request and so at most one reply: a connection
+ * whose unsent replies pass max_unsent is simply not read again until the
+ * client has taken them below it. A sweep timer, every quarter of the shorter
+ * deadline, closes the connections past one: a frame begun and not complete
+ * within frame_timeout_ms, an unattached connection silent for
+ * idle_timeout_ms, replies unread for idle_timeout_ms.
  */
 #include "control.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <liburing.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "errors.h"
 #include "frame.h"
 #include "log.h"
 #include "util.h"
@@ -45,6 +61,17 @@
 #define CTL_ACCEPT_BACKOFF_MS 100
 #define CTL_STOP_TIMEOUT_MS 2000
 #define CTL_LOCK_TRIES 8
+#define CTL_SWEEP_MIN_MS 20
+#define CTL_SWEEP_MAX_MS 1000
+
+static const struct rgapsd_control_opts ctl_default_opts = {
+	.max_conns = 1024,
+	.max_conns_per_user = 256,
+	.idle_timeout_ms = 60000,
+	.frame_timeout_ms = 5000,
+	.max_unsent = 1u << 20,
+	.socket_mode = 0666,
+};
 
 /* The op kind in the low bits of user_data; the rest is the object's pointer. */
 enum ctl_op {
@@ -56,7 +83,8 @@ enum ctl_op {
 #define CTL_OP_MASK 7ull
 
 enum conn_state {
-	CONN_OPEN,	/* serving: a recv is armed (or its frame is being handed out) */
+	CONN_OPEN,	/* serving: a recv is armed (or its frame is being handed out, or reading
+			 * is paused while the client takes its replies) */
 	CONN_DRAINING,	/* close requested: queued replies still go out, nothing is read */
 	CONN_CLOSING,	/* on_close done, off the list: waiting for the last op, then freed */
 	CONN_NUM_STATES
@@ -79,10 +107,24 @@ struct rgapsd_conn {
 	int fd;
 	uint64_t id;
 	struct ucred cred;
+	gid_t *groups; /* supplementary groups (SO_PEERGROUPS), NULL when none */
+	uint32_t ngroups;
 	void *data;
 	unsigned refs; /* ops in flight, plus one while a handler or close runs */
 	bool recv_armed;
 	bool send_armed;
+	bool attached; /* the owner's word: never closed for idleness */
+	bool paused;   /* not read while its unsent replies pass max_unsent */
+
+	/* The frame arriving: its header, then its payload (allocated once the header is in). */
+	uint8_t hdr[RGAPS_FRAME_HDR];
+	uint32_t hdr_have;
+	uint8_t *payload; /* NULL between frames */
+	uint32_t payload_len, payload_have;
+	uint64_t frame_start_ms; /* its first byte; 0 between frames */
+	uint64_t active_ms;	 /* the last byte received (or the accept) */
+	uint64_t sent_ms;	 /* the last progress of the reply queue, or when it filled */
+	size_t unsent;		 /* bytes queued and not yet taken by the kernel */
 
 	struct msghdr rmsg;
 	struct iovec riov;
@@ -98,8 +140,6 @@ struct rgapsd_conn {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int) * CTL_SEND_MAX_FDS)];
 	} scmsg;
-
-	struct rgaps_frame_reader reader; /* last: 64 KiB */
 };
 
 struct rgapsd_control {
@@ -114,7 +154,12 @@ struct rgapsd_control {
 	struct io_uring ring;
 	uv_poll_t poll;
 	uv_timer_t backoff; /* re-arms the accept after a failure (EMFILE...) */
+	uv_timer_t sweep;   /* closes the connections past a deadline */
 	int handles_open;
+	struct rgapsd_control_opts opts;
+	struct rgapsd_control_stats st; /* conns and paused: see nconns and the conns */
+	struct rgaps_ratelimit log_rl;	/* refusals and timeouts a client can cause at will */
+	uid_t self_uid;
 	struct rgapsd_conn *conns;
 	unsigned nconns;   /* OPEN or DRAINING */
 	unsigned nzombies; /* CLOSING, not yet freed */
@@ -141,6 +186,12 @@ static uint64_t ctl_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The loop's clock (updated once per iteration): deadlines need no more. */
+static uint64_t ctl_now(const struct rgapsd_control *ctl)
+{
+	return uv_now(ctl->loop);
 }
 
 static void ctl_submit(struct rgapsd_control *ctl)
@@ -172,23 +223,48 @@ static void ctl_submit_unless_dispatching(struct rgapsd_control *ctl)
 
 /* ---- connections ---------------------------------------------------------------------- */
 
-static void send_free(struct ctl_send *s)
+/* Refusals and timeouts that a client causes at will: rate-limited, with the count kept. */
+static void ctl_log_refusal(struct rgapsd_control *ctl, const char *fmt, ...) RGAPS_PRINTF(2, 3);
+
+static void ctl_log_refusal(struct rgapsd_control *ctl, const char *fmt, ...)
 {
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	rgaps_log_limited(&ctl->log_rl, RGAPS_LOG_WARN, "control: %s", msg);
+}
+
+/* A reply leaves the queue (sent, or dropped with its connection). */
+static void send_free(struct rgapsd_conn *conn, struct ctl_send *s)
+{
+	size_t left = s->len - s->off;
+
 	for (int i = 0; i < s->nfds; i++)
 		close(s->fds[i]);
+	conn->unsent -= left;
+	conn->ctl->st.unsent_bytes -= left;
 	free(s);
 }
 
 static void conn_free(struct rgapsd_conn *conn)
 {
+	struct rgapsd_control *ctl = conn->ctl;
 	struct ctl_send *s;
 
 	while ((s = conn->sq_head)) {
 		conn->sq_head = s->next;
-		send_free(s);
+		send_free(conn, s);
 	}
+	if (conn->payload) {
+		ctl->st.frame_bytes -= conn->payload_len;
+		free(conn->payload);
+	}
+	free(conn->groups);
 	close(conn->fd);
-	conn->ctl->nzombies--;
+	ctl->nzombies--;
 	free(conn);
 }
 
@@ -219,6 +295,10 @@ static void conn_close(struct rgapsd_conn *conn)
 	conn->prev = conn->next = NULL;
 	ctl->nconns--;
 	ctl->nzombies++;
+	if (conn->paused) {
+		conn->paused = false;
+		ctl->st.paused--;
+	}
 	rgaps_debug("control: connection %llu closed (pid %d uid %u)", (unsigned long long)conn->id,
 		    (int)conn->cred.pid, (unsigned)conn->cred.uid);
 	ctl->ops->on_close(ctl->ctx, conn);
@@ -232,7 +312,7 @@ static void conn_close(struct rgapsd_conn *conn)
 	while (s) {
 		struct ctl_send *next = s->next;
 
-		send_free(s);
+		send_free(conn, s);
 		s = next;
 	}
 	conn->sq_head = keep;
@@ -250,8 +330,14 @@ static int conn_recv_arm(struct rgapsd_conn *conn, bool poll_first)
 
 	if (!sqe)
 		return -ENOMEM;
-	rgaps_frame_reader_space(&conn->reader, &buf, &len);
-	/* next() returned 0 (more needed), so the reader has room. */
+	/* The rest of the header, else the rest of the payload: never a byte of the next frame. */
+	if (conn->hdr_have < RGAPS_FRAME_HDR) {
+		buf = conn->hdr + conn->hdr_have;
+		len = RGAPS_FRAME_HDR - conn->hdr_have;
+	} else {
+		buf = conn->payload + conn->payload_have;
+		len = conn->payload_len - conn->payload_have;
+	}
 	rgaps_require(len > 0);
 	conn->riov.iov_base = buf;
 	conn->riov.iov_len = len;
@@ -329,46 +415,60 @@ static void conn_drop_fds(struct rgapsd_conn *conn)
 		}
 	}
 	if (n || truncated)
-		rgaps_warn("control: connection %llu (pid %d uid %u) passed %u file "
-			   "descriptor(s)%s; closed them (clients never send descriptors)",
-			   (unsigned long long)conn->id, (int)conn->cred.pid,
-			   (unsigned)conn->cred.uid, n,
-			   truncated ? " and more the kernel discarded" : "");
+		ctl_log_refusal(conn->ctl, "connection %llu (pid %d uid %u) passed %u file "
+				"descriptor(s)%s; closed them (clients never send descriptors)",
+				(unsigned long long)conn->id, (int)conn->cred.pid,
+				(unsigned)conn->cred.uid, n,
+				truncated ? " and more the kernel discarded" : "");
 }
 
-/* The frame stream cannot be resynchronised: say why, then hang up once that is sent. */
+/* The error frame of the stable table (src/common/errors.c) that ends a connection. */
+static int ctl_error_frame(char *buf, size_t len, int err, const char *why)
+{
+	int n = snprintf(buf, len,
+			 "{\"ok\":false,\"error\":{\"code\":\"%s\",\"errno\":%d,"
+			 "\"message\":\"%s; closing the connection\"}}",
+			 rgaps__errcode_name(err), -err, why);
+
+	rgaps_require(n > 0 && (size_t)n < len);
+	return n;
+}
+
+/* The stream cannot go on (bad frame, a deadline): say why, then hang up once that is sent. */
+static void conn_fail(struct rgapsd_conn *conn, int err, const char *why)
+{
+	char reply[384];
+	int n, rc;
+
+	ctl_log_refusal(conn->ctl, "connection %llu (pid %d uid %u): %s; closing it",
+			(unsigned long long)conn->id, (int)conn->cred.pid,
+			(unsigned)conn->cred.uid, why);
+	n = ctl_error_frame(reply, sizeof(reply), err, why);
+	rc = rgapsd_conn_send(conn, reply, (size_t)n, NULL, 0);
+	if (rc)
+		rgaps_debug("control: connection %llu: cannot queue the error reply: %s",
+			    (unsigned long long)conn->id, strerror(-rc));
+	rgapsd_conn_close_after_send(conn);
+}
+
 static void conn_reject(struct rgapsd_conn *conn, int err)
 {
-	/* Codes from the stable table in src/common/errors.c. */
-	const char *code = err == -EMSGSIZE ? "too_large" : "bad_frame";
-	char why[96], reply[256];
-	int n, rc;
+	char why[96];
 
 	if (err == -EMSGSIZE)
 		snprintf(why, sizeof(why), "frame length exceeds the limit of %u bytes",
 			 RGAPS_FRAME_MAX);
 	else
 		snprintf(why, sizeof(why), "frame length is 0");
-	rgaps_warn("control: connection %llu (pid %d uid %u): %s; closing it",
-		   (unsigned long long)conn->id, (int)conn->cred.pid, (unsigned)conn->cred.uid,
-		   why);
-	n = snprintf(reply, sizeof(reply),
-		     "{\"ok\":false,\"error\":{\"code\":\"%s\",\"errno\":%d,"
-		     "\"message\":\"%s; closing the connection\"}}",
-		     code, -err, why);
-	rgaps_require(n > 0 && (size_t)n < sizeof(reply));
-	rc = rgapsd_conn_send(conn, reply, (size_t)n, NULL, 0);
-	if (rc)
-		rgaps_warn("control: connection %llu: cannot queue the error reply: %s",
-			   (unsigned long long)conn->id, strerror(-rc));
-	rgapsd_conn_close_after_send(conn);
+	conn_fail(conn, err, why);
 }
 
+/* Bytes of the frame arriving came in: the header's, then the payload's. */
 static void conn_on_data(struct rgapsd_conn *conn, int res)
 {
 	struct rgapsd_control *ctl = conn->ctl;
-	const uint8_t *payload;
-	size_t len;
+	uint8_t *payload;
+	uint32_t len;
 	int rc;
 
 	if (res == -EAGAIN || res == -EINTR) {
@@ -382,19 +482,54 @@ static void conn_on_data(struct rgapsd_conn *conn, int res)
 		conn_close(conn);
 		return;
 	}
-	rgaps_frame_reader_commit(&conn->reader, (size_t)res);
-	while (conn->state == CONN_OPEN) {
-		rc = rgaps_frame_reader_next(&conn->reader, &payload, &len);
-		if (rc == 0)
-			break;
-		if (rc < 0) {
+	conn->active_ms = ctl_now(ctl);
+	if (!conn->frame_start_ms)
+		conn->frame_start_ms = conn->active_ms;
+	if (conn->hdr_have < RGAPS_FRAME_HDR) {
+		conn->hdr_have += (uint32_t)res;
+		if (conn->hdr_have < RGAPS_FRAME_HDR)
+			goto next;
+		rc = rgaps_frame_length(conn->hdr, &len);
+		if (rc) {
 			conn_reject(conn, rc);
-			break;
+			goto next;
 		}
-		/* May send, ask to close, or even stop the control: the state says which. */
-		ctl->ops->on_frame(ctl->ctx, conn, (const char *)payload, len);
+		conn->payload = malloc(len);
+		if (!conn->payload) {
+			rgaps_warn("control: connection %llu: no memory for a %u-byte frame; "
+				   "closing it", (unsigned long long)conn->id, len);
+			conn_close(conn);
+			return;
+		}
+		conn->payload_len = len;
+		conn->payload_have = 0;
+		ctl->st.frame_bytes += len;
+		goto next;
 	}
+	conn->payload_have += (uint32_t)res;
+	if (conn->payload_have < conn->payload_len)
+		goto next;
+	payload = conn->payload;
+	len = conn->payload_len;
+	conn->payload = NULL;
+	conn->hdr_have = 0;
+	conn->frame_start_ms = 0;
+	ctl->st.frame_bytes -= len;
+	/* May send, ask to close, or even stop the control: the state says which. */
+	ctl->ops->on_frame(ctl->ctx, conn, (const char *)payload, len);
+	free(payload);
+next:
 	if (conn->state == CONN_OPEN) {
+		if (conn->unsent > ctl->opts.max_unsent) {
+			/* Resumed by conn_on_send once the client has taken enough. */
+			conn->paused = true;
+			ctl->st.paused++;
+			ctl->st.read_pauses++;
+			rgaps_debug("control: connection %llu: %zu bytes of replies unread; not "
+				    "reading its requests until it takes them",
+				    (unsigned long long)conn->id, conn->unsent);
+			return;
+		}
 		if (conn_recv_arm(conn, false))
 			conn_close(conn);
 	} else if (conn->state == CONN_DRAINING && !conn->send_armed) {
@@ -425,6 +560,7 @@ static void conn_on_recv(struct rgapsd_conn *conn, int res)
 
 static void conn_on_send(struct rgapsd_conn *conn, int res)
 {
+	struct rgapsd_control *ctl = conn->ctl;
 	struct ctl_send *s = conn->sq_head;
 
 	conn->send_armed = false;
@@ -447,6 +583,9 @@ static void conn_on_send(struct rgapsd_conn *conn, int res)
 		close(s->fds[i]);
 	s->nfds = 0;
 	s->off += (size_t)res;
+	conn->unsent -= (size_t)res;
+	ctl->st.unsent_bytes -= (uint64_t)res;
+	conn->sent_ms = ctl_now(ctl);
 	if (s->off < s->len)
 		rgaps_trace("control: connection %llu: short send, %zu of %zu bytes left",
 			    (unsigned long long)conn->id, s->len - s->off, s->len);
@@ -454,17 +593,84 @@ static void conn_on_send(struct rgapsd_conn *conn, int res)
 		conn->sq_head = s->next;
 		if (!conn->sq_head)
 			conn->sq_tail = &conn->sq_head;
-		free(s);
+		send_free(conn, s);
 	}
 	/* A short send resubmits the rest; otherwise the next reply, if any. */
 	if (conn->sq_head) {
-		if (conn_send_arm(conn, false))
+		if (conn_send_arm(conn, false)) {
 			conn_close(conn);
+			goto out;
+		}
 	} else if (conn->state == CONN_DRAINING) {
 		conn_close(conn);
+		goto out;
+	}
+	if (conn->paused && conn->state == CONN_OPEN && conn->unsent <= ctl->opts.max_unsent) {
+		conn->paused = false;
+		ctl->st.paused--;
+		if (conn_recv_arm(conn, false))
+			conn_close(conn);
 	}
 out:
 	conn_put(conn);
+}
+
+/* The client's supplementary groups (Linux 4.13+); without them only the primary gid counts. */
+static void conn_read_groups(struct rgapsd_conn *conn)
+{
+	socklen_t len = 16 * sizeof(gid_t);
+	static bool warned;
+
+	for (int tries = 0; tries < 3; tries++) {
+		gid_t *g = malloc(len ? len : sizeof(gid_t));
+
+		if (!g)
+			break;
+		if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
+			conn->groups = g;
+			conn->ngroups = (uint32_t)(len / sizeof(gid_t));
+			return;
+		}
+		free(g);
+		/* ERANGE: len now holds the size needed (at most NGROUPS_MAX gids). */
+		if (errno != ERANGE || len > (socklen_t)(NGROUPS_MAX * sizeof(gid_t)))
+			break;
+	}
+	if (!warned) {
+		rgaps_warn("control: SO_PEERGROUPS failed (%s): allow-lists see only the primary "
+			   "group of clients", strerror(errno));
+		warned = true;
+	}
+}
+
+/* Root and rgapsd's own user are bound only by the daemon-wide cap. */
+static bool ctl_uid_exempt(const struct rgapsd_control *ctl, uid_t uid)
+{
+	return uid == 0 || uid == ctl->self_uid;
+}
+
+static uint32_t ctl_conns_of(const struct rgapsd_control *ctl, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (const struct rgapsd_conn *c = ctl->conns; c; c = c->next)
+		n += c->cred.uid == uid;
+	return n;
+}
+
+/* Over a cap: one error frame (the socket is new, its buffer empty), then close. */
+static void ctl_refuse(struct rgapsd_control *ctl, int fd, const struct ucred *cred, int err,
+		       const char *why)
+{
+	char reply[384];
+	int n = ctl_error_frame(reply + RGAPS_FRAME_HDR, sizeof(reply) - RGAPS_FRAME_HDR, err,
+				why);
+
+	rgaps_frame_header((uint8_t *)reply, (uint32_t)n);
+	(void)!send(fd, reply, RGAPS_FRAME_HDR + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	close(fd);
+	ctl_log_refusal(ctl, "refused a connection of pid %d uid %u: %s", (int)cred->pid,
+			(unsigned)cred->uid, why);
 }
 
 static void conn_new(struct rgapsd_control *ctl, int fd)
@@ -472,11 +678,28 @@ static void conn_new(struct rgapsd_control *ctl, int fd)
 	struct rgapsd_conn *conn;
 	struct ucred cred;
 	socklen_t cred_len = sizeof(cred);
+	char why[160];
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
 		rgaps_warn("control: SO_PEERCRED on a new connection failed: %s; dropping it",
 			   strerror(errno));
 		close(fd);
+		return;
+	}
+	ctl->st.accepted++;
+	if (ctl->nconns >= ctl->opts.max_conns) {
+		ctl->st.refused_max++;
+		snprintf(why, sizeof(why), "rgapsd serves max_connections (%u) connections",
+			 ctl->opts.max_conns);
+		ctl_refuse(ctl, fd, &cred, -ENFILE, why);
+		return;
+	}
+	if (!ctl_uid_exempt(ctl, cred.uid) &&
+	    ctl_conns_of(ctl, cred.uid) >= ctl->opts.max_conns_per_user) {
+		ctl->st.refused_user++;
+		snprintf(why, sizeof(why), "uid %u has max_connections_per_user (%u) connections open",
+			 (unsigned)cred.uid, ctl->opts.max_conns_per_user);
+		ctl_refuse(ctl, fd, &cred, -EDQUOT, why);
 		return;
 	}
 	conn = calloc(1, sizeof(*conn));
@@ -492,15 +715,16 @@ static void conn_new(struct rgapsd_control *ctl, int fd)
 	conn->cred = cred;
 	conn->state = CONN_OPEN;
 	conn->sq_tail = &conn->sq_head;
-	rgaps_frame_reader_init(&conn->reader);
+	conn->active_ms = ctl_now(ctl);
+	conn_read_groups(conn);
 	conn->next = ctl->conns;
 	if (ctl->conns)
 		ctl->conns->prev = conn;
 	ctl->conns = conn;
 	ctl->nconns++;
-	rgaps_debug("control: connection %llu opened (pid %d uid %u gid %u)",
+	rgaps_debug("control: connection %llu opened (pid %d uid %u gid %u, %u groups)",
 		    (unsigned long long)conn->id, (int)cred.pid, (unsigned)cred.uid,
-		    (unsigned)cred.gid);
+		    (unsigned)cred.gid, conn->ngroups);
 	conn->refs = 1;
 	if (conn_recv_arm(conn, false)) {
 		rgaps_warn("control: connection %llu: no submission queue entry for its first "
@@ -508,6 +732,53 @@ static void conn_new(struct rgapsd_control *ctl, int fd)
 		conn_close(conn);
 	}
 	conn_put(conn);
+}
+
+/* ---- deadlines ------------------------------------------------------------------------- */
+
+static void ctl_on_sweep(uv_timer_t *t)
+{
+	struct rgapsd_control *ctl = t->data;
+	const struct rgapsd_control_opts *o = &ctl->opts;
+	uint64_t now = ctl_now(ctl);
+	struct rgapsd_conn *conn, *next;
+	char why[128];
+
+	for (conn = ctl->conns; conn; conn = next) {
+		next = conn->next;
+		if (conn->sq_head && now - conn->sent_ms >= o->idle_timeout_ms) {
+			/* It reads nothing: an error frame would not get through either. */
+			ctl->st.stalled_closed++;
+			ctl_log_refusal(ctl, "connection %llu (pid %d uid %u) left %zu bytes of "
+					"replies unread for %u ms; closing it",
+					(unsigned long long)conn->id, (int)conn->cred.pid,
+					(unsigned)conn->cred.uid, conn->unsent, o->idle_timeout_ms);
+			conn_close(conn);
+			continue;
+		}
+		if (conn->state != CONN_OPEN)
+			continue;
+		if (conn->frame_start_ms && now - conn->frame_start_ms >= o->frame_timeout_ms) {
+			ctl->st.frame_timeouts++;
+			snprintf(why, sizeof(why), "frame not complete %u ms after its first byte",
+				 o->frame_timeout_ms);
+			conn_fail(conn, -ETIMEDOUT, why);
+		} else if (!conn->attached && !conn->frame_start_ms && !conn->sq_head &&
+			   now - conn->active_ms >= o->idle_timeout_ms) {
+			ctl->st.idle_closed++;
+			snprintf(why, sizeof(why), "idle for %u ms without an attachment",
+				 o->idle_timeout_ms);
+			conn_fail(conn, -ETIMEDOUT, why);
+		}
+	}
+	ctl_submit_unless_dispatching(ctl);
+}
+
+static uint64_t ctl_sweep_interval(const struct rgapsd_control_opts *o)
+{
+	uint64_t ms = RGAPS_MIN(o->idle_timeout_ms, o->frame_timeout_ms) / 4;
+
+	return RGAPS_MAX(RGAPS_MIN(ms, (uint64_t)CTL_SWEEP_MAX_MS), (uint64_t)CTL_SWEEP_MIN_MS);
 }
 
 /* ---- accepting ------------------------------------------------------------------------- */
@@ -622,6 +893,15 @@ static void ctl_on_handle_closed(uv_handle_t *h)
 	free(ctl);
 }
 
+/* ctl and its eventfd are released once libuv has closed the three handles. */
+static void ctl_close_handles(struct rgapsd_control *ctl)
+{
+	ctl->handles_open = 3;
+	uv_close((uv_handle_t *)&ctl->poll, ctl_on_handle_closed);
+	uv_close((uv_handle_t *)&ctl->backoff, ctl_on_handle_closed);
+	uv_close((uv_handle_t *)&ctl->sweep, ctl_on_handle_closed);
+}
+
 /*
  * Wait (bounded: this is shutdown) for the accept and every closing connection's ops to
  * complete, then release the ring, the fds and, once libuv has closed them, the handles.
@@ -653,9 +933,7 @@ static void ctl_finish(struct rgapsd_control *ctl)
 	io_uring_queue_exit(&ctl->ring);
 	close(ctl->listen_fd);
 	close(ctl->lock_fd);
-	ctl->handles_open = 2;
-	uv_close((uv_handle_t *)&ctl->poll, ctl_on_handle_closed);
-	uv_close((uv_handle_t *)&ctl->backoff, ctl_on_handle_closed);
+	ctl_close_handles(ctl);
 }
 
 static void ctl_on_event(uv_poll_t *h, int status, int events)
@@ -675,9 +953,23 @@ static void ctl_on_event(uv_poll_t *h, int status, int events)
 
 /* ---- start / stop ---------------------------------------------------------------------- */
 
-/* mkdir -p of path's parent, mode 0755; *created_p: offset of the first directory made, or -1. */
-static int ctl_make_parents(const char *path, ssize_t *created_p)
+/*
+ * The search bits a directory needs so that those the socket's mode lets in can reach it:
+ * 0666 -> 0755, 0660 -> 0750, 0600 -> 0700.
+ */
+static mode_t ctl_dir_mode(mode_t sock_mode)
 {
+	return 0700 | ((sock_mode & 0060) ? 0050 : 0) | ((sock_mode & 0006) ? 0005 : 0);
+}
+
+/*
+ * mkdir -p of path's parent. Directories made get exactly the mode for the socket's (umask
+ * aside) and its group; *created_p: offset of the first directory made, or -1.
+ */
+static int ctl_make_parents(const struct rgapsd_control *ctl, const char *path,
+			    ssize_t *created_p)
+{
+	mode_t mode = ctl_dir_mode(ctl->opts.socket_mode);
 	char *p = strdup(path);
 	ssize_t created = -1;
 	int err = 0;
@@ -685,19 +977,30 @@ static int ctl_make_parents(const char *path, ssize_t *created_p)
 	*created_p = -1;
 	if (!p)
 		return -ENOMEM;
-	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+	for (char *s = strchr(p + 1, '/'); s && !err; s = strchr(s + 1, '/')) {
 		struct stat st;
 
 		*s = '\0';
-		if (mkdir(p, 0755) == 0) {
+		if (mkdir(p, mode) == 0) {
 			if (created < 0)
 				created = s - p;
+			if (chmod(p, mode) < 0 ||
+			    (ctl->opts.set_group && chown(p, (uid_t)-1, ctl->opts.group) < 0)) {
+				err = -errno;
+				rgaps_error("control: cannot give directory %s mode %04o%s: %s", p,
+					    (unsigned)mode, ctl->opts.set_group ? " and its group" : "",
+					    strerror(errno));
+			}
 		} else if (errno != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
 			err = -errno;
-			rgaps_error("control: cannot create directory %s for %s: %s", p, path,
-				    strerror(errno));
-			*s = '/';
-			break;
+			rgaps_error("control: cannot create directory %s for %s: %s%s", p, path,
+				    strerror(errno),
+				    errno == EACCES && geteuid() != 0 ?
+					    " (as a user other than root, give a socket path you "
+					    "may create: --socket or \"socket\", e.g. "
+					    "$XDG_RUNTIME_DIR/rgaps/rgapsd.sock, and point clients at "
+					    "it with RGAPS_SOCKET)" :
+					    "");
 		}
 		*s = '/';
 	}
@@ -802,10 +1105,18 @@ static int ctl_listen(struct rgapsd_control *ctl)
 		rgaps_error("control: cannot bind %s: %s", ctl->path, strerror(errno));
 		goto err_close;
 	}
-	/* Any local user may connect; what each may do is decided per topic from SO_PEERCRED. */
-	if (chmod(ctl->path, 0666) < 0) {
+	/* 0666 by default: any local user may connect, and the topics' allow-lists decide. */
+	if (chmod(ctl->path, ctl->opts.socket_mode) < 0) {
 		err = -errno;
-		rgaps_error("control: cannot chmod 0666 %s: %s", ctl->path, strerror(errno));
+		rgaps_error("control: cannot chmod %04o %s: %s", ctl->opts.socket_mode, ctl->path,
+			    strerror(errno));
+		goto err_unlink;
+	}
+	if (ctl->opts.set_group && chown(ctl->path, (uid_t)-1, ctl->opts.group) < 0) {
+		err = -errno;
+		rgaps_error("control: cannot give %s the group %u: %s%s", ctl->path,
+			    (unsigned)ctl->opts.group, strerror(errno),
+			    errno == EPERM ? " (rgapsd's user must be a member of socket_group)" : "");
 		goto err_unlink;
 	}
 	if (listen(fd, SOMAXCONN) < 0) {
@@ -866,8 +1177,30 @@ err_eventfd:
 	return err;
 }
 
-int rgapsd_control_start(uv_loop_t *loop, const char *path, const struct rgapsd_control_ops *ops,
-			 void *ctx, struct rgapsd_control **ctl_p)
+/* Zero fields take the defaults; the socket's mode keeps only its permission bits. */
+static void ctl_set_opts(struct rgapsd_control *ctl, const struct rgapsd_control_opts *o)
+{
+	const struct rgapsd_control_opts *d = &ctl_default_opts;
+
+	ctl->opts = o ? *o : *d;
+	if (!ctl->opts.max_conns)
+		ctl->opts.max_conns = d->max_conns;
+	if (!ctl->opts.max_conns_per_user)
+		ctl->opts.max_conns_per_user = d->max_conns_per_user;
+	if (!ctl->opts.idle_timeout_ms)
+		ctl->opts.idle_timeout_ms = d->idle_timeout_ms;
+	if (!ctl->opts.frame_timeout_ms)
+		ctl->opts.frame_timeout_ms = d->frame_timeout_ms;
+	if (!ctl->opts.max_unsent)
+		ctl->opts.max_unsent = d->max_unsent;
+	if (!ctl->opts.socket_mode)
+		ctl->opts.socket_mode = d->socket_mode;
+	ctl->opts.socket_mode &= 0777;
+}
+
+int rgapsd_control_start(uv_loop_t *loop, const char *path, const struct rgapsd_control_opts *opts,
+			 const struct rgapsd_control_ops *ops, void *ctx,
+			 struct rgapsd_control **ctl_p)
 {
 	struct rgapsd_control *ctl;
 	ssize_t created_dir = -1;
@@ -889,6 +1222,8 @@ int rgapsd_control_start(uv_loop_t *loop, const char *path, const struct rgapsd_
 	ctl->loop = loop;
 	ctl->ops = ops;
 	ctl->ctx = ctx;
+	ctl->self_uid = geteuid();
+	ctl_set_opts(ctl, opts);
 	ctl->listen_fd = ctl->lock_fd = ctl->event_fd = -1;
 	ctl->path = strdup(path);
 	if (!ctl->path || asprintf(&ctl->lock_path, "%s.lock", path) < 0) {
@@ -897,7 +1232,7 @@ int rgapsd_control_start(uv_loop_t *loop, const char *path, const struct rgapsd_
 		goto err_free;
 	}
 
-	err = ctl_make_parents(path, &created_dir);
+	err = ctl_make_parents(ctl, path, &created_dir);
 	if (err)
 		goto err_dirs;
 	err = ctl_lock(ctl);
@@ -920,12 +1255,19 @@ int rgapsd_control_start(uv_loop_t *loop, const char *path, const struct rgapsd_
 	ctl->poll.data = ctl;
 	uv_timer_init(loop, &ctl->backoff);
 	ctl->backoff.data = ctl;
+	uv_timer_init(loop, &ctl->sweep);
+	ctl->sweep.data = ctl;
 	err = uv_poll_start(&ctl->poll, UV_READABLE, ctl_on_event);
 	if (err) {
 		rgaps_error("control: uv_poll_start on the io_uring eventfd: %s", uv_strerror(err));
 		goto err_uv;
 	}
-	rgaps_info("control: serving %s", path);
+	uv_timer_start(&ctl->sweep, ctl_on_sweep, ctl_sweep_interval(&ctl->opts),
+		       ctl_sweep_interval(&ctl->opts));
+	rgaps_info("control: serving %s (mode %04o; at most %u connections, %u per user; idle "
+		   "%u ms, frame %u ms, %" PRIu64 " bytes of unread replies)",
+		   path, ctl->opts.socket_mode, ctl->opts.max_conns, ctl->opts.max_conns_per_user,
+		   ctl->opts.idle_timeout_ms, ctl->opts.frame_timeout_ms, ctl->opts.max_unsent);
 	*ctl_p = ctl;
 	return 0;
 
@@ -937,9 +1279,7 @@ err_uv:
 	unlink(ctl->lock_path);
 	close(ctl->lock_fd);
 	ctl_remove_parents(path, created_dir);
-	ctl->handles_open = 2;
-	uv_close((uv_handle_t *)&ctl->poll, ctl_on_handle_closed);
-	uv_close((uv_handle_t *)&ctl->backoff, ctl_on_handle_closed);
+	ctl_close_handles(ctl);
 	return err;
 err_ring:
 	io_uring_queue_exit(&ctl->ring);
@@ -967,6 +1307,7 @@ void rgapsd_control_stop(struct rgapsd_control *ctl)
 		return;
 	ctl->stopping = true;
 	uv_timer_stop(&ctl->backoff);
+	uv_timer_stop(&ctl->sweep);
 	if (ctl->accept_armed) {
 		sqe = ctl_get_sqe(ctl);
 		if (sqe) {
@@ -1019,15 +1360,18 @@ int rgapsd_conn_send(struct rgapsd_conn *conn, const char *payload, size_t len, 
 	memcpy(s->data + RGAPS_FRAME_HDR, payload, len);
 	*conn->sq_tail = s;
 	conn->sq_tail = &s->next;
+	conn->unsent += s->len;
+	conn->ctl->st.unsent_bytes += s->len;
 	if (conn->send_armed)
 		return 0;
 	/* Idle sender means an empty queue (see conn_on_send): s is the head. */
 	rgaps_require(conn->sq_head == s);
+	conn->sent_ms = ctl_now(conn->ctl);
 	err = conn_send_arm(conn, false);
 	if (err) {
 		conn->sq_head = NULL;
 		conn->sq_tail = &conn->sq_head;
-		send_free(s);
+		send_free(conn, s);
 		return err;
 	}
 	ctl_submit_unless_dispatching(conn->ctl);
@@ -1047,9 +1391,27 @@ void rgapsd_conn_close_after_send(struct rgapsd_conn *conn)
 		shutdown(conn->fd, SHUT_RD);
 }
 
+void rgapsd_conn_set_attached(struct rgapsd_conn *conn, bool attached)
+{
+	conn->attached = attached;
+	/* Idle time counts from the detach, not from the last request before the attach. */
+	conn->active_ms = ctl_now(conn->ctl);
+}
+
 const struct ucred *rgapsd_conn_cred(const struct rgapsd_conn *conn)
 {
 	return &conn->cred;
+}
+
+const gid_t *rgapsd_conn_groups(const struct rgapsd_conn *conn, uint32_t *n_p)
+{
+	*n_p = conn->ngroups;
+	return conn->groups;
+}
+
+size_t rgapsd_conn_unsent(const struct rgapsd_conn *conn)
+{
+	return conn->unsent;
 }
 
 uint64_t rgapsd_conn_id(const struct rgapsd_conn *conn)
@@ -1070,4 +1432,11 @@ void *rgapsd_conn_get_data(const struct rgapsd_conn *conn)
 unsigned rgapsd_control_nconns(const struct rgapsd_control *ctl)
 {
 	return ctl->nconns;
+}
+
+void rgapsd_control_get_stats(const struct rgapsd_control *ctl, struct rgapsd_control_stats *st)
+{
+	*st = ctl->st;
+	st->conns = ctl->nconns;
+	st->log_suppressed = ctl->log_rl.suppressed_total;
 }

@@ -6,8 +6,11 @@
 #include "rgaps_build_config.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../common/futex.h"
 #include "../common/log.h"
@@ -32,6 +35,54 @@ static void on_signal(uv_signal_t *s, int signum)
 	rgapsd_shutdown(d);
 }
 
+/* socket_group: a name from the group database, or a number. 0 or -errno, with the reason logged. */
+static int resolve_group(const char *name, gid_t *gid_p)
+{
+	struct group gr, *res = NULL;
+	char buf[4096], *end;
+	unsigned long v;
+	int rc;
+
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (*name && !*end && errno == 0 && v < (gid_t)-1) {
+		*gid_p = (gid_t)v;
+		return 0;
+	}
+	rc = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
+	if (rc || !res) {
+		rgaps_error("socket_group: no group '%s'%s%s", name, rc ? ": " : "",
+			    rc ? strerror(rc) : "");
+		return rc ? -rc : -ENOENT;
+	}
+	*gid_p = gr.gr_gid;
+	return 0;
+}
+
+/*
+ * Every client connection and every topic (2 segments) holds a descriptor: the soft limit
+ * goes up to the hard one, and a limit that cannot cover the configured maxima is reported.
+ */
+static void raise_fd_limit(const struct rgapsd_config *cfg)
+{
+	uint64_t want = (uint64_t)cfg->max_connections + 2ull * (cfg->max_topics + cfg->ntopics) + 256;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+		rgaps_warn("open files limit %llu is below what max_connections (%u) and max_topics "
+			   "(%u, plus %u configured) may need (%llu): raise it (LimitNOFILE=) or "
+			   "lower them",
+			   (unsigned long long)rl.rlim_cur, cfg->max_connections, cfg->max_topics,
+			   cfg->ntopics, (unsigned long long)want);
+}
+
 static const struct rgapsd_control_ops control_ops = {
 	.on_frame = rgapsd__on_frame,
 	.on_close = rgapsd__on_close,
@@ -39,6 +90,14 @@ static const struct rgapsd_control_ops control_ops = {
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg)
 {
+	struct rgapsd_control_opts copts = {
+		.max_conns = cfg->max_connections,
+		.max_conns_per_user = cfg->max_connections_per_user,
+		.idle_timeout_ms = cfg->idle_timeout_ms,
+		.frame_timeout_ms = cfg->frame_timeout_ms,
+		.max_unsent = cfg->max_unsent_replies,
+		.socket_mode = (unsigned)strtoul(cfg->socket_mode, NULL, 8),
+	};
 	int r, n;
 
 	memset(d, 0, sizeof(*d));
@@ -52,8 +111,15 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	snprintf(d->plugin_dir, sizeof(d->plugin_dir), "%s",
 		 cfg->plugin_dir[0] ? cfg->plugin_dir : rgaps__plugin_default_dir());
 
+	if (cfg->socket_group[0]) {
+		r = resolve_group(cfg->socket_group, &copts.group);
+		if (r)
+			return r;
+		copts.set_group = true;
+	}
+	raise_fd_limit(cfg);
 	/* The control socket's lock makes us the only daemon of this instance... */
-	r = rgapsd_control_start(loop, cfg->socket_path, &control_ops, d, &d->ctl);
+	r = rgapsd_control_start(loop, cfg->socket_path, &copts, &control_ops, d, &d->ctl);
 	if (r) {
 		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
 		return r;

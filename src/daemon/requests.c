@@ -125,6 +125,8 @@ static void detach(struct client *c)
 		c->topic->attachments--;
 	rgapsd__told_free(&c->told);
 	c->member = NULL;
+	if (c->role != CLIENT_NONE)
+		rgapsd_conn_set_attached(c->conn, false);
 	c->role = CLIENT_NONE;
 	c->topic = NULL;
 }
@@ -267,6 +269,7 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	c->role = sub ? CLIENT_SUB : CLIENT_PUB;
 	c->topic = t;
 	t->attachments++;
+	rgapsd_conn_set_attached(conn, true);
 
 	r = reply_ok(req);
 	cJSON_AddStringToObject(r, "topic", name);

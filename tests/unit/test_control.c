@@ -35,7 +35,7 @@
 #include "log.h"
 #include "util.h"
 
-#define WATCHDOG_MS 5000
+#define WATCHDOG_MS 10000
 #define MAX_IDS 256
 
 struct fx {
@@ -43,6 +43,7 @@ struct fx {
 	uv_timer_t watchdog;
 	uv_async_t done;
 	struct rgapsd_control *ctl;
+	struct rgapsd_control_opts opts; /* all zero: the defaults */
 	char dir[64];
 	char path[100];
 	char lock_path[112];
@@ -61,6 +62,8 @@ struct fx {
 	pid_t last_pid;
 	uid_t last_uid;
 	uint64_t closed_ids[MAX_IDS];
+	struct rgapsd_control_stats last_stats; /* as the last on_close saw them */
+	uint64_t max_frame_bytes;		 /* largest frame buffer seen by the poller */
 
 	/* Client thread only, read by the main thread after join. */
 	char err[512];
@@ -104,6 +107,27 @@ static void on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, s
 	}
 	(*seen)++;
 
+	/* A frame is read only while the replies left unread are within the limit. */
+	assert_true(rgapsd_conn_unsent(conn) <=
+		    (fx->opts.max_unsent ? fx->opts.max_unsent : 1u << 20));
+	if (len == 6 && memcmp(payload, "attach", 6) == 0) {
+		rgapsd_conn_set_attached(conn, true);
+		assert_int_equal(rgapsd_conn_send(conn, "attached", 8, NULL, 0), 0);
+		return;
+	}
+	if (len == 6 && memcmp(payload, "groups", 6) == 0) {
+		uint32_t n;
+		const gid_t *g = rgapsd_conn_groups(conn, &n);
+		gid_t mine[256];
+		int nmine = getgroups(256, mine);
+
+		/* SO_PEERGROUPS: the client's supplementary groups, as getgroups() sees them. */
+		assert_int_equal((int)n, nmine);
+		for (uint32_t i = 0; i < n; i++)
+			assert_int_equal(g[i], mine[i]);
+		assert_int_equal(rgapsd_conn_send(conn, "groups-ok", 9, NULL, 0), 0);
+		return;
+	}
 	if (len == 3 && memcmp(payload, "bye", 3) == 0) {
 		assert_int_equal(rgapsd_conn_send(conn, "bye-ack", 7, NULL, 0), 0);
 		rgapsd_conn_close_after_send(conn);
@@ -119,8 +143,13 @@ static void on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, s
 	}
 	if (len == 3 && memcmp(payload, "api", 3) == 0) {
 		static char big[RGAPS_FRAME_MAX + 1];
+		struct rgapsd_control_stats st;
 		int many[33] = { 0 };
 		int bad = -1;
+
+		/* The only client: no frame buffer is held while its frame is being handled. */
+		rgapsd_control_get_stats(fx->ctl, &st);
+		assert_int_equal(st.frame_bytes, 0);
 
 		assert_int_equal(rgapsd_conn_send(conn, big, sizeof(big), NULL, 0), -EMSGSIZE);
 		assert_int_equal(rgapsd_conn_send(conn, big, 0, NULL, 0), -EMSGSIZE);
@@ -146,6 +175,8 @@ static void on_close(void *ctx, struct rgapsd_conn *conn)
 		fx->closed_ids[fx->closes] = id;
 	fx->closes++;
 	assert_int_equal(rgapsd_conn_send(conn, "x", 1, NULL, 0), -ENOTCONN);
+	if (fx->ctl)
+		rgapsd_control_get_stats(fx->ctl, &fx->last_stats);
 	free(rgapsd_conn_get_data(conn));
 	rgapsd_conn_set_data(conn, NULL);
 	fx_maybe_finish(fx);
@@ -217,10 +248,11 @@ static void fx_start(struct fx *fx)
 {
 	struct stat st;
 
-	assert_int_equal(rgapsd_control_start(&fx->loop, fx->path, &test_ops, fx, &fx->ctl), 0);
+	assert_int_equal(rgapsd_control_start(&fx->loop, fx->path, &fx->opts, &test_ops, fx,
+					      &fx->ctl), 0);
 	assert_int_equal(stat(fx->path, &st), 0);
 	assert_true(S_ISSOCK(st.st_mode));
-	assert_int_equal(st.st_mode & 0777, 0666);
+	assert_int_equal(st.st_mode & 0777, fx->opts.socket_mode ? fx->opts.socket_mode : 0666);
 	assert_true(path_exists(fx->lock_path));
 	assert_int_equal(rgapsd_control_nconns(fx->ctl), 0);
 }
@@ -554,6 +586,10 @@ static void client_echo(struct fx *fx)
 	CHECK(fx, rc == 0, "send api: %s", strerror(-rc));
 	rc = recv_frame(fd, in, sizeof(in), &len, NULL);
 	CHECK(fx, rc == 1 && len == 6 && memcmp(in, "api-ok", 6) == 0, "api reply: %d", rc);
+	rc = send_frame(fd, "groups", 6, -1);
+	CHECK(fx, rc == 0, "send groups: %s", strerror(-rc));
+	rc = recv_frame(fd, in, sizeof(in), &len, NULL);
+	CHECK(fx, rc == 1 && len == 9 && memcmp(in, "groups-ok", 9) == 0, "groups reply: %d", rc);
 	close(fd);
 }
 
@@ -567,7 +603,7 @@ static void test_echo_and_fd(void **state)
 	fx.wait_closes = 1;
 	fx_run(&fx, client_echo);
 	assert_int_equal(fx.closes, 1);
-	assert_int_equal(fx.frames, RGAPS_ARRAY_SIZE(echo_sizes) + 4);
+	assert_int_equal(fx.frames, RGAPS_ARRAY_SIZE(echo_sizes) + 5);
 	assert_int_equal(fx.last_pid, getpid());
 	assert_int_equal(fx.last_uid, getuid());
 }
@@ -676,7 +712,7 @@ static void test_second_start_busy(void **state)
 
 	fx_init(&fx);
 	fx_start(&fx);
-	assert_int_equal(rgapsd_control_start(&fx.loop, fx.path, &test_ops, &fx, &second),
+	assert_int_equal(rgapsd_control_start(&fx.loop, fx.path, NULL, &test_ops, &fx, &second),
 			 -EADDRINUSE);
 	assert_ptr_equal(second, (struct rgapsd_control *)&second); /* untouched on failure */
 	/* The first one's socket and lock are intact. */
@@ -773,36 +809,95 @@ static void test_stop_inside_handler(void **state)
 
 #define NBIG 40
 #define BIG_LEN 60000u
+#define SMALL_UNSENT (256u * 1024u)
 
 /*
- * Far more replies than the socket buffer holds while the client is not reading: the server
- * queues them and sends in pieces (short sends), each reply's fd with its first piece.
+ * Send frames of BIG_LEN without blocking until the socket has not taken a byte for stall_ms
+ * (the server stopped reading). Returns the frames wholly sent; *off_p: bytes of the next.
+ */
+static int send_until_stalled(int fd, const uint8_t *frame, unsigned max, int stall_ms,
+			      size_t *off_p)
+{
+	size_t flen = RGAPS_FRAME_HDR + BIG_LEN;
+	unsigned n = 0;
+
+	*off_p = 0;
+	while (n < max) {
+		ssize_t k = send(fd, frame + *off_p, flen - *off_p, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&p, 1, stall_ms) == 0)
+				break;
+			continue;
+		}
+		if (k < 0)
+			return -errno;
+		*off_p += (size_t)k;
+		if (*off_p == flen) {
+			*off_p = 0;
+			n++;
+		}
+	}
+	return (int)n;
+}
+
+/*
+ * Far more requests than the reply limit allows while the client is not reading: the server
+ * stops reading (the client's sends stall), then serves everything once the client reads,
+ * in pieces (short sends), each reply's fd with its first piece.
  */
 static void client_backpressure(struct fx *fx)
 {
-	static uint8_t out[BIG_LEN], in[RGAPS_FRAME_MAX];
-	size_t len;
+	static uint8_t frame[RGAPS_FRAME_HDR + BIG_LEN], out[BIG_LEN], in[RGAPS_FRAME_MAX];
+	unsigned sent, got = 0;
+	size_t len, off;
 	int fd, rfd, rc;
 	struct stat st;
 
 	fd = client_connect(fx->path);
 	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
-	for (unsigned i = 0; i < NBIG; i++) {
-		fill(out, BIG_LEN, i);
-		rc = send_frame(fd, out, BIG_LEN, -1);
-		CHECK(fx, rc == 0, "send %u: %s", i, strerror(-rc));
-	}
-	usleep(100 * 1000);
-	for (unsigned i = 0; i < NBIG; i++) {
+	rgaps_frame_header(frame, BIG_LEN);
+	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 7);
+	/* A second without progress: the server stopped reading (not merely slow, even loaded). */
+	rc = send_until_stalled(fd, frame, NBIG, 1000, &off);
+	CHECK(fx, rc >= 0, "send: %s", strerror(-rc));
+	sent = (unsigned)rc;
+	/* 256 KiB of replies, one more frame, and the socket buffers: well short of 40 frames. */
+	CHECK(fx, sent < NBIG, "all %u frames went in: the server never stopped reading", sent);
+	/* Now read replies and send the rest as the server takes it: it resumes reading. */
+	fill(out, BIG_LEN, 7);
+	while (got < NBIG) {
+		struct pollfd p = { .fd = fd, .events = POLLIN | (sent < NBIG ? POLLOUT : 0) };
+
+		rc = poll(&p, 1, 5000);
+		CHECK(fx, rc == 1, "no progress for 5 s (%u sent, %u replies)", sent, got);
+		if (p.revents & POLLOUT) {
+			ssize_t k = send(fd, frame + off, sizeof(frame) - off,
+					 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+			CHECK(fx, k >= 0 || errno == EAGAIN || errno == EINTR, "send %u: %s",
+			      sent, strerror(errno));
+			off += k > 0 ? (size_t)k : 0;
+			if (off == sizeof(frame)) {
+				off = 0;
+				sent++;
+			}
+		}
+		if (!(p.revents & POLLIN))
+			continue;
 		rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
-		CHECK(fx, rc == 1, "reply %u: %d (%s)", i, rc, strerror(-rc));
-		fill(out, BIG_LEN, i);
+		CHECK(fx, rc == 1, "reply %u: %d (%s)", got, rc, strerror(-rc));
 		CHECK(fx, len == BIG_LEN && memcmp(in, out, len) == 0, "reply %u: wrong payload",
-		      i);
-		CHECK(fx, rfd >= 0, "reply %u: no descriptor", i);
+		      got);
+		CHECK(fx, rfd >= 0, "reply %u: no descriptor", got);
 		rc = fstat(rfd, &st);
 		close(rfd);
-		CHECK(fx, rc == 0 && S_ISFIFO(st.st_mode), "reply %u: not the pipe", i);
+		CHECK(fx, rc == 0 && S_ISFIFO(st.st_mode), "reply %u: not the pipe", got);
+		got++;
 	}
 	close(fd);
 }
@@ -812,26 +907,28 @@ static void test_backpressure(void **state)
 	struct fx fx;
 
 	fx_init(&fx);
+	fx.opts.max_unsent = SMALL_UNSENT;
 	fx_start(&fx);
 	fx.wait_closes = 1;
 	fx_run(&fx, client_backpressure);
 	assert_int_equal(fx.frames, NBIG);
+	assert_true(fx.last_stats.read_pauses > 0);
+	assert_int_equal(fx.last_stats.paused, 0);
 }
 
 /* The client hangs up with replies still queued: they are dropped with their fds. */
 static void client_hangup_with_backlog(struct fx *fx)
 {
-	static uint8_t out[BIG_LEN];
+	static uint8_t frame[RGAPS_FRAME_HDR + BIG_LEN];
+	size_t off;
 	int fd, rc;
 
 	fd = client_connect(fx->path);
 	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
-	fill(out, BIG_LEN, 1);
-	for (unsigned i = 0; i < NBIG; i++) {
-		rc = send_frame(fd, out, BIG_LEN, -1);
-		CHECK(fx, rc == 0, "send %u: %s", i, strerror(-rc));
-	}
-	usleep(100 * 1000);
+	rgaps_frame_header(frame, BIG_LEN);
+	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 1);
+	rc = send_until_stalled(fd, frame, NBIG, 300, &off);
+	CHECK(fx, rc > 0, "send: %d", rc);
 	close(fd);
 }
 
@@ -840,10 +937,195 @@ static void test_hangup_with_backlog(void **state)
 	struct fx fx;
 
 	fx_init(&fx);
+	fx.opts.max_unsent = SMALL_UNSENT;
 	fx_start(&fx);
 	fx.wait_closes = 1;
 	fx_run(&fx, client_hangup_with_backlog);
 	assert_int_equal(fx.closes, 1);
+}
+
+/* The client never reads its replies: after idle_timeout_ms without progress it is cut off. */
+static void client_stalled(struct fx *fx)
+{
+	static uint8_t frame[RGAPS_FRAME_HDR + BIG_LEN];
+	struct pollfd p;
+	size_t off;
+	int fd, rc;
+
+	fd = client_connect(fx->path);
+	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
+	rgaps_frame_header(frame, BIG_LEN);
+	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 1);
+	rc = send_until_stalled(fd, frame, NBIG, 500, &off);
+	CHECK(fx, rc > 0, "send: %d", rc);
+	p = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+	rc = poll(&p, 1, 8000);
+	close(fd);
+	CHECK(fx, rc == 1 && (p.revents & (POLLHUP | POLLRDHUP)),
+	      "the server kept a connection that reads nothing (poll %d, revents %#x)", rc,
+	      (unsigned)p.revents);
+}
+
+static void test_stalled_reader(void **state)
+{
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.opts.max_unsent = SMALL_UNSENT;
+	fx.opts.idle_timeout_ms = 2000;
+	fx_start(&fx);
+	fx.wait_closes = 1;
+	fx_run(&fx, client_stalled);
+	assert_int_equal(fx.last_stats.stalled_closed, 1);
+	assert_int_equal(fx.last_stats.idle_closed, 0);
+}
+
+/* Beyond max_conns: an error frame ("limit"), then EOF; a place that frees up is usable. */
+static void client_conn_cap(struct fx *fx)
+{
+	char in[64];
+	size_t len;
+	int fds[3], fd, rfd, rc;
+
+	for (int i = 0; i < 3; i++) {
+		fds[i] = client_connect(fx->path);
+		CHECK(fx, fds[i] >= 0, "connect %d: %s", i, strerror(-fds[i]));
+		/* A reply proves the server accepted it before the next one comes. */
+		rc = send_frame(fds[i], "ping", 4, -1);
+		if (rc == 0)
+			rc = recv_frame(fds[i], in, sizeof(in), &len, &rfd);
+		CHECK(fx, rc == 1, "ping %d: %d", i, rc);
+		close(rfd);
+	}
+	fd = client_connect(fx->path);
+	CHECK(fx, fd >= 0, "connect 4: %s", strerror(-fd));
+	expect_error_then_eof(fx, fd, "limit", ENFILE);
+	close(fd);
+	close(fds[0]);
+	/* The server sees the hang-up asynchronously: retry for a while. */
+	for (int i = 0; i < 100; i++) {
+		fd = client_connect(fx->path);
+		CHECK(fx, fd >= 0, "connect 5: %s", strerror(-fd));
+		rc = send_frame(fd, "ping", 4, -1);
+		if (rc == 0)
+			rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
+		if (rc == 1 && len == 4 && memcmp(in, "ping", 4) == 0)
+			break;
+		close(fd);
+		fd = -1;
+		usleep(20 * 1000);
+	}
+	CHECK(fx, fd >= 0, "no connection accepted after one closed");
+	close(rfd);
+	close(fd);
+	close(fds[1]);
+	close(fds[2]);
+}
+
+static void test_conn_cap(void **state)
+{
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.opts.max_conns = 3;
+	fx_start(&fx);
+	fx.wait_closes = 4;
+	fx_run(&fx, client_conn_cap);
+	assert_true(fx.last_stats.refused_max >= 1);
+	assert_int_equal(fx.last_stats.refused_user, 0); /* root is exempt from the per-user cap */
+}
+
+/* Unattached and silent: closed with a "timeout" error. Attached: kept however long. */
+static void client_idle_timeout(struct fx *fx)
+{
+	char in[64];
+	size_t len;
+	int idle, held, rfd, rc;
+
+	idle = client_connect(fx->path);
+	CHECK(fx, idle >= 0, "connect: %s", strerror(-idle));
+	held = client_connect(fx->path);
+	CHECK(fx, held >= 0, "connect: %s", strerror(-held));
+	rc = send_frame(held, "attach", 6, -1);
+	if (rc == 0)
+		rc = recv_frame(held, in, sizeof(in), &len, NULL);
+	CHECK(fx, rc == 1 && len == 8, "attach: %d", rc);
+	expect_error_then_eof(fx, idle, "timeout", ETIMEDOUT);
+	close(idle);
+	if (fx->err[0])
+		return;
+	usleep(600 * 1000); /* three idle timeouts */
+	rc = send_frame(held, "ping", 4, -1);
+	if (rc == 0)
+		rc = recv_frame(held, in, sizeof(in), &len, &rfd);
+	CHECK(fx, rc == 1 && len == 4, "the attached connection was closed: %d", rc);
+	close(rfd);
+	close(held);
+}
+
+static void test_idle_timeout(void **state)
+{
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.opts.idle_timeout_ms = 200;
+	fx_start(&fx);
+	fx.wait_closes = 2;
+	fx_run(&fx, client_idle_timeout);
+	assert_int_equal(fx.last_stats.idle_closed, 1);
+}
+
+/* Half a header, and a header with part of its payload: both cut off at the deadline. */
+static void client_frame_timeout(struct fx *fx)
+{
+	uint8_t part[RGAPS_FRAME_HDR + 10];
+	int a, b, rc;
+
+	a = client_connect(fx->path);
+	CHECK(fx, a >= 0, "connect: %s", strerror(-a));
+	b = client_connect(fx->path);
+	CHECK(fx, b >= 0, "connect: %s", strerror(-b));
+	rgaps_frame_header(part, 100);
+	memset(part + RGAPS_FRAME_HDR, 'x', 10);
+	rc = send_all(a, part, 2, -1);
+	CHECK(fx, rc == 0, "send: %s", strerror(-rc));
+	rc = send_all(b, part, sizeof(part), -1);
+	CHECK(fx, rc == 0, "send: %s", strerror(-rc));
+	expect_error_then_eof(fx, a, "timeout", ETIMEDOUT);
+	expect_error_then_eof(fx, b, "timeout", ETIMEDOUT);
+	close(a);
+	close(b);
+}
+
+static void on_poll_frame_bytes(uv_timer_t *t)
+{
+	struct fx *fx = t->data;
+	struct rgapsd_control_stats st;
+
+	if (!fx->ctl) {
+		uv_close((uv_handle_t *)t, NULL);
+		return;
+	}
+	rgapsd_control_get_stats(fx->ctl, &st);
+	fx->max_frame_bytes = RGAPS_MAX(fx->max_frame_bytes, st.frame_bytes);
+}
+
+static void test_frame_timeout(void **state)
+{
+	uv_timer_t poller;
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.opts.frame_timeout_ms = 200;
+	fx_start(&fx);
+	fx.wait_closes = 2;
+	assert_int_equal(uv_timer_init(&fx.loop, &poller), 0);
+	poller.data = &fx;
+	assert_int_equal(uv_timer_start(&poller, on_poll_frame_bytes, 5, 5), 0);
+	fx_run(&fx, client_frame_timeout);
+	assert_int_equal(fx.last_stats.frame_timeouts, 2);
+	/* The buffer is the announced frame's size (not the 64 KiB limit). */
+	assert_int_equal(fx.max_frame_bytes, 100);
 }
 
 /* Stop while clients are connected and idle: on_close for each, and they see EOF. */
@@ -904,9 +1186,9 @@ static void test_start_errors(void **state)
 	memset(longpath, 'a', sizeof(longpath) - 1);
 	longpath[0] = '/';
 	longpath[sizeof(longpath) - 1] = '\0';
-	assert_int_equal(rgapsd_control_start(&fx.loop, longpath, &test_ops, &fx, &ctl),
+	assert_int_equal(rgapsd_control_start(&fx.loop, longpath, NULL, &test_ops, &fx, &ctl),
 			 -ENAMETOOLONG);
-	assert_int_equal(rgapsd_control_start(&fx.loop, "", &test_ops, &fx, &ctl), -EINVAL);
+	assert_int_equal(rgapsd_control_start(&fx.loop, "", NULL, &test_ops, &fx, &ctl), -EINVAL);
 	assert_null(ctl);
 
 	/* Something that is not a socket at the path is not ours to remove. */
@@ -916,7 +1198,7 @@ static void test_start_errors(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "data", 4), 4);
 	close(fd);
-	assert_int_equal(rgapsd_control_start(&fx.loop, fx.path, &test_ops, &fx, &ctl), -EEXIST);
+	assert_int_equal(rgapsd_control_start(&fx.loop, fx.path, NULL, &test_ops, &fx, &ctl), -EEXIST);
 	assert_null(ctl);
 	fd = open(fx.path, O_RDONLY | O_CLOEXEC);
 	assert_true(fd >= 0);
@@ -938,6 +1220,28 @@ static void test_start_errors(void **state)
 	assert_int_equal(fx.closes, 1);
 }
 
+/* socket_mode 0600 and an explicit group: the socket and the directory made for it follow. */
+static void test_socket_mode(void **state)
+{
+	char sub[96];
+	struct stat st;
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.opts.socket_mode = 0600;
+	fx.opts.set_group = true;
+	fx.opts.group = getgid();
+	fx_start(&fx); /* asserts the socket's mode */
+	snprintf(sub, sizeof(sub), "%s/run", fx.dir);
+	assert_int_equal(stat(sub, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+	assert_int_equal(st.st_gid, getgid());
+	assert_int_equal(stat(fx.path, &st), 0);
+	assert_int_equal(st.st_gid, getgid());
+	fx.wait_closes = 1;
+	fx_run(&fx, client_echo_once);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -948,8 +1252,13 @@ int main(void)
 		cmocka_unit_test(test_stop_inside_handler),
 		cmocka_unit_test(test_backpressure),
 		cmocka_unit_test(test_hangup_with_backlog),
+		cmocka_unit_test(test_stalled_reader),
+		cmocka_unit_test(test_conn_cap),
+		cmocka_unit_test(test_idle_timeout),
+		cmocka_unit_test(test_frame_timeout),
 		cmocka_unit_test(test_stop_with_idle_clients),
 		cmocka_unit_test(test_start_errors),
+		cmocka_unit_test(test_socket_mode),
 	};
 	const char *lvl = getenv("RGAPS_LOG_LEVEL");
 	uv_loop_t warm;
