@@ -820,8 +820,8 @@ static void ctl_on_accept(struct rgapsd_control *ctl, int res, unsigned flags)
 			conn_new(ctl, res);
 	} else if (!ctl->stopping && !ctl->accept_failing) {
 		/* EMFILE and friends last a while: once per streak, and a pause before retrying. */
-		rgaps_warn("control: accept on %s failed: %s; retrying every %d ms", ctl->path,
-			   strerror(-res), CTL_ACCEPT_BACKOFF_MS);
+		ctl_log_refusal(ctl, "accept on %s failed: %s; retrying every %d ms", ctl->path,
+				strerror(-res), CTL_ACCEPT_BACKOFF_MS);
 		ctl->accept_failing = true;
 	}
 	if (ctl->accept_armed || ctl->stopping)

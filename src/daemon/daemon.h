@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "../common/config.h"
+#include "../common/log.h"
 #include "../common/plugin_loader.h"
 #include "../common/shm.h"
 #include "../common/topic.h"
@@ -87,6 +88,25 @@ struct rgapsd_topic {
 	struct rgaps_sub_counters gone_subs;
 	struct rgaps_lathist gone_latency;
 	uint64_t reclaimed_holds, reclaimed_loans, bad_regions;
+	bool adhoc;			    /* made from the defaults: counts in max_topics */
+	bool has_creator;		    /* a client's attach made it (not a peer's set-up) */
+	uid_t creator;			    /* that client's uid: counts in its quota */
+};
+
+/* A client as its socket credentials name it (access.c). */
+struct rgapsd_client_id {
+	uid_t uid;
+	gid_t gid;
+	const gid_t *groups; /* supplementary groups (SO_PEERGROUPS) */
+	uint32_t ngroups;
+};
+
+/* Requests and topics refused by a limit or an allow-list, for `rgaps stats`. */
+struct rgapsd_refusals {
+	uint64_t attach_denied;		  /* not on the topic's allow-list */
+	uint64_t topics_refused_max;	  /* max_topics */
+	uint64_t topics_refused_quota;	  /* max_topics_per_user */
+	uint64_t topics_refused_unconfigured; /* create_topics "configured" */
 };
 
 struct rgapsd {
@@ -102,6 +122,8 @@ struct rgapsd {
 	uint32_t nmem_plugins;
 	uint64_t start_ns;
 	uint64_t requests, request_errors, connections;
+	struct rgapsd_refusals refused;
+	struct rgaps_ratelimit log_rl; /* refused requests: a client can cause them at will */
 	bool stopping;
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
@@ -121,7 +143,6 @@ void rgapsd__on_close(void *ctx, struct rgapsd_conn *conn);
 int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen);
 void rgapsd__topics_destroy(struct rgapsd *d);
-bool rgapsd__topic_allows(const struct rgapsd_topic *t, uid_t uid, gid_t gid);
 /* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
 void rgapsd__topics_close_stale(const char *instance);
 
@@ -164,5 +185,27 @@ void rgapsd__told_free(struct rgapsd_told *told);
 int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 		      enum rgapsd_member_kind watch, struct cJSON *reply, int *fds, int *nfds_p,
 		      int max_fds);
+
+/* The topic's configuration from topics.d, or NULL. */
+const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d, const char *name);
+
+/* Who may see, attach to and create which topic (access.c). */
+void rgapsd__client_id(struct rgapsd_conn *conn, struct rgapsd_client_id *id);
+/* Root, rgapsd's own user and members of its group see every topic. */
+bool rgapsd__sees_all(const struct rgapsd_client_id *id);
+/* The allow-list of cfg admits id (root and rgapsd's own user always). */
+bool rgapsd__allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id);
+/* The configuration topic name has, or would get if an attach created it. */
+const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const char *name,
+						   struct rgapsd_topic **t_p);
+/*
+ * Before an attach: may id attach to topic name, creating it if need be? 0 (*t_p: the
+ * topic, NULL when the attach will create it), -EACCES or -EDQUOT with the reason in err.
+ * Nothing is created either way.
+ */
+int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
+			 struct rgapsd_topic **t_p, char *err, size_t errlen);
+/* Before a topic is created, by anyone: create_topics and max_topics. 0, -ENOENT, -ENFILE. */
+int rgapsd__topic_may_create(struct rgapsd *d, const char *name, char *err, size_t errlen);
 
 #endif

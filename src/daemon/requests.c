@@ -4,7 +4,9 @@
  * hello, attach, detach, topics, stats. Every reply is {"ok":true,...} or
  * {"ok":false,"error":{"code","errno","message"}}, echoing the request's "id".
  * Bad input of any kind gets an error reply; only a broken frame (which makes
- * the stream unusable) also closes the connection.
+ * the stream unusable) also closes the connection. `topics` and `stats` are
+ * paged (pages.h): each reply fits a frame, whatever the number of topics,
+ * and shows only the topics the client may attach to (access.c).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -16,9 +18,11 @@
 #include <unistd.h>
 
 #include "../common/errors.h"
+#include "../common/frame.h"
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "daemon.h"
+#include "pages.h"
 #include "remote.h"
 #include "rgaps/rgaps.h"
 #include "rgaps_build_config.h"
@@ -49,19 +53,59 @@ static void close_fds(int *fds, int n)
 		close(fds[i]);
 }
 
-static void send_json(struct rgapsd_conn *conn, cJSON *reply, const int *fds, int nfds)
+/* An "id" longer than this is refused: every reply echoes it, and must still fit a frame. */
+#define REQUEST_ID_MAX 256
+
+/* The reply that replaces one too large for a frame: nothing is dropped without a word. */
+static void send_too_large(struct rgapsd_conn *conn, const cJSON *id, size_t len)
+{
+	cJSON *r = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(r, "error");
+	char msg[160], *text;
+
+	snprintf(msg, sizeof(msg), "the reply would be %zu bytes, over the frame limit of %u",
+		 len, RGAPS_FRAME_MAX);
+	rgaps_warn("connection %llu: %s; sent an error instead",
+		   (unsigned long long)rgapsd_conn_id(conn), msg);
+	cJSON_AddBoolToObject(r, "ok", 0);
+	if (id)
+		cJSON_AddItemToObject(r, "id", cJSON_Duplicate(id, 1));
+	cJSON_AddStringToObject(e, "code", rgaps__errcode_name(EMSGSIZE));
+	cJSON_AddNumberToObject(e, "errno", EMSGSIZE);
+	cJSON_AddStringToObject(e, "message", msg);
+	text = cJSON_PrintUnformatted(r);
+	if (!text || rgapsd_conn_send(conn, text, strlen(text), NULL, 0) < 0)
+		rgapsd_conn_close_after_send(conn);
+	free(text);
+	cJSON_Delete(r);
+}
+
+/*
+ * A reply too large for a frame goes out as an error instead; one that cannot be queued
+ * closes the connection. A reply with fds that could not be passed (EMFILE...) is not
+ * sent: the error is returned for the caller to undo what the reply announced and say so.
+ */
+static int send_json(struct rgapsd_conn *conn, cJSON *reply, const int *fds, int nfds)
 {
 	char *text = cJSON_PrintUnformatted(reply);
+	size_t len;
+	int rc;
 
 	if (!text) {
 		rgaps_error("out of memory formatting a reply; closing connection %llu",
 			    (unsigned long long)rgapsd_conn_id(conn));
 		rgapsd_conn_close_after_send(conn);
-		return;
+		return -ENOMEM;
 	}
-	if (rgapsd_conn_send(conn, text, strlen(text), fds, nfds) < 0)
-		rgapsd_conn_close_after_send(conn);
+	len = strlen(text);
+	rc = rgapsd_conn_send(conn, text, len, fds, nfds);
 	free(text);
+	if (rc == -EMSGSIZE) {
+		send_too_large(conn, cJSON_GetObjectItemCaseSensitive(reply, "id"), len);
+		return 0;
+	}
+	if (rc < 0 && !(nfds && rc != -ENOTCONN && rc != -ENOMEM))
+		rgapsd_conn_close_after_send(conn);
+	return rc;
 }
 
 static cJSON *reply_ok(const cJSON *req)
@@ -90,8 +134,10 @@ static void reply_error(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	d->request_errors++;
-	rgaps_info("connection %llu (pid %d): %s: %s", (unsigned long long)rgapsd_conn_id(conn),
-		   (int)rgapsd_conn_cred(conn)->pid, rgaps__errcode_name(err), msg);
+	/* A client can cause refusals at will: a few at info level, the rest at debug only. */
+	rgaps_log_limited(&d->log_rl, RGAPS_LOG_INFO, "connection %llu (pid %d uid %u): %s: %s",
+			  (unsigned long long)rgapsd_conn_id(conn), (int)rgapsd_conn_cred(conn)->pid,
+			  (unsigned)rgapsd_conn_cred(conn)->uid, rgaps__errcode_name(err), msg);
 	cJSON_AddBoolToObject(r, "ok", 0);
 	if (id && (cJSON_IsNumber(id) || cJSON_IsString(id)))
 		cJSON_AddItemToObject(r, "id", cJSON_Duplicate(id, 1));
@@ -165,7 +211,10 @@ static void send_attach_reply(struct client *c, cJSON *r)
 			      &nfds, MAX_REPLY_FDS);
 	if (e)
 		goto err;
-	send_json(c->conn, r, fds, nfds);
+	e = send_json(c->conn, r, fds, nfds);
+	/* Descriptors that could not be passed (EMFILE): no attachment, and the client told. */
+	if (e && e != -ENOTCONN && e != -ENOMEM)
+		goto err;
 	close_fds(fds, nfds);
 	cJSON_Delete(r);
 	return;
@@ -218,11 +267,12 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 {
 	const char *name = str_field(req, "topic"), *role = str_field(req, "role");
 	const struct ucred *cred = rgapsd_conn_cred(conn);
+	struct rgapsd_client_id id;
 	struct rgapsd_topic *t;
 	char err[512];
 	cJSON *r;
 	int rc;
-	bool sub;
+	bool sub, created;
 
 	if (!c->hello) {
 		reply_error(d, conn, req, -EPROTO, "say hello (protocol version) before attach");
@@ -243,15 +293,22 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		return;
 	}
 	sub = role[0] == 's';
+	/* Allow-list and quota first: a refused client creates nothing. */
+	rgapsd__client_id(conn, &id);
+	rc = rgapsd__attach_admit(d, name, &id, &t, err, sizeof(err));
+	if (rc) {
+		reply_error(d, conn, req, rc, "%s", err);
+		return;
+	}
+	created = !t;
 	rc = rgapsd__topic_get(d, name, &t, err, sizeof(err));
 	if (rc) {
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
 	}
-	if (!rgapsd__topic_allows(t, cred->uid, cred->gid)) {
-		reply_error(d, conn, req, -EACCES, "uid %u gid %u is not allowed on topic '%s'",
-			    (unsigned)cred->uid, (unsigned)cred->gid, name);
-		return;
+	if (created) {
+		t->has_creator = true;
+		t->creator = cred->uid;
 	}
 	rc = rgapsd__told_init(&c->told, t, sub ? RGAPSD_MEMBER_PUB : RGAPSD_MEMBER_SUB);
 	if (rc) {
@@ -313,7 +370,13 @@ static void do_sync(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c
 		reply_error(d, conn, req, e, "cannot share a member's memory: %s", strerror(-e));
 		return;
 	}
-	send_json(conn, r, fds, nfds);
+	e = send_json(conn, r, fds, nfds);
+	if (e && e != -ENOTCONN && e != -ENOMEM) {
+		/* What it was told is recorded: a client that missed it cannot go on. */
+		rgaps_warn("connection %llu: cannot pass the members' descriptors: %s; closing it",
+			   (unsigned long long)rgapsd_conn_id(conn), strerror(-e));
+		rgapsd_conn_close_after_send(conn);
+	}
 	close_fds(fds, nfds);
 	cJSON_Delete(r);
 }
@@ -541,41 +604,199 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	return o;
 }
 
+/* One page of a topics or stats reply (pages.h): what it shows, to whom. */
+struct page_ctx {
+	struct rgapsd *d;
+	struct rgapsd_client_id id;
+	const char *only; /* the request's "topic" filter, or NULL */
+	bool stats;
+	bool sorted_ready;
+	struct rgapsd_topic **sorted; /* the visible topics, by name, made at the first need */
+	size_t nsorted;
+};
+
+static bool page_visible(struct page_ctx *pc, const char *name)
+{
+	struct rgapsd_topic *t;
+
+	return rgapsd__sees_all(&pc->id) || rgapsd__allows(rgapsd__config_of(pc->d, name, &t), &pc->id);
+}
+
+static int topic_name_cmp(const void *a, const void *b)
+{
+	return strcmp((*(struct rgapsd_topic *const *)a)->cfg.name,
+		      (*(struct rgapsd_topic *const *)b)->cfg.name);
+}
+
+static bool page_sort(struct page_ctx *pc)
+{
+	size_t n = 0;
+
+	pc->sorted_ready = true;
+	pc->sorted = malloc(sizeof(*pc->sorted) * (pc->d->ntopics + 1));
+	if (!pc->sorted)
+		return false;
+	for (struct rgapsd_topic *t = pc->d->topics; t; t = t->next) {
+		if (pc->only && strcmp(pc->only, t->cfg.name) != 0)
+			continue;
+		if (rgapsd__sees_all(&pc->id) || rgapsd__allows(&t->cfg, &pc->id))
+			pc->sorted[n++] = t;
+	}
+	qsort(pc->sorted, n, sizeof(*pc->sorted), topic_name_cmp);
+	pc->nsorted = n;
+	return true;
+}
+
+/* The visible topic with the smallest name >= key (inclusive) or > key. */
+static cJSON *page_next_topic(void *ctx, const char *key, bool inclusive, char *key_out)
+{
+	struct page_ctx *pc = ctx;
+	size_t lo = 0, hi;
+	struct rgapsd_topic *t;
+
+	if (!pc->sorted_ready && !page_sort(pc))
+		return NULL;
+	hi = pc->nsorted;
+	while (key && lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(pc->sorted[mid]->cfg.name, key);
+
+		if (c < 0 || (c == 0 && !inclusive))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo >= pc->nsorted)
+		return NULL;
+	t = pc->sorted[lo];
+	snprintf(key_out, RGAPSD_PAGE_KEY_MAX, "%s", t->cfg.name);
+	return topic_summary(t, pc->stats);
+}
+
+static cJSON *page_daemon(void *ctx)
+{
+	struct page_ctx *pc = ctx;
+	struct rgapsd *d = pc->d;
+	struct rgapsd_control_stats cs;
+	cJSON *dm = cJSON_CreateObject(), *lim;
+
+	rgapsd_control_get_stats(d->ctl, &cs);
+	cJSON_AddStringToObject(dm, "version", RGAPS_VERSION);
+	cJSON_AddStringToObject(dm, "instance", d->instance);
+	cJSON_AddNumberToObject(dm, "uptime_s",
+				(double)(rgaps_now_ns(CLOCK_MONOTONIC) - d->start_ns) / 1e9);
+	cJSON_AddNumberToObject(dm, "connections", cs.conns);
+	cJSON_AddNumberToObject(dm, "connections_total", (double)d->connections);
+	cJSON_AddNumberToObject(dm, "requests", (double)d->requests);
+	cJSON_AddNumberToObject(dm, "request_errors", (double)d->request_errors);
+	cJSON_AddNumberToObject(dm, "topics", d->ntopics);
+	/* What the limits refused or cut off (docs/CONFIG.md names the key of each). */
+	cJSON_AddNumberToObject(dm, "connections_refused", (double)cs.refused_max);
+	cJSON_AddNumberToObject(dm, "connections_refused_user", (double)cs.refused_user);
+	cJSON_AddNumberToObject(dm, "idle_closed", (double)cs.idle_closed);
+	cJSON_AddNumberToObject(dm, "frame_timeouts", (double)cs.frame_timeouts);
+	cJSON_AddNumberToObject(dm, "stalled_closed", (double)cs.stalled_closed);
+	cJSON_AddNumberToObject(dm, "read_pauses", (double)cs.read_pauses);
+	cJSON_AddNumberToObject(dm, "paused_connections", cs.paused);
+	cJSON_AddNumberToObject(dm, "unsent_bytes", (double)cs.unsent_bytes);
+	cJSON_AddNumberToObject(dm, "frame_bytes", (double)cs.frame_bytes);
+	cJSON_AddNumberToObject(dm, "attach_denied", (double)d->refused.attach_denied);
+	cJSON_AddNumberToObject(dm, "topics_refused_max", (double)d->refused.topics_refused_max);
+	cJSON_AddNumberToObject(dm, "topics_refused_quota",
+				(double)d->refused.topics_refused_quota);
+	cJSON_AddNumberToObject(dm, "topics_refused_unconfigured",
+				(double)d->refused.topics_refused_unconfigured);
+	cJSON_AddNumberToObject(dm, "log_suppressed",
+				(double)(cs.log_suppressed + d->log_rl.suppressed_total));
+	lim = cJSON_AddObjectToObject(dm, "limits");
+	cJSON_AddNumberToObject(lim, "max_connections", d->cfg.max_connections);
+	cJSON_AddNumberToObject(lim, "max_connections_per_user", d->cfg.max_connections_per_user);
+	cJSON_AddNumberToObject(lim, "idle_timeout_ms", d->cfg.idle_timeout_ms);
+	cJSON_AddNumberToObject(lim, "frame_timeout_ms", d->cfg.frame_timeout_ms);
+	cJSON_AddNumberToObject(lim, "max_unsent_replies", (double)d->cfg.max_unsent_replies);
+	cJSON_AddNumberToObject(lim, "max_topics", d->cfg.max_topics);
+	cJSON_AddNumberToObject(lim, "max_topics_per_user", d->cfg.max_topics_per_user);
+	cJSON_AddStringToObject(lim, "create_topics",
+				d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED ? "configured"
+										: "any");
+	return dm;
+}
+
+/* Drop the entries of a list of topic names (or of objects naming one in key) not visible. */
+static void page_filter(struct page_ctx *pc, cJSON *arr, const char *key)
+{
+	cJSON *e = arr ? arr->child : NULL;
+
+	while (e) {
+		cJSON *next = e->next;
+		const cJSON *n = key ? cJSON_GetObjectItemCaseSensitive(e, key) : e;
+
+		if (!cJSON_IsString(n) || !page_visible(pc, n->valuestring))
+			cJSON_Delete(cJSON_DetachItemViaPointer(arr, e));
+		e = next;
+	}
+}
+
+static cJSON *page_peers(void *ctx)
+{
+	struct page_ctx *pc = ctx;
+	cJSON *tmp = cJSON_CreateObject(), *peers, *s;
+
+	rgapsd_remote_stats(pc->d, tmp, pc->only);
+	peers = cJSON_DetachItemFromObjectCaseSensitive(tmp, "peers");
+	cJSON_Delete(tmp);
+	if (!peers || rgapsd__sees_all(&pc->id))
+		return peers;
+	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(peers, "sessions"))
+	page_filter(pc, cJSON_GetObjectItemCaseSensitive(s, "subscribes"), NULL);
+	page_filter(pc, cJSON_GetObjectItemCaseSensitive(peers, "rings"), "topic");
+	return peers;
+}
+
+static const struct rgapsd_page_member stats_members[] = {
+	{ .name = "daemon", .build = page_daemon },
+	{ .name = "peers", .build = page_peers },
+	{ .name = "topics", .next = page_next_topic },
+};
+
+static const struct rgapsd_page_member topics_members[] = {
+	{ .name = "topics", .next = page_next_topic },
+};
+
 static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *req, bool stats)
 {
-	const char *only = str_field(req, "topic");
-	cJSON *r = reply_ok(req), *arr;
-	bool found = !only;
+	const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(req, "cursor");
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
+	struct page_ctx pc = { .d = d, .only = str_field(req, "topic"), .stats = stats };
+	char err[256] = "", *text = NULL;
+	struct rgapsd_topic *t;
+	size_t len;
+	int rc;
 
-	if (stats) {
-		cJSON *dm = cJSON_AddObjectToObject(r, "daemon");
-
-		cJSON_AddStringToObject(dm, "version", RGAPS_VERSION);
-		cJSON_AddStringToObject(dm, "instance", d->instance);
-		cJSON_AddNumberToObject(dm, "uptime_s",
-					(double)(rgaps_now_ns(CLOCK_MONOTONIC) - d->start_ns) / 1e9);
-		cJSON_AddNumberToObject(dm, "connections", rgapsd_control_nconns(d->ctl));
-		cJSON_AddNumberToObject(dm, "connections_total", (double)d->connections);
-		cJSON_AddNumberToObject(dm, "requests", (double)d->requests);
-		cJSON_AddNumberToObject(dm, "request_errors", (double)d->request_errors);
-		cJSON_AddNumberToObject(dm, "topics", d->ntopics);
-	}
-	arr = cJSON_AddArrayToObject(r, "topics");
-	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
-		if (only && strcmp(only, t->cfg.name) != 0)
-			continue;
-		found = true;
-		cJSON_AddItemToArray(arr, topic_summary(t, stats));
-	}
-	if (!found) {
-		cJSON_Delete(r);
-		reply_error(d, conn, req, -ENOENT, "no topic '%s'", only);
+	if (cursor && !cJSON_IsString(cursor)) {
+		reply_error(d, conn, req, -EPROTO, "'cursor' must be a string (a page's \"next\")");
 		return;
 	}
-	if (stats)
-		rgapsd_remote_stats(d, r, only);
-	send_json(conn, r, NULL, 0);
-	cJSON_Delete(r);
+	rgapsd__client_id(conn, &pc.id);
+	/* A topic the client may not see is as absent as one that does not exist. */
+	if (pc.only && (rgapsd__config_of(d, pc.only, &t), !t || !page_visible(&pc, pc.only))) {
+		reply_error(d, conn, req, -ENOENT, "no topic '%.63s'", pc.only);
+		return;
+	}
+	rc = rgapsd_page_write(stats ? stats_members : topics_members,
+			       stats ? RGAPS_ARRAY_SIZE(stats_members) :
+				       RGAPS_ARRAY_SIZE(topics_members),
+			       &pc, cursor ? cursor->valuestring : NULL,
+			       (cJSON_IsNumber(id) || cJSON_IsString(id)) ? id : NULL, RGAPS_FRAME_MAX,
+			       &text, &len, err, sizeof(err));
+	free(pc.sorted);
+	if (rc) {
+		reply_error(d, conn, req, rc, "%s", err[0] ? err : strerror(-rc));
+		return;
+	}
+	if (rgapsd_conn_send(conn, text, len, NULL, 0) < 0)
+		rgapsd_conn_close_after_send(conn);
+	free(text);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -628,6 +849,15 @@ void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, 
 	if (!cJSON_IsObject(req)) {
 		reply_error(d, conn, req, -EPROTO, "request must be a JSON object");
 		goto out;
+	}
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
+
+		if (cJSON_IsString(id) && strlen(id->valuestring) > REQUEST_ID_MAX) {
+			reply_error(d, conn, NULL, -EINVAL, "'id' is longer than %d bytes",
+				    REQUEST_ID_MAX);
+			goto out;
+		}
 	}
 	type = str_field(req, "type");
 	if (!type) {

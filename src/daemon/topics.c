@@ -82,7 +82,7 @@ static uint32_t mem_kind_of(const struct rgaps_loaded_plugin *lp)
 	return strcmp(lp->name, "host") == 0 ? RGAPS_MEM_HOST : RGAPS_MEM_CUDA;
 }
 
-static const struct rgaps_topic_config *configured(const struct rgapsd *d, const char *name)
+const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d, const char *name)
 {
 	for (uint32_t i = 0; i < d->cfg.ntopics; i++)
 		if (strcmp(d->cfg.topics[i].name, name) == 0)
@@ -114,7 +114,7 @@ static void topic_free(struct rgapsd_topic *t)
 static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 			size_t errlen)
 {
-	const struct rgaps_topic_config *tc = configured(d, name);
+	const struct rgaps_topic_config *tc = rgapsd__topic_configured(d, name);
 	struct rgapsd_topic *t = calloc(1, sizeof(*t));
 	void *hdr;
 	int r;
@@ -126,6 +126,7 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 	t->d = d;
 	t->hdr_fd = -1;
 	pthread_mutex_init(&t->lock, NULL);
+	t->adhoc = !tc;
 	if (tc) {
 		t->cfg = *tc;
 	} else {
@@ -191,28 +192,18 @@ err_free:
 int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen)
 {
+	int r;
+
 	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
 		if (strcmp(t->cfg.name, name) == 0) {
 			*t_p = t;
 			return 0;
 		}
 	}
+	r = rgapsd__topic_may_create(d, name, err, errlen);
+	if (r)
+		return r;
 	return topic_create(d, name, t_p, err, errlen);
-}
-
-bool rgapsd__topic_allows(const struct rgapsd_topic *t, uid_t uid, gid_t gid)
-{
-	if (t->cfg.nallowed_uids == 0 && t->cfg.nallowed_gids == 0)
-		return true;
-	if (uid == 0 || uid == getuid())
-		return true;
-	for (uint32_t i = 0; i < t->cfg.nallowed_uids; i++)
-		if (t->cfg.allowed_uids[i] == uid)
-			return true;
-	for (uint32_t i = 0; i < t->cfg.nallowed_gids; i++)
-		if (t->cfg.allowed_gids[i] == gid)
-			return true;
-	return false;
 }
 
 void rgapsd__topics_destroy(struct rgapsd *d)

@@ -23,6 +23,7 @@
 
 #include "../../src/common/config.h"
 #include "rgaps/rgaps.h"
+#include "../rgaps/paged.h"
 #include "top_view.h"
 
 #define MIN_INTERVAL_MS 50
@@ -80,30 +81,16 @@ static void usage(FILE *f)
 /* Poll once; the reply replaces cur (cur becomes prev). 0, or fills t->error. */
 static int poll_stats(struct top *t)
 {
-	char *reply = NULL;
+	char err[200];
 	cJSON *j;
 	int r;
 
-	r = rgaps_query("{\"type\":\"stats\"}", &reply);
+	/* Every page of the reply, merged: any number of topics (paged.h). */
+	r = rgaps_tool_query("stats", NULL, &j, err, sizeof(err));
 	if (r) {
-		cJSON *e = reply ? cJSON_Parse(reply) : NULL;
-		const char *m = top_str(cJSON_GetObjectItemCaseSensitive(e, "error"), "message");
-
-		if (m)
-			snprintf(t->error, sizeof(t->error), "stats refused: %s", m);
-		else
-			snprintf(t->error, sizeof(t->error), "%s", rgaps_strerror(r));
-		cJSON_Delete(e);
-		free(reply);
+		snprintf(t->error, sizeof(t->error), "stats: %s", err);
 		t->reachable = false;
 		return r;
-	}
-	j = cJSON_Parse(reply);
-	free(reply);
-	if (!j) {
-		snprintf(t->error, sizeof(t->error), "unreadable stats reply");
-		t->reachable = false;
-		return -EPROTO;
 	}
 	cJSON_Delete(t->prev.stats);
 	t->prev = t->cur;

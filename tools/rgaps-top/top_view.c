@@ -377,6 +377,59 @@ static const cJSON *find_by(const cJSON *arr, const char *key, const char *val)
 	return NULL;
 }
 
+/* The elements of an array by their string member key, for lookups in O(log n). */
+struct name_index {
+	const cJSON **e;
+	size_t n;
+	const char *key;
+};
+
+static const char *name_index_key;
+
+static int name_index_cmp(const void *a, const void *b)
+{
+	const char *x = top_str(*(const cJSON *const *)a, name_index_key);
+	const char *y = top_str(*(const cJSON *const *)b, name_index_key);
+
+	return strcmp(x ? x : "", y ? y : "");
+}
+
+/* false when out of memory (then lookups find nothing). */
+static bool name_index_init(struct name_index *ix, const cJSON *arr, const char *key)
+{
+	const cJSON *e;
+
+	ix->n = 0;
+	ix->key = key;
+	ix->e = malloc(sizeof(*ix->e) * ((size_t)cJSON_GetArraySize(arr) + 1));
+	if (!ix->e)
+		return false;
+	cJSON_ArrayForEach(e, arr)
+	ix->e[ix->n++] = e;
+	name_index_key = key;
+	qsort(ix->e, ix->n, sizeof(*ix->e), name_index_cmp);
+	return true;
+}
+
+static const cJSON *name_index_find(const struct name_index *ix, const char *val)
+{
+	size_t lo = 0, hi = ix->n;
+
+	while (val && lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *s = top_str(ix->e[mid], ix->key);
+		int c = strcmp(s ? s : "", val);
+
+		if (c == 0)
+			return ix->e[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
 /* A subscriber or publisher slot of the previous poll: same slot, same pid. */
 static const cJSON *find_slot(const cJSON *arr, const cJSON *slot)
 {
@@ -551,12 +604,15 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	double dt = dt_of(prev, cur);
 	struct topic_row *rows;
 	size_t n = 0, cap = (size_t)cJSON_GetArraySize(topics);
+	struct name_index pix;
 	struct table tb;
 
 	if (prev && prev->stats)
 		ptopics = get(prev->stats, "topics");
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
-	if (!rows) {
+	/* Thousands of topics: the previous poll's by name, not a scan per topic. */
+	if (!rows || !name_index_init(&pix, ptopics, "name")) {
+		free(rows);
 		f->oom = true;
 		return;
 	}
@@ -571,7 +627,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		r->name = top_str(t, "name");
 		if (!r->name)
 			r->name = "?";
-		r->p = find_by(ptopics, "name", r->name);
+		r->p = name_index_find(&pix, r->name);
 		r->msg_rate = r->p ? top_rate(published(t), published(r->p), dt) : NAN;
 		r->byte_rate = r->p ? top_rate(published_bytes(t), published_bytes(r->p), dt) : NAN;
 		r->drops = top_num(t, "counters.drops_total");
@@ -738,6 +794,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		top_fmt_count(c[9], CELL, top_num(t1, "counters.journal_rollbacks"));
 	}
 	table_emit(f, &tb);
+	free(pix.e);
 	free(rows);
 }
 

@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct metric {
@@ -38,6 +39,38 @@ static const struct metric daemon_metrics[] = {
 	{ "daemon_request_errors_total", "counter", "Control requests refused.",
 	  "request_errors" },
 	{ "daemon_topics", "gauge", "Topics in the topic table.", "topics" },
+	{ "daemon_connections_refused_total", "counter",
+	  "Connections refused at max_connections.", "connections_refused" },
+	{ "daemon_connections_refused_user_total", "counter",
+	  "Connections refused at max_connections_per_user.", "connections_refused_user" },
+	{ "daemon_idle_closed_total", "counter",
+	  "Unattached connections closed after idle_timeout_ms without a request.",
+	  "idle_closed" },
+	{ "daemon_frame_timeouts_total", "counter",
+	  "Connections closed for a frame not complete within frame_timeout_ms.",
+	  "frame_timeouts" },
+	{ "daemon_stalled_closed_total", "counter",
+	  "Connections closed for leaving replies unread for idle_timeout_ms.", "stalled_closed" },
+	{ "daemon_read_pauses_total", "counter",
+	  "Times a connection was not read for its unread replies (max_unsent_replies).",
+	  "read_pauses" },
+	{ "daemon_paused_connections", "gauge",
+	  "Connections not read now for their unread replies.", "paused_connections" },
+	{ "daemon_unsent_bytes", "gauge", "Bytes of replies queued and not yet sent.",
+	  "unsent_bytes" },
+	{ "daemon_frame_bytes", "gauge", "Bytes of buffers of request frames arriving.",
+	  "frame_bytes" },
+	{ "daemon_attach_denied_total", "counter", "Attaches refused by an allow-list.",
+	  "attach_denied" },
+	{ "daemon_topics_refused_max_total", "counter", "Topics not created: max_topics.",
+	  "topics_refused_max" },
+	{ "daemon_topics_refused_quota_total", "counter",
+	  "Topics not created: max_topics_per_user.", "topics_refused_quota" },
+	{ "daemon_topics_refused_unconfigured_total", "counter",
+	  "Topics not created: not configured, with create_topics \"configured\".",
+	  "topics_refused_unconfigured" },
+	{ "daemon_log_suppressed_total", "counter",
+	  "Log records of refusals left out by the rate limit.", "log_suppressed" },
 };
 
 static const struct metric topic_metrics[] = {
@@ -223,53 +256,69 @@ static void write_scope(FILE *out, const struct metric *ms, size_t nms,
 		write_family(out, &ms[k], objs, n);
 }
 
-#define NOBJ 4096 /* far above any real count of topics x slots or peers x links */
+/* The objects of one scope, as many as the reply holds (10,000 topics and more). */
+struct objs {
+	struct labeled *v;
+	size_t n, cap;
+	bool oom;
+};
 
-/* objs[*n] = obj, labelled instance="inst" and then each name, value pair of kv (NULL-ended). */
-static void add_obj(struct labeled *objs, size_t *n, const cJSON *obj, const char *inst,
-		    const char *const *kv)
+/* objs += obj, labelled instance="inst" and then each name, value pair of kv (NULL-ended). */
+static void add_obj(struct objs *os, const cJSON *obj, const char *inst, const char *const *kv)
 {
-	struct labeled *o = &objs[*n];
+	struct labeled *o;
 
-	if (*n == NOBJ)
-		return;
+	if (os->n == os->cap) {
+		size_t cap = os->cap ? os->cap * 2 : 64;
+		struct labeled *v = realloc(os->v, cap * sizeof(*v));
+
+		if (!v) {
+			os->oom = true;
+			return;
+		}
+		os->v = v;
+		os->cap = cap;
+	}
+	o = &os->v[os->n++];
 	o->obj = obj;
 	o->labels[0] = '\0';
 	add_label(o->labels, sizeof(o->labels), "instance", inst);
 	for (; kv[0] && kv[1]; kv += 2)
 		add_label(o->labels, sizeof(o->labels), kv[0], kv[1]);
-	(*n)++;
+}
+
+/* Write the scope's families and empty it for the next scope. */
+static void flush_scope(FILE *out, const struct metric *ms, size_t nms, struct objs *os)
+{
+	write_scope(out, ms, nms, os->v, os->n);
+	os->n = 0;
 }
 
 int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 {
-	static struct labeled objs[NOBJ];
+	struct objs os = { 0 };
 	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(reply, "daemon");
 	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
 	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(
 		cJSON_GetObjectItemCaseSensitive(reply, "peers"), "sessions");
 	const char *inst = str_of(daemon, "instance") ? str_of(daemon, "instance") : "";
 	const cJSON *t, *s;
-	size_t n;
+	int rc;
 
 	if (!cJSON_IsObject(daemon))
 		return -1;
-	n = 0;
-	add_obj(objs, &n, daemon, inst, (const char *const[]){ NULL });
-	write_scope(out, daemon_metrics, sizeof(daemon_metrics) / sizeof(daemon_metrics[0]), objs,
-		    n);
+	add_obj(&os, daemon, inst, (const char *const[]){ NULL });
+	flush_scope(out, daemon_metrics, sizeof(daemon_metrics) / sizeof(daemon_metrics[0]), &os);
 
-	n = 0;
 	cJSON_ArrayForEach(t, topics)
 	{
 		const char *name = str_of(t, "name");
 
 		if (name)
-			add_obj(objs, &n, t, inst, (const char *const[]){ "topic", name, NULL });
+			add_obj(&os, t, inst, (const char *const[]){ "topic", name, NULL });
 	}
-	write_scope(out, topic_metrics, sizeof(topic_metrics) / sizeof(topic_metrics[0]), objs, n);
+	flush_scope(out, topic_metrics, sizeof(topic_metrics) / sizeof(topic_metrics[0]), &os);
 
-	n = 0;
 	cJSON_ArrayForEach(t, topics)
 	{
 		const char *name = str_of(t, "name");
@@ -281,24 +330,22 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 			snprintf(slot, sizeof(slot), "%.0f", value_at(s, "slot"));
 			snprintf(pid, sizeof(pid), "%.0f", value_at(s, "pid"));
 			if (name)
-				add_obj(objs, &n, s, inst,
+				add_obj(&os, s, inst,
 					(const char *const[]){ "topic", name, "slot", slot, "pid",
 							       pid, NULL });
 		}
 	}
-	write_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), objs, n);
+	flush_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), &os);
 
-	n = 0;
 	cJSON_ArrayForEach(s, sessions)
 	{
 		const char *name = str_of(s, "name");
 
 		if (name)
-			add_obj(objs, &n, s, inst, (const char *const[]){ "peer", name, NULL });
+			add_obj(&os, s, inst, (const char *const[]){ "peer", name, NULL });
 	}
-	write_scope(out, peer_metrics, sizeof(peer_metrics) / sizeof(peer_metrics[0]), objs, n);
+	flush_scope(out, peer_metrics, sizeof(peer_metrics) / sizeof(peer_metrics[0]), &os);
 
-	n = 0;
 	cJSON_ArrayForEach(s, sessions)
 	{
 		const char *name = str_of(s, "name");
@@ -307,11 +354,13 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 		cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(s, "links"))
 		{
 			if (name && l->string)
-				add_obj(objs, &n, l, inst,
+				add_obj(&os, l, inst,
 					(const char *const[]){ "peer", name, "transport",
 							       l->string, NULL });
 		}
 	}
-	write_scope(out, link_metrics, sizeof(link_metrics) / sizeof(link_metrics[0]), objs, n);
-	return ferror(out) ? -1 : 0;
+	flush_scope(out, link_metrics, sizeof(link_metrics) / sizeof(link_metrics[0]), &os);
+	rc = ferror(out) || os.oom ? -1 : 0;
+	free(os.v);
+	return rc;
 }

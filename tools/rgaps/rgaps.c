@@ -19,6 +19,7 @@
 #include "../../src/common/config.h"
 #include "../../src/common/pattern.h"
 #include "rgaps/rgaps.h"
+#include "paged.h"
 #include "prometheus.h"
 
 static volatile sig_atomic_t interrupted;
@@ -73,34 +74,14 @@ static void usage(FILE *f)
 
 /* ---------------------------------------------------------------- queries */
 
+/* The whole reply, every page merged (paged.h); the error printed. */
 static int query(const char *type, const char *topic, cJSON **reply_p)
 {
-	cJSON *req = cJSON_CreateObject();
-	char *text, *reply = NULL;
-	int r;
+	char err[512];
+	int r = rgaps_tool_query(type, topic, reply_p, err, sizeof(err));
 
-	cJSON_AddStringToObject(req, "type", type);
-	if (topic)
-		cJSON_AddStringToObject(req, "topic", topic);
-	text = cJSON_PrintUnformatted(req);
-	cJSON_Delete(req);
-	r = rgaps_query(text, &reply);
-	free(text);
-	if (r && !reply) {
-		fprintf(stderr, "rgaps: %s: %s\n", type, rgaps_strerror(r));
-		return r;
-	}
-	*reply_p = cJSON_Parse(reply);
-	free(reply);
-	if (r) {
-		cJSON *e = cJSON_GetObjectItem(*reply_p, "error");
-		cJSON *m = cJSON_GetObjectItem(e, "message");
-
-		fprintf(stderr, "rgaps: %s: %s\n", type,
-			cJSON_IsString(m) ? m->valuestring : rgaps_strerror(r));
-		cJSON_Delete(*reply_p);
-		*reply_p = NULL;
-	}
+	if (r)
+		fprintf(stderr, "rgaps: %s: %s\n", type, err);
 	return r;
 }
 

@@ -1,0 +1,127 @@
+/*
+ * Who may see, attach to and create which topic (issue 10, docs/CONFIG.md):
+ * decided from the client's socket credentials (uid, primary gid and the
+ * supplementary groups the control socket read with SO_PEERGROUPS) and from
+ * the configuration the topic has, or would get if an attach created it. So
+ * everything is settled before anything is created: a user refused on a
+ * topic leaves nothing behind, and a user's topics count against its quota.
+ *
+ * Kept apart from the topic table (topics.c) and the request handlers
+ * (requests.c), which only call in here.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+void rgapsd__client_id(struct rgapsd_conn *conn, struct rgapsd_client_id *id)
+{
+	const struct ucred *cred = rgapsd_conn_cred(conn);
+
+	id->uid = cred->uid;
+	id->gid = cred->gid;
+	id->groups = rgapsd_conn_groups(conn, &id->ngroups);
+}
+
+static bool in_group(const struct rgapsd_client_id *id, gid_t gid)
+{
+	if (id->gid == gid)
+		return true;
+	for (uint32_t i = 0; i < id->ngroups; i++)
+		if (id->groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* Root and rgapsd's own user: bound by no allow-list and no per-user quota. */
+static bool privileged(const struct rgapsd_client_id *id)
+{
+	return id->uid == 0 || id->uid == geteuid();
+}
+
+bool rgapsd__sees_all(const struct rgapsd_client_id *id)
+{
+	return privileged(id) || in_group(id, getegid());
+}
+
+bool rgapsd__allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id)
+{
+	if (cfg->nallowed_uids == 0 && cfg->nallowed_gids == 0)
+		return true;
+	if (privileged(id))
+		return true;
+	for (uint32_t i = 0; i < cfg->nallowed_uids; i++)
+		if (cfg->allowed_uids[i] == id->uid)
+			return true;
+	for (uint32_t i = 0; i < cfg->nallowed_gids; i++)
+		if (in_group(id, cfg->allowed_gids[i]))
+			return true;
+	return false;
+}
+
+const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const char *name,
+						   struct rgapsd_topic **t_p)
+{
+	const struct rgaps_topic_config *tc;
+
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
+		if (strcmp(t->cfg.name, name) == 0) {
+			*t_p = t;
+			return &t->cfg;
+		}
+	}
+	*t_p = NULL;
+	tc = rgapsd__topic_configured(d, name);
+	return tc ? tc : &d->cfg.topic_defaults;
+}
+
+int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
+			 struct rgapsd_topic **t_p, char *err, size_t errlen)
+{
+	const struct rgaps_topic_config *cfg = rgapsd__config_of(d, name, t_p);
+	uint32_t mine = 0;
+
+	if (!rgapsd__allows(cfg, id)) {
+		d->refused.attach_denied++;
+		snprintf(err, errlen, "uid %u gid %u is not allowed on topic '%s'",
+			 (unsigned)id->uid, (unsigned)id->gid, name);
+		return -EACCES;
+	}
+	if (*t_p || privileged(id) || rgapsd__topic_configured(d, name))
+		return 0;
+	for (const struct rgapsd_topic *t = d->topics; t; t = t->next)
+		mine += t->adhoc && t->has_creator && t->creator == id->uid;
+	if (mine >= d->cfg.max_topics_per_user) {
+		d->refused.topics_refused_quota++;
+		snprintf(err, errlen,
+			 "uid %u has created max_topics_per_user (%u) topics; topic '%s' is not "
+			 "created", (unsigned)id->uid, d->cfg.max_topics_per_user, name);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+int rgapsd__topic_may_create(struct rgapsd *d, const char *name, char *err, size_t errlen)
+{
+	uint32_t adhoc = 0;
+
+	if (rgapsd__topic_configured(d, name))
+		return 0;
+	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED) {
+		d->refused.topics_refused_unconfigured++;
+		snprintf(err, errlen, "no topic '%s' is configured, and create_topics is "
+			 "\"configured\"", name);
+		return -ENOENT;
+	}
+	for (const struct rgapsd_topic *t = d->topics; t; t = t->next)
+		adhoc += t->adhoc;
+	if (adhoc >= d->cfg.max_topics) {
+		d->refused.topics_refused_max++;
+		snprintf(err, errlen, "rgapsd holds max_topics (%u) topics made from the defaults",
+			 d->cfg.max_topics);
+		return -ENFILE;
+	}
+	return 0;
+}
