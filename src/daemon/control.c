@@ -991,11 +991,17 @@ static int ctl_make_parents(const struct rgapsd_control *ctl, const char *path,
 					    (unsigned)mode, ctl->opts.set_group ? " and its group" : "",
 					    strerror(errno));
 			}
-		} else if (errno != EEXIST && (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))) {
-			err = -errno;
+		} else if (errno != EEXIST) {
+			int e = errno; /* stat's ENOENT must not hide mkdir's EACCES */
+
+			if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+				*s = '/';
+				continue;
+			}
+			err = -e;
 			rgaps_error("control: cannot create directory %s for %s: %s%s", p, path,
-				    strerror(errno),
-				    errno == EACCES && geteuid() != 0 ?
+				    strerror(e),
+				    e == EACCES && geteuid() != 0 ?
 					    " (as a user other than root, give a socket path you "
 					    "may create: --socket or \"socket\", e.g. "
 					    "$XDG_RUNTIME_DIR/rgaps/rgapsd.sock, and point clients at "
