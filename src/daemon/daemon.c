@@ -15,6 +15,7 @@
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "../common/shm.h"
+#include "notify.h"
 #include "remote.h"
 
 /* Instance name from the socket path, so two daemons on two sockets never share segments. */
@@ -145,6 +146,9 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	uv_signal_start(&d->sig_int, on_signal, SIGINT);
 	rgaps_info("rgapsd %s serving %s (instance %s, plugins %s, %u configured topics)",
 		   RGAPS_VERSION, cfg->socket_path, d->instance, d->plugin_dir, cfg->ntopics);
+	/* Serving: systemd may start the clients ordered after us. A bad $NOTIFY_SOCKET is
+	 * logged; systemd then times the start out, with the reason in the journal. */
+	rgapsd_notify_start(d);
 	return 0;
 }
 
@@ -153,6 +157,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	if (d->stopping)
 		return;
 	d->stopping = true;
+	rgapsd_notify_stop(d);
 	/* Clients first (each on_close detaches), then topics, then our own handles. */
 	rgapsd_control_stop(d->ctl);
 	d->ctl = NULL;

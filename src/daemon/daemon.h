@@ -125,6 +125,7 @@ struct rgapsd {
 	struct rgapsd_refusals refused;
 	struct rgaps_ratelimit log_rl; /* refused requests: a client can cause them at will */
 	bool stopping;
+	struct rgapsd_notify *notify;	   /* systemd's notify socket (NULL: not under systemd) */
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
