@@ -406,7 +406,8 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "socket_group", .type = RGAPS_CFG_STRING, CFG_AT(D, socket_group),
 	  .def = "\"\"", .check = check_group,
 	  .doc = "Group of the socket (and of a directory rgapsd creates for it): a name or a "
-		 "number. \"\": rgapsd's own group. A user other than root must be a member." },
+		 "number. \"\": rgapsd's own group. Unless rgapsd runs as root, its user must "
+		 "be a member of that group." },
 	{ .name = "max_connections", .type = RGAPS_CFG_UINT, CFG_AT(D, max_connections),
 	  .def = "1024", .min = 1, .max = 65536,
 	  .doc = "Client connections open at once. One more is refused at once with the "

@@ -1,5 +1,5 @@
 /*
- * rgapsd under systemd (Type=notify, docs/PACKAGING.md, decision 26 in
+ * rgapsd under systemd (Type=notify, docs/PACKAGING.md, decision 34 in
  * docs/DECISIONS.md): readiness, status and the watchdog, by the sd_notify
  * protocol written directly (a datagram to $NOTIFY_SOCKET). Without
  * $NOTIFY_SOCKET every call does nothing.

@@ -446,6 +446,30 @@ static const struct reject rejects[] = {
 	{ "{\"defaults\": []}", NULL, NULL, "defaults", "expected an object, got an array" },
 	{ NULL, NULL, "{\"name\": 5}", "name", "expected a string, got a number" },
 
+	/* the limits on clients (issue 10) */
+	{ "{\"socket_mode\": \"999\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
+	{ "{\"socket_mode\": \"4755\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
+	{ "{\"socket_mode\": \"66\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
+	{ "{\"socket_mode\": 438}", NULL, NULL, "socket_mode", "expected a string" },
+	{ "{\"socket_group\": \"-g\"}", NULL, NULL, "socket_group",
+	  "is not a group name or number" },
+	{ "{\"socket_group\": \"a b\"}", NULL, NULL, "socket_group", "may only hold" },
+	{ "{\"max_connections\": 0}", NULL, NULL, "max_connections",
+	  "must be between 1 and 65536 (got 0)" },
+	{ "{\"max_connections_per_user\": 70000}", NULL, NULL, "max_connections_per_user",
+	  "must be between 1 and 65536 (got 70000)" },
+	{ "{\"idle_timeout_ms\": 10}", NULL, NULL, "idle_timeout_ms",
+	  "must be between 100 and 86400000 (got 10)" },
+	{ "{\"frame_timeout_ms\": 600001}", NULL, NULL, "frame_timeout_ms",
+	  "must be between 100 and 600000 (got 600001)" },
+	{ "{\"max_unsent_replies\": \"1KiB\"}", NULL, NULL, "max_unsent_replies",
+	  "must be between 64KiB and 1GiB (got 1KiB)" },
+	{ "{\"max_topics\": 0}", NULL, NULL, "max_topics", "must be between 1 and 1048576 (got 0)" },
+	{ "{\"max_topics_per_user\": -1}", NULL, NULL, "max_topics_per_user",
+	  "must be between 0 and 1048576 (got -1)" },
+	{ "{\"create_topics\": \"some\"}", NULL, NULL, "create_topics",
+	  "must be one of any, configured (got 'some')" },
+
 	/* numbers out of bounds, not whole, not a power of two */
 	{ NULL, NULL, "{\"queue_depth\": 100}", "queue_depth", "must be a power of two (got 100)" },
 	{ NULL, NULL, "{\"queue_depth\": 1}", "queue_depth",
@@ -1158,6 +1182,16 @@ static void test_shipped_examples(void **state)
 	assert_string_equal(cfg.socket_path, def.socket_path);
 	assert_int_equal(cfg.log_level, def.log_level);
 	assert_int_equal(cfg.keepalive_ms, def.keepalive_ms);
+	assert_int_equal(cfg.max_connections, def.max_connections);
+	assert_int_equal(cfg.max_connections_per_user, def.max_connections_per_user);
+	assert_int_equal(cfg.idle_timeout_ms, def.idle_timeout_ms);
+	assert_int_equal(cfg.frame_timeout_ms, def.frame_timeout_ms);
+	assert_int_equal(cfg.max_unsent_replies, def.max_unsent_replies);
+	assert_int_equal(cfg.max_topics, def.max_topics);
+	assert_int_equal(cfg.max_topics_per_user, def.max_topics_per_user);
+	assert_int_equal(cfg.create_topics, def.create_topics);
+	assert_string_equal(cfg.socket_mode, def.socket_mode);
+	assert_string_equal(cfg.socket_group, def.socket_group);
 	assert_int_equal(cfg.npeers, 0);
 	assert_memory_equal(&cfg.topic_defaults, &def.topic_defaults, sizeof(def.topic_defaults));
 	assert_int_equal(cfg.ntopics, 1);

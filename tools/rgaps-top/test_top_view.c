@@ -240,6 +240,24 @@ static void test_missing_fields(void **state)
 	}
 }
 
+/* The limits' counters: one alert line once anything was refused, none before. */
+static void test_limits(void **state)
+{
+	char *quiet = render(NULL, "{\"daemon\":{\"connections_refused\":0,\"idle_closed\":0},"
+				   "\"topics\":[]}",
+			     1, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+	char *out = render(NULL,
+			   "{\"daemon\":{\"connections_refused_user\":1936,\"idle_closed\":64,"
+			   "\"topics_refused_quota\":90},\"topics\":[]}",
+			   1, TOP_SECTION_TOPICS, TOP_SORT_NAME);
+
+	assert_null(strstr(quiet, "limits:"));
+	assert_string_equal(line_of(out, "limits:"),
+			    "limits: refused by user quota 1936, idle closed 64, topics over quota 90");
+	free(quiet);
+	free(out);
+}
+
 static void test_peers(void **state)
 {
 	const char *prev =
@@ -293,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_sort),
 		cmocka_unit_test(test_missing_fields),
 		cmocka_unit_test(test_peers),
+		cmocka_unit_test(test_limits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

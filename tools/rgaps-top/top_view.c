@@ -459,6 +459,39 @@ static double rate_of(const cJSON *cur, const cJSON *prev, const char *path, dou
 
 /* ---------------------------------------------------------------- header */
 
+/* What rgapsd's limits refused or cut off (docs/CONFIG.md), once anything was: one line. */
+static void top_render_limits(struct top_frame *f, const cJSON *d)
+{
+	static const struct {
+		const char *key, *label;
+	} lim[] = {
+		{ "connections_refused", "connections refused" },
+		{ "connections_refused_user", "refused by user quota" },
+		{ "idle_closed", "idle closed" },
+		{ "frame_timeouts", "frame timeouts" },
+		{ "stalled_closed", "unread replies closed" },
+		{ "read_pauses", "read pauses" },
+		{ "attach_denied", "attaches denied" },
+		{ "topics_refused_max", "topics over max" },
+		{ "topics_refused_quota", "topics over quota" },
+		{ "topics_refused_unconfigured", "unconfigured topics" },
+	};
+	char line[512], n[24];
+	size_t off = 0;
+
+	line[0] = '\0';
+	for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]) && off < sizeof(line); i++) {
+		double v = top_num(d, lim[i].key);
+
+		if (isnan(v) || v <= 0)
+			continue;
+		off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s %s", off ? ", " : "",
+					lim[i].label, top_fmt_count(n, sizeof(n), v));
+	}
+	if (off)
+		top_frame_printf(f, TOP_ATTR_ALERT, "limits: %s", line);
+}
+
 void top_render_header(struct top_frame *f, const cJSON *stats)
 {
 	const cJSON *d = get(stats, "daemon");
@@ -475,6 +508,7 @@ void top_render_header(struct top_frame *f, const cJSON *stats)
 			 top_fmt_count(rq, sizeof(rq), top_num(d, "requests")),
 			 top_fmt_count(re, sizeof(re), top_num(d, "request_errors")),
 			 top_fmt_count(nt, sizeof(nt), top_num(d, "topics")));
+	top_render_limits(f, d);
 }
 
 /* ---------------------------------------------------------------- topics */
