@@ -722,17 +722,24 @@ static cJSON *page_daemon(void *ctx)
 	return dm;
 }
 
-/* Drop the entries of a list of topic names (or of objects naming one in key) not visible. */
-static void page_filter(struct page_ctx *pc, cJSON *arr, const char *key)
+/*
+ * Hide from the peers section what names a topic the client may not see, wherever it is:
+ * elements of any array that are objects with such a "topic" (rings, forwarders...), and
+ * such names in the "subscribes" lists of the sessions.
+ */
+static void page_filter(struct page_ctx *pc, cJSON *v, bool names)
 {
-	cJSON *e = arr ? arr->child : NULL;
+	cJSON *e = v ? v->child : NULL;
 
 	while (e) {
 		cJSON *next = e->next;
-		const cJSON *n = key ? cJSON_GetObjectItemCaseSensitive(e, key) : e;
+		const cJSON *n = names ? e : cJSON_GetObjectItemCaseSensitive(e, "topic");
 
-		if (!cJSON_IsString(n) || !page_visible(pc, n->valuestring))
-			cJSON_Delete(cJSON_DetachItemViaPointer(arr, e));
+		if (cJSON_IsArray(v) && cJSON_IsString(n) && !page_visible(pc, n->valuestring)) {
+			cJSON_Delete(cJSON_DetachItemViaPointer(v, e));
+		} else if (cJSON_IsArray(e) || cJSON_IsObject(e)) {
+			page_filter(pc, e, e->string && strcmp(e->string, "subscribes") == 0);
+		}
 		e = next;
 	}
 }
@@ -740,16 +747,13 @@ static void page_filter(struct page_ctx *pc, cJSON *arr, const char *key)
 static cJSON *page_peers(void *ctx)
 {
 	struct page_ctx *pc = ctx;
-	cJSON *tmp = cJSON_CreateObject(), *peers, *s;
+	cJSON *tmp = cJSON_CreateObject(), *peers;
 
 	rgapsd_remote_stats(pc->d, tmp, pc->only);
 	peers = cJSON_DetachItemFromObjectCaseSensitive(tmp, "peers");
 	cJSON_Delete(tmp);
-	if (!peers || rgapsd__sees_all(&pc->id))
-		return peers;
-	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(peers, "sessions"))
-	page_filter(pc, cJSON_GetObjectItemCaseSensitive(s, "subscribes"), NULL);
-	page_filter(pc, cJSON_GetObjectItemCaseSensitive(peers, "rings"), "topic");
+	if (peers && !rgapsd__sees_all(&pc->id))
+		page_filter(pc, peers, false);
 	return peers;
 }
 

@@ -68,3 +68,31 @@ as 65534 65534
 	fail "rgapsd as nobody started without its directory"
 grep -q "give a socket path you may create" "$T/run.out" || fail "no advice: $(cat "$T/run.out")"
 ok "as nobody, an uncreatable socket directory is refused with advice"
+
+# Across hosts: A's stats show nobody neither B's subscription to 'secret' nor its ring.
+. "$(dirname "$0")/remote_lib.sh"
+host A 0
+host B 1
+DAEMON_EXTRA="\"topics_dir\": \"$T/topics.d\"," start_host A
+start_host B
+wait_until 20 peer_up A B || fail "A and B did not connect"
+for t in secret open; do BG_TIMEOUT=60 bg "sub_$t" env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub "$t" --count 2 --timeout 50; done
+wait_until 20 knows_sub A B secret || fail "A did not hear of B's subscription to secret"
+wait_until 20 knows_sub A B open || fail "A did not hear of B's subscription to open"
+# One message each sets up A's rings to B; the subscribers stay for a second one.
+for t in secret open; do on A "$RGAPS" pub "$t" --count 1 --size 4KiB >/dev/null || fail "publish $t on A"; done
+wait_until 20 grep -q "received 1\|^subscribed" "$T/sub_open.out"
+on A "$RGAPS" stats --json | flat >"$T/a_root.json"
+grep -q '"topic":"secret","direction":"out"' "$T/a_root.json" || fail "root does not see the ring of secret"
+RGAPS_SOCKET=${SOCK[A]} as 65534 65534
+"${AS[@]}" "$RGAPS" stats --json | flat >"$T/a_nobody.json"
+grep -q '"subscribes":\[[^]]*"open"' "$T/a_nobody.json" || fail "nobody does not see B's subscription to open"
+grep -q '"secret"' "$T/a_nobody.json" && fail "nobody sees 'secret' in A's peer section"
+grep -q '"topic":"open","direction":"out"' "$T/a_nobody.json" || fail "nobody does not see the ring of open"
+for t in secret open; do
+	on A "$RGAPS" pub "$t" --count 1 --size 4KiB >/dev/null || fail "publish $t on A"
+	wait_ok "sub_$t"
+done
+ok "peer subscriptions and rings of 'secret' hidden from nobody, those of 'open' shown"
+stop_host B
+stop_host A
