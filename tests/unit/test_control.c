@@ -916,20 +916,36 @@ static void test_backpressure(void **state)
 	assert_int_equal(fx.last_stats.paused, 0);
 }
 
-/* The client hangs up with replies still queued: they are dropped with their fds. */
-static void client_hangup_with_backlog(struct fx *fx)
+/* Connect and send frames until the server stops reading (stall_ms without progress). */
+static int client_flood(struct fx *fx, int stall_ms)
 {
 	static uint8_t frame[RGAPS_FRAME_HDR + BIG_LEN];
 	size_t off;
 	int fd, rc;
 
 	fd = client_connect(fx->path);
-	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
+	if (fd < 0) {
+		client_fail(fx, __LINE__, "connect: %s", strerror(-fd));
+		return -1;
+	}
 	rgaps_frame_header(frame, BIG_LEN);
 	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 1);
-	rc = send_until_stalled(fd, frame, NBIG, 300, &off);
-	CHECK(fx, rc > 0, "send: %d", rc);
-	close(fd);
+	rc = send_until_stalled(fd, frame, NBIG, stall_ms, &off);
+	if (rc <= 0) {
+		client_fail(fx, __LINE__, "send: %d", rc);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The client hangs up with replies still queued: they are dropped with their fds. */
+static void client_hangup_with_backlog(struct fx *fx)
+{
+	int fd = client_flood(fx, 300);
+
+	if (fd >= 0)
+		close(fd);
 }
 
 static void test_hangup_with_backlog(void **state)
@@ -947,17 +963,12 @@ static void test_hangup_with_backlog(void **state)
 /* The client never reads its replies: after idle_timeout_ms without progress it is cut off. */
 static void client_stalled(struct fx *fx)
 {
-	static uint8_t frame[RGAPS_FRAME_HDR + BIG_LEN];
 	struct pollfd p;
-	size_t off;
 	int fd, rc;
 
-	fd = client_connect(fx->path);
-	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
-	rgaps_frame_header(frame, BIG_LEN);
-	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 1);
-	rc = send_until_stalled(fd, frame, NBIG, 500, &off);
-	CHECK(fx, rc > 0, "send: %d", rc);
+	fd = client_flood(fx, 500);
+	if (fd < 0)
+		return;
 	p = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
 	rc = poll(&p, 1, 8000);
 	close(fd);
