@@ -8,6 +8,7 @@
 # is served within 1 s meanwhile.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 n=10000
 fit=$((($(ulimit -Hn) - 1200) / 2))

@@ -8,13 +8,14 @@
 # they leave a client is served again.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 cat >"$T/rgapsd.json" <<JSON
 { "max_connections": 1024, "max_connections_per_user": 64, "idle_timeout_ms": 3000 }
 JSON
 start_daemon -c "$T/rgapsd.json"
 rss0=$(rss_kb)
-BG_TIMEOUT=60 bg flood "${NOBODY[@]}" "$FLOOD" conns 2000 20
+spawn flood "${NOBODY[@]}" "$FLOOD" conns 2000 20
 wait_until 30 grep -q "^conns: asked" "$T/flood.out" || fail "the flood did not report: $(cat "$T/flood.out")"
 cat "$T/flood.out"
 [ "$(field "$T/flood.out" open)" = 64 ] || fail "nobody holds $(field "$T/flood.out" open) connections, not 64"
@@ -42,10 +43,10 @@ cat >"$T/rgapsd.json" <<JSON
 { "max_connections": 100, "max_connections_per_user": 60, "idle_timeout_ms": 60000 }
 JSON
 start_daemon -c "$T/rgapsd.json"
-BG_TIMEOUT=60 bg first "${NOBODY[@]}" "$FLOOD" conns 60 6
+spawn first "${NOBODY[@]}" "$FLOOD" conns 60 6
 wait_until 30 grep -q "^conns: asked" "$T/first.out" || fail "first flood did not report"
 as 65533 65533
-BG_TIMEOUT=60 bg second "${AS[@]}" "$FLOOD" conns 60 1
+spawn second "${AS[@]}" "$FLOOD" conns 60 1
 wait_until 30 grep -q "^conns: asked" "$T/second.out" || fail "second flood did not report"
 cat "$T/first.out" "$T/second.out" | grep asked
 [ "$(field "$T/second.out" open)" = 40 ] && [ "$(field "$T/second.out" refused_limit)" = 20 ] ||

@@ -8,13 +8,14 @@
 # every one of them off with a "timeout" error, counted as frame_timeouts.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 cat >"$T/rgapsd.json" <<JSON
 { "max_connections_per_user": 64, "frame_timeout_ms": 2000 }
 JSON
 start_daemon -c "$T/rgapsd.json"
 rss0=$(rss_kb)
-BG_TIMEOUT=60 bg flood "${NOBODY[@]}" "$FLOOD" partial 64 30
+spawn flood "${NOBODY[@]}" "$FLOOD" partial 64 30
 # While the frames hang: 32 buffers of 60,000 bytes, none for the 32 half headers.
 wait_until 10 dstat_is frame_bytes 1920000 || fail "frame buffers held: $(dstat frame_bytes) bytes, want 32 x 60000"
 ok "frame buffers while 64 frames hang: $(dstat frame_bytes) bytes (32 frames of 60000 bytes)"

@@ -2,10 +2,6 @@
 # after lib.sh: floods run as an unprivileged user through itest-flood, a probe
 # times one legitimate request, and rgapsd's memory is read from /proc.
 FLOOD="$RGAPS_BUILD/tests/integration/itest-flood"
-command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) is missing"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "skipped: needs root to run the floods as another user"; exit 77; }
-# The floods run as nobody: it must reach the socket in $T (mktemp made it 0700).
-chmod 755 "$T"
 
 # as UID GID [GROUPS]: AS=(the command prefix running as that user and group, with the
 # supplementary groups GROUPS, comma-separated, or none). NOBODY: the one for nobody.
@@ -14,8 +10,27 @@ as() {
 	if [ -n "${3:-}" ]; then AS+=(--groups="$3"); else AS+=(--clear-groups); fi
 	AS+=(env RGAPS_SOCKET="$RGAPS_SOCKET" RGAPS_PLUGIN_DIR="$RGAPS_PLUGIN_DIR")
 }
-as 65534 65534
-NOBODY=("${AS[@]}")
+
+# need_users: the floods run as other users (setpriv, as root); NOBODY=(the prefix for nobody).
+need_users() {
+	command -v setpriv >/dev/null || { echo "skipped: setpriv (util-linux) is missing"; exit 77; }
+	[ "$(id -u)" = 0 ] || { echo "skipped: needs root to run the floods as another user"; exit 77; }
+	# They must reach the socket in $T (mktemp made it 0700).
+	chmod 755 "$T"
+	as 65534 65534
+	NOBODY=("${AS[@]}")
+}
+
+# spawn NAME CMD...: like lib.sh's bg, for a command that bounds its own time (the floods,
+# a daemon the script stops): no timeout wrapper in between, so that on a failure cleanup's
+# kill -9 reaches the program itself (setpriv and env exec it: same pid).
+spawn() {
+	local name=$1
+	shift
+	"$@" >"$T/$name.out" 2>&1 &
+	PIDS+=($!)
+	eval "PID_$name=$!"
+}
 
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$DAEMON_PID/status"; }
 

@@ -7,13 +7,14 @@
 # stay unread for idle_timeout_ms (3 s) the connection is closed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 cat >"$T/rgapsd.json" <<JSON
 { "idle_timeout_ms": 3000, "max_unsent_replies": "1MiB" }
 JSON
 start_daemon -c "$T/rgapsd.json"
 rss0=$(rss_kb)
-BG_TIMEOUT=60 bg flood "${NOBODY[@]}" "$FLOOD" replies 40000 30
+spawn flood "${NOBODY[@]}" "$FLOOD" replies 40000 30
 wait_until 30 grep -q "before the daemon stopped reading" "$T/flood.out" || fail "the flood did not stall: $(cat "$T/flood.out")"
 cat "$T/flood.out"
 sent=$(grep -o "sent [0-9]*" "$T/flood.out" | cut -d' ' -f2)

@@ -8,6 +8,7 @@
 # create_topics "configured" no other topic can be made.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 shm_count() { ls /dev/shm | grep -c "^rgaps-$INSTANCE-" || true; }
 mkdir -p "$T/topics.d"

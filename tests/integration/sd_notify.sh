@@ -6,12 +6,13 @@
 # (none when it names another), and STOPPING=1 at SIGTERM. Checked with a
 # socket path, and in the abstract namespace ("@name") as systemd uses.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/limits_lib.sh"
 FLOOD="$RGAPS_BUILD/tests/integration/itest-flood"
 
 # run NOTIFY_SOCKET LISTENER_OUT WATCHDOG_PID_MODE: rgapsd with a notify listener
 run() {
 	local sock=$1 out=$2 pidmode=$3
-	BG_TIMEOUT=30 bg "$out" "$FLOOD" notify "$sock" 20
+	spawn "$out" "$FLOOD" notify "$sock" 20
 	wait_until 5 grep -q "listening" "$T/$out.out" || fail "listener did not start"
 	# exec keeps the pid: WATCHDOG_PID can name rgapsd itself, as systemd does.
 	NOTIFY_SOCKET=$sock WATCHDOG_USEC=400000 bash -c \

@@ -6,6 +6,7 @@
 # socket directory itself, with that user, group and the matching mode.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
+need_users
 
 mkdir -p "$T/topics.d"
 echo '{ "allowed_uids": [0] }' >"$T/topics.d/secret.json"
@@ -45,7 +46,7 @@ cat >"$T/nb/rgapsd.json" <<JSON
 { "socket": "$T/nb/run/sub/rgapsd.sock", "socket_mode": "0660",
   "defaults": { "pool_size": "64KiB", "max_message_size": "4KiB", "memory": "host" } }
 JSON
-BG_TIMEOUT=60 bg nbd "${NOBODY[@]}" "$RGAPSD" -c "$T/nb/rgapsd.json" --instance "${INSTANCE}nb"
+spawn nbd "${NOBODY[@]}" "$RGAPSD" -c "$T/nb/rgapsd.json" --instance "${INSTANCE}nb"
 wait_until 10 test -S "$T/nb/run/sub/rgapsd.sock" || fail "rgapsd as nobody did not serve: $(cat "$T/nbd.out")"
 for p in "$T/nb/run" "$T/nb/run/sub"; do
 	[ "$(stat -c '%a %u %g' "$p")" = "750 65534 65534" ] || fail "$p: $(stat -c '%a %u %g' "$p")"
@@ -76,7 +77,7 @@ host B 1
 DAEMON_EXTRA="\"topics_dir\": \"$T/topics.d\"," start_host A
 start_host B
 wait_until 20 peer_up A B || fail "A and B did not connect"
-for t in secret open; do BG_TIMEOUT=60 bg "sub_$t" env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub "$t" --count 2 --timeout 50; done
+for t in secret open; do spawn "sub_$t" env RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub "$t" --count 2 --timeout 50; done
 wait_until 20 knows_sub A B secret || fail "A did not hear of B's subscription to secret"
 wait_until 20 knows_sub A B open || fail "A did not hear of B's subscription to open"
 # One message each sets up A's rings to B; the subscribers stay for a second one.
