@@ -368,11 +368,11 @@ static int pw_cursor_parse(const char *text, struct pw_path *p, char *err, size_
 		const char *end;
 		size_t n;
 
-		if (*s != '/' || p->n == PW_DEPTH)
+		if (*s != '/' || p->n == PW_DEPTH || !s[1])
 			goto bad;
 		s++;
 		st = &p->s[p->n++];
-		st->kind = *s++;
+		st->kind = *s++; /* not the NUL: checked above */
 		end = strchr(s, '/');
 		n = end ? (size_t)(end - s) : strlen(s);
 		if (n == 0 || n >= PW_NAME_MAX)
