@@ -411,7 +411,9 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "max_connections", .type = RGAPS_CFG_UINT, CFG_AT(D, max_connections),
 	  .def = "1024", .min = 1, .max = 65536,
 	  .doc = "Client connections open at once. One more is refused at once with the "
-		 "error \"limit\" (counted: connections_refused)." },
+		 "error \"limit\" (counted: connections_refused). The last 16 places (a quarter "
+		 "at most) are kept for root and rgapsd's own user, so an operator can always "
+		 "connect." },
 	{ .name = "max_connections_per_user", .type = RGAPS_CFG_UINT,
 	  CFG_AT(D, max_connections_per_user), .def = "256", .min = 1, .max = 65536,
 	  .doc = "Client connections of one user (socket credentials' uid) open at once; one "

@@ -61,6 +61,7 @@
 #define CTL_ACCEPT_BACKOFF_MS 100
 #define CTL_STOP_TIMEOUT_MS 2000
 #define CTL_LOCK_TRIES 8
+#define CTL_ADMIN_RESERVE 16 /* places of max_conns only root and our own user may take */
 #define CTL_SWEEP_MIN_MS 20
 #define CTL_SWEEP_MAX_MS 1000
 
@@ -649,6 +650,15 @@ static bool ctl_uid_exempt(const struct rgapsd_control *ctl, uid_t uid)
 	return uid == 0 || uid == ctl->self_uid;
 }
 
+/*
+ * The last places under max_conns are kept for root and rgapsd's own user, so that an
+ * operator can always connect (rgaps stats) while other users hold every other place.
+ */
+static uint32_t ctl_reserve(const struct rgapsd_control *ctl)
+{
+	return RGAPS_MIN((uint32_t)CTL_ADMIN_RESERVE, ctl->opts.max_conns / 4);
+}
+
 static uint32_t ctl_conns_of(const struct rgapsd_control *ctl, uid_t uid)
 {
 	uint32_t n = 0;
@@ -687,10 +697,12 @@ static void conn_new(struct rgapsd_control *ctl, int fd)
 		return;
 	}
 	ctl->st.accepted++;
-	if (ctl->nconns >= ctl->opts.max_conns) {
+	if (ctl->nconns >= ctl->opts.max_conns ||
+	    (!ctl_uid_exempt(ctl, cred.uid) && ctl->nconns >= ctl->opts.max_conns - ctl_reserve(ctl))) {
 		ctl->st.refused_max++;
-		snprintf(why, sizeof(why), "rgapsd serves max_connections (%u) connections",
-			 ctl->opts.max_conns);
+		snprintf(why, sizeof(why), "rgapsd serves max_connections (%u) connections%s",
+			 ctl->opts.max_conns,
+			 ctl_uid_exempt(ctl, cred.uid) ? "" : ", the last kept for its operators");
 		ctl_refuse(ctl, fd, &cred, -ENFILE, why);
 		return;
 	}

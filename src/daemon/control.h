@@ -38,7 +38,7 @@ struct rgapsd_control_ops {
 
 /* Limits and the socket's access. Zero fields take the defaults below. */
 struct rgapsd_control_opts {
-	uint32_t max_conns;	     /* default 1024 */
+	uint32_t max_conns;	     /* default 1024, the last 16 (a quarter at most) for uid 0 and ours */
 	uint32_t max_conns_per_user; /* default 256; uid 0 and our own uid: only max_conns */
 	uint32_t idle_timeout_ms;    /* default 60000: an unattached, silent connection goes */
 	uint32_t frame_timeout_ms;   /* default 5000: from a frame's first byte to its last */
