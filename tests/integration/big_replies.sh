@@ -13,7 +13,7 @@ need_users
 n=10000
 fit=$((($(ulimit -Hn) - 1200) / 2))
 [ "$fit" -lt "$n" ] && { echo "note: the open-files limit $(ulimit -Hn) holds $fit topics (2 descriptors each)"; n=$fit; }
-if ldd "$RGAPSD" | grep -q 'libasan\|libtsan'; then n=2000; echo "note: sanitizer build, $n topics"; fi
+if sanitized; then n=2000; echo "note: sanitizer build, $n topics"; fi
 [ "$n" -ge 1000 ] || { echo "skipped: the open-files limit $(ulimit -Hn) holds fewer than 1000 topics"; exit 77; }
 cat >"$T/rgapsd.json" <<JSON
 { "max_topics": $n,
