@@ -394,9 +394,12 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "key_file", .type = RGAPS_CFG_STRING, CFG_AT(D, key_file), .def = "\"\"",
 	  .doc = "File holding the pre-shared key with which peer daemons authenticate each "
 		 "other (challenge-response HMAC)." },
-	{ .name = "keepalive_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, keepalive_ms), .def = "1000",
+	{ .name = "keepalive_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, keepalive_ms), .def = "2000",
 	  .min = 10, .max = 3600000,
-	  .doc = "Milliseconds between keepalives on peer connections." },
+	  .doc = "Milliseconds between keepalives on peer connections. A peer heard nothing "
+		 "from for three of them (6 s by default) is declared dead and reconnected. "
+		 "Below 1000, a loaded machine trips it (docs/BENCHMARKS.md, keepalive under "
+		 "load)." },
 	{ .name = "socket_mode", .type = RGAPS_CFG_STRING, CFG_AT(D, socket_mode),
 	  .def = "\"0666\"", .check = check_mode,
 	  .doc = "Permission bits of the socket, in octal. \"0666\": every local user may "

@@ -16,6 +16,9 @@
  *   topics PREFIX N     attach to (and detach from) PREFIX0 .. PREFIX<N-1>, each
  *                       creating a topic; count created and refused, by code
  *   probe MAX_MS        one `topics` request; exit 1 unless answered within MAX_MS
+ *   watch SECS EVERY_MS a `topics` request every EVERY_MS for SECS s: how long the
+ *                       daemon's loop took to answer (p50, p99, max), a measure of its
+ *                       stalls (docs/BENCHMARKS.md, keepalive under load)
  *   notify PATH SECS    receive datagrams on PATH (a $NOTIFY_SOCKET) for SECS s,
  *                       or until STOPPING=1; print each, lines joined by '|'
  *
@@ -442,6 +445,50 @@ static int cmd_probe(int max_ms)
 	return ms <= max_ms ? 0 : 1;
 }
 
+/* ---- watch -------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int cmd_watch(double secs, int every_ms)
+{
+	size_t n = 0, cap = (size_t)(secs * 1000 / (every_ms > 0 ? every_ms : 1)) + 16;
+	double *ms = calloc(cap, sizeof(*ms)), t0 = now_s();
+	char buf[RGAPS_FRAME_MAX + 1];
+	int failed = 0;
+
+	if (!ms || every_ms < 1)
+		return 2;
+	while (now_s() - t0 < secs && n < cap) {
+		double t1 = now_s();
+		int fd = dial(), rc = fd;
+
+		if (fd >= 0) {
+			rc = send_frame(fd, "{\"type\":\"topics\"}");
+			if (rc == 0)
+				rc = recv_reply(fd, buf, sizeof(buf), 30000);
+			close(fd);
+		}
+		if (rc == 1)
+			ms[n++] = (now_s() - t1) * 1000;
+		else
+			failed++;
+		usleep((useconds_t)every_ms * 1000);
+	}
+	qsort(ms, n, sizeof(*ms), cmp_double);
+	if (n)
+		printf("watch: %zu requests, p50 %.1f ms, p99 %.1f ms, max %.1f ms, failed %d\n", n,
+		       ms[n / 2], ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], ms[n - 1], failed);
+	else
+		printf("watch: no request answered, failed %d\n", failed);
+	free(ms);
+	return n ? 0 : 1;
+}
+
 /* ---- notify -------------------------------------------------------------------------- */
 
 static int cmd_notify(const char *path, double secs)
@@ -501,9 +548,11 @@ int main(int argc, char **argv)
 		return cmd_topics(argv[2], atoi(argv[3]));
 	if (argc == 3 && strcmp(argv[1], "probe") == 0)
 		return cmd_probe(atoi(argv[2]));
+	if (argc == 4 && strcmp(argv[1], "watch") == 0)
+		return cmd_watch(atof(argv[2]), atoi(argv[3]));
 	if (argc == 4 && strcmp(argv[1], "notify") == 0)
 		return cmd_notify(argv[2], atof(argv[3]));
 	fprintf(stderr, "usage: itest-flood conns N HOLD_S | partial N WAIT_S | replies N WAIT_S |\n"
-			"       topics PREFIX N | probe MAX_MS | notify PATH SECS\n");
+			"       topics PREFIX N | probe MAX_MS | watch SECS EVERY_MS | notify PATH SECS\n");
 	return 2;
 }

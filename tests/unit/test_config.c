@@ -166,7 +166,7 @@ static void test_defaults_without_file(void **state)
 	assert_string_equal(cfg.listen, "");
 	assert_int_equal(cfg.npeers, 0);
 	assert_string_equal(cfg.key_file, "");
-	assert_int_equal(cfg.keepalive_ms, 1000);
+	assert_int_equal(cfg.keepalive_ms, 2000);
 	assert_string_equal(cfg.topic_defaults.name, "");
 	check_topic_defaults(&cfg.topic_defaults);
 	assert_null(cfg.topics);
@@ -981,7 +981,7 @@ static void test_print_help(void **state)
 		"  instance (", "  plugin_dir (", "  topics_dir (",
 		"  log_level (error | warn | info | debug | trace)\n      default: \"info\"\n",
 		"  listen (", "  peers (array of at most 16 strings, no repeats)\n",
-		"  key_file (", "  keepalive_ms (integer, 10..3600000)\n      default: 1000\n",
+		"  key_file (", "  keepalive_ms (integer, 10..3600000)\n      default: 2000\n",
 		"  defaults (object)\n",
 		"  name (string, at most 63 bytes)\n      default: the file name less \".json\"\n",
 		"  pool_size (size, 4KiB..1TiB)\n      default: \"256MiB\"\n",
