@@ -61,12 +61,13 @@ static int resolve_group(const char *name, gid_t *gid_p)
 }
 
 /*
- * Every client connection and every topic (2 segments) holds a descriptor: the soft limit
- * goes up to the hard one, and a limit that cannot cover the configured maxima is reported.
+ * Descriptors: one per topic (its header), and per client connection the socket and its
+ * attachment's region and pool. The soft limit goes up to the hard one, and a limit that
+ * cannot cover the configured maxima is reported.
  */
 static void raise_fd_limit(const struct rgapsd_config *cfg)
 {
-	uint64_t want = (uint64_t)cfg->max_connections + 2ull * (cfg->max_topics + cfg->ntopics) + 256;
+	uint64_t want = 3ull * cfg->max_connections + cfg->max_topics + cfg->ntopics + 256;
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
