@@ -24,8 +24,9 @@ p50=$(grep -o '"p50":[0-9.e+-]*' <<< "$lat" | cut -d: -f2)
 p99=$(grep -o '"p99":[0-9.e+-]*' <<< "$lat" | cut -d: -f2)
 awk -v a="$p50" -v b="$p99" 'BEGIN { exit !(a > 0 && b >= a) }' || fail "latency p50 $p50, p99 $p99: $lat"
 ok "publish -> take latency of all 4800 takes: p50 $p50 us, p99 $p99 us"
-used=$(pool_used fan)
-[ "$used" = 0 ] || fail "pool holds $used bytes after everyone left"
+# A departed publisher's stream drains, then rgapsd discards it and its pool (its sweep runs
+# every 100 ms): bounded by the clock, not by a count of polls.
+wait_until 5 pool_is fan 0 || fail "pool holds $(pool_used fan) bytes 5 s after everyone left"
 ok "pool empty after the run"
 stop_daemon
 ls /dev/shm | grep -q "rgaps-$INSTANCE-" && fail "segments left after SIGTERM"
