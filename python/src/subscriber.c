@@ -1,0 +1,550 @@
+/*
+ * rgaps._rgaps.Subscriber and the life of held messages.
+ *
+ * A subscriber's C handle lives in a struct rgpy_subcore that the Python
+ * object and every message still held share; each taken message is a struct
+ * rgpy_hold whose block is released when its last claim goes (the Message's
+ * own until release(), one per array exported from it). Claims are dropped by
+ * DLPack deleters too, in any thread and without the GIL, so nothing here
+ * touches Python objects. The C handle may be used by one thread at a time:
+ * the core's mutex guards it, and a release that finds the mutex taken (a
+ * take() waiting in another thread) leaves the hold on a lock-free list that
+ * the lock holder drains before it lets go. A blocking take() waits in slices
+ * of at most TAKE_SLICE_MS, so such releases, and Ctrl-C, are served promptly.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rgpy.h"
+
+#define TAKE_SLICE_MS 200
+
+typedef struct {
+	PyObject_HEAD
+	struct rgpy_subcore *core;
+} SubscriberObject;
+
+PyTypeObject *rgpy_SubscriberType;
+
+/* ---------------------------------------------------------------- the core */
+
+static void core_ref(struct rgpy_subcore *c)
+{
+	__atomic_add_fetch(&c->refs, 1, __ATOMIC_SEQ_CST);
+}
+
+static void core_unref(struct rgpy_subcore *c)
+{
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST))
+		return;
+	/* In a forked child the handle is the parent's: leave its memory and socket alone. */
+	if (c->sub && c->fork_gen == rgpy_fork_gen())
+		rgaps_subscriber_destroy(c->sub);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* With the lock held: give the block back to the topic. */
+static void release_locked(struct rgpy_subcore *c, struct rgpy_hold *h)
+{
+	if (c->sub && c->fork_gen == rgpy_fork_gen()) {
+#if RGPY_STREAM_ORDERED
+		/* The block is reused only after that stream is done with it. */
+		if (h->cuda && h->release_stream_set)
+			rgaps_subscriber_release_async(c->sub, &h->msg, (void *)h->release_stream);
+		else
+#endif
+			rgaps_subscriber_release(c->sub, &h->msg);
+	}
+	__atomic_sub_fetch(&c->nheld, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Drain what other threads left, then unlock; look again after unlocking, since
+ * a release may have been left after our last look but before the unlock. The
+ * holds drained are finished (their core and struct references dropped) only
+ * after the last unlock, since that may free the core.
+ */
+static void core_unlock(struct rgpy_subcore *c)
+{
+	struct rgpy_hold *done = NULL;
+
+	for (;;) {
+		struct rgpy_hold *h = __atomic_exchange_n(&c->pending, NULL, __ATOMIC_SEQ_CST);
+
+		while (h) {
+			struct rgpy_hold *next = h->next_pending;
+
+			release_locked(c, h);
+			h->next_pending = done;
+			done = h;
+			h = next;
+		}
+		pthread_mutex_unlock(&c->lock);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&c->pending, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&c->lock))
+			break;
+	}
+	while (done) {
+		struct rgpy_hold *next = done->next_pending;
+
+		done->core = NULL;
+		core_unref(c);
+		rgpy_hold_unref(done);
+		done = next;
+	}
+}
+
+/* ---------------------------------------------------------------- holds */
+
+void rgpy_hold_ref(struct rgpy_hold *h)
+{
+	__atomic_add_fetch(&h->refs, 1, __ATOMIC_SEQ_CST);
+}
+
+void rgpy_hold_unref(struct rgpy_hold *h)
+{
+	if (!__atomic_sub_fetch(&h->refs, 1, __ATOMIC_SEQ_CST))
+		free(h);
+}
+
+void rgpy_hold_claim(struct rgpy_hold *h)
+{
+	__atomic_add_fetch(&h->claims, 1, __ATOMIC_SEQ_CST);
+}
+
+void rgpy_hold_unclaim(struct rgpy_hold *h)
+{
+	struct rgpy_subcore *c = h->core;
+
+	if (__atomic_sub_fetch(&h->claims, 1, __ATOMIC_SEQ_CST))
+		return;
+	if (!c) /* a gap-only message: nothing held */
+		return;
+	/*
+	 * On a GPU, kernels that read the block may still be queued: the block goes
+	 * back only after the stream release(stream=) named, else the whole device,
+	 * has finished (host-side wait while librgaps has no stream-ordered release).
+	 */
+	if (h->cuda && c->fork_gen == rgpy_fork_gen() &&
+	    !(RGPY_STREAM_ORDERED && h->release_stream_set)) {
+		char err[256];
+
+		if (rgpy_cuda_sync(h->device, h->release_stream_set ? h->release_stream : RGPY_STREAM_NONE,
+				   err, sizeof(err)))
+			fprintf(stderr, "rgaps: topic '%s': before releasing message %llu: %s\n",
+				c->topic, (unsigned long long)h->msg.seq, err);
+	}
+	/* The hold's struct must outlive the release: keep a reference until it is finished. */
+	rgpy_hold_ref(h);
+	core_ref(c); /* the core must outlive our look at its lock, whoever finishes h */
+	if (!pthread_mutex_trylock(&c->lock)) {
+		release_locked(c, h);
+		h->core = NULL;
+		core_unlock(c);
+		core_unref(c); /* h's reference */
+		rgpy_hold_unref(h);
+	} else {
+		struct rgpy_hold *old = __atomic_load_n(&c->pending, __ATOMIC_SEQ_CST);
+
+		do
+			h->next_pending = old;
+		while (!__atomic_compare_exchange_n(&c->pending, &old, h, false, __ATOMIC_SEQ_CST,
+						    __ATOMIC_SEQ_CST));
+		/* The holder may have looked before our push: drain it ourselves if we can. */
+		if (!pthread_mutex_trylock(&c->lock))
+			core_unlock(c);
+	}
+	core_unref(c);
+}
+
+/* ---------------------------------------------------------------- Subscriber */
+
+static int check_usable(SubscriberObject *self)
+{
+	if (!self->core || self->core->closed) {
+		PyErr_SetString(PyExc_ValueError, "I/O operation on a closed rgaps.Subscriber");
+		return -1;
+	}
+	if (self->core->fork_gen != rgpy_fork_gen()) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "Subscriber('%s') was created before fork(): a handle belongs to the "
+			     "process that made it; create one in this process",
+			     self->core->topic);
+		return -1;
+	}
+	return 0;
+}
+
+static int sub_init(SubscriberObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "topic", NULL };
+	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
+	struct rgpy_subcore *c;
+	const char *topic;
+	int err = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s:Subscriber", kwlist, &topic))
+		return -1;
+	if (self->core) {
+		PyErr_SetString(PyExc_RuntimeError, "Subscriber.__init__ called twice");
+		return -1;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	snprintf(c->topic, sizeof(c->topic), "%s", topic);
+	Py_BEGIN_ALLOW_THREADS
+	c->sub = rgaps_subscriber_init(topic);
+	if (!c->sub)
+		err = errno;
+	else
+		err = -rgaps_subscriber_info(c->sub, &info);
+	Py_END_ALLOW_THREADS
+	if (!c->sub || err) {
+		if (c->sub)
+			rgaps_subscriber_destroy(c->sub);
+		free(c);
+		rgpy_raise_attach(err ? err : EIO, "Subscriber", topic);
+		return -1;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->refs = 1;
+	c->fork_gen = rgpy_fork_gen();
+	c->cuda = info.memory == RGAPS_MEMORY_CUDA;
+	c->device = info.device;
+	self->core = c;
+	return 0;
+}
+
+static void sub_close_core(SubscriberObject *self)
+{
+	struct rgpy_subcore *c = self->core;
+
+	if (!c)
+		return;
+	self->core = NULL;
+	c->closed = true;
+	core_unref(c);
+}
+
+static void sub_dealloc(SubscriberObject *self)
+{
+	sub_close_core(self);
+	rgpy_free((PyObject *)self);
+}
+
+/* Copy what the library tells of the message into a fresh hold, and decode its description. */
+static struct rgpy_hold *hold_new(struct rgpy_subcore *c, const rgaps_msg_t *m)
+{
+	rgaps_msg_info_t info = { .struct_size = sizeof(info) };
+	struct rgpy_hold *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->refs = 1;
+	h->claims = 1;
+	h->msg = *m;
+	h->gap_only = m->flags & RGAPS_MSG_GAP;
+	h->cuda = c->cuda;
+	h->device = c->device;
+	if (!rgaps_msg_info(c->sub, m, &info)) {
+		h->stream = info.stream;
+		h->origin_stream = info.origin_stream;
+		h->origin_seq = info.origin_seq;
+		if (info.attrs && info.attr_len <= RGAPS_ATTR_MAX) {
+			memcpy(h->attrs, info.attrs, info.attr_len);
+			h->attr_len = (uint16_t)info.attr_len;
+		}
+	}
+	return h;
+}
+
+/* Outside the lock: the description and the buffer protocol's arrays. */
+static void hold_describe(struct rgpy_hold *h)
+{
+	struct rgpy_desc *d = &h->desc;
+	unsigned item;
+
+	h->described = h->attr_len &&
+		       !rgpy_attrs_decode(h->attrs, h->attr_len, h->msg.size, d, &h->undescribed_why);
+	if (!h->described)
+		rgpy_desc_bytes(d, h->msg.size);
+	item = rgpy_dtype_size(d->dtype);
+	for (unsigned i = 0; i < d->ndim; i++) {
+		h->shape_ss[i] = (Py_ssize_t)d->shape[i];
+		h->strides_ss[i] = (Py_ssize_t)(d->has_strides ? d->strides[i] * (int64_t)item : 0);
+	}
+	if (!d->has_strides) { /* C order */
+		Py_ssize_t s = item;
+
+		for (int i = (int)d->ndim - 1; i >= 0; i--) {
+			h->strides_ss[i] = s;
+			s *= h->shape_ss[i];
+		}
+	}
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *timeout = Py_None, *out = NULL;
+	struct rgpy_subcore *c;
+	struct rgpy_hold *h = NULL;
+	uint64_t deadline = 0;
+	rgaps_msg_t m;
+	int ms, asked_ms, r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:take", kwlist, &timeout) ||
+	    rgpy_timeout_ms(timeout, -1, &ms) || check_usable(self))
+		return NULL;
+	asked_ms = ms;
+	c = self->core;
+	core_ref(c); /* close() in another thread must not free it under us */
+	if (ms > 0)
+		deadline = mono_ms() + (uint64_t)ms;
+	for (;;) {
+		int slice = ms < 0 || ms > TAKE_SLICE_MS ? TAKE_SLICE_MS : ms;
+
+		Py_BEGIN_ALLOW_THREADS
+		pthread_mutex_lock(&c->lock);
+		r = rgaps_subscriber_take(c->sub, &m, slice);
+		if (!r) {
+			h = hold_new(c, &m);
+			if (!h) {
+				rgaps_subscriber_release(c->sub, &m);
+			} else if (!h->gap_only) {
+				h->core = c;
+				core_ref(c);
+				__atomic_add_fetch(&c->nheld, 1, __ATOMIC_SEQ_CST);
+			}
+		}
+		core_unlock(c);
+		Py_END_ALLOW_THREADS
+		if (!r)
+			break;
+		if (r == -EINTR || r == -ETIMEDOUT || r == -EAGAIN) {
+			if (PyErr_CheckSignals())
+				goto out;
+		} else if (r == -ENOBUFS) {
+			rgpy_raise(r,
+				   "Subscriber('%s').take: this subscriber holds as many messages as "
+				   "the topic's max_holds allows (%u held); release messages, or drop "
+				   "arrays made from them",
+				   c->topic, __atomic_load_n(&c->nheld, __ATOMIC_SEQ_CST));
+			goto out;
+		} else {
+			rgpy_raise(r, "Subscriber('%s').take", c->topic);
+			goto out;
+		}
+		if (ms == 0 || (ms > 0 && mono_ms() >= deadline)) {
+			rgpy_raise(-ETIMEDOUT, "Subscriber('%s').take: no message within %g s",
+				   c->topic, asked_ms / 1000.0);
+			goto out;
+		}
+		if (ms > 0)
+			ms = (int)(deadline - mono_ms());
+		if (check_usable(self)) /* closed by another thread meanwhile */
+			goto out;
+	}
+	if (!h) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	hold_describe(h);
+	out = rgpy_message_new(h);
+out:
+	core_unref(c);
+	return out;
+}
+
+static PyObject *sub_iternext(SubscriberObject *self)
+{
+	PyObject *args, *msg;
+
+	if (!self->core || self->core->closed)
+		return NULL; /* StopIteration */
+	args = PyTuple_New(0);
+	if (!args)
+		return NULL;
+	msg = sub_take(self, args, NULL);
+	Py_DECREF(args);
+	return msg;
+}
+
+static PyObject *sub_iter(PyObject *self)
+{
+	Py_INCREF(self);
+	return self;
+}
+
+static PyObject *sub_fileno(SubscriberObject *self, PyObject *unused)
+{
+	int fd;
+
+	struct rgpy_subcore *c;
+	PyObject *out;
+
+	if (check_usable(self))
+		return NULL;
+	c = self->core;
+	core_ref(c);
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&c->lock);
+	fd = rgaps_subscriber_fd(c->sub);
+	core_unlock(c);
+	Py_END_ALLOW_THREADS
+	out = fd < 0 ? rgpy_raise(fd, "Subscriber('%s').fileno", c->topic) : PyLong_FromLong(fd);
+	core_unref(c);
+	return out;
+}
+
+static PyObject *sub_close(SubscriberObject *self, PyObject *unused)
+{
+	sub_close_core(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *sub_enter(PyObject *self, PyObject *unused)
+{
+	if (check_usable((SubscriberObject *)self))
+		return NULL;
+	Py_INCREF(self);
+	return self;
+}
+
+static PyObject *sub_exit(SubscriberObject *self, PyObject *args)
+{
+	sub_close_core(self);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *sub_info(SubscriberObject *self, PyObject *unused)
+{
+	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
+	struct rgpy_subcore *c;
+	int r;
+
+	if (check_usable(self))
+		return NULL;
+	c = self->core;
+	core_ref(c);
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&c->lock);
+	r = rgaps_subscriber_info(c->sub, &info);
+	core_unlock(c);
+	Py_END_ALLOW_THREADS
+	if (r) {
+		rgpy_raise(r, "Subscriber('%s').info", c->topic);
+		core_unref(c);
+		return NULL;
+	}
+	core_unref(c);
+	return Py_BuildValue("{s:s,s:s,s:i,s:n,s:n,s:I,s:K}", "name", info.name, "memory",
+			     info.memory == RGAPS_MEMORY_CUDA ? "cuda" : "host", "device",
+			     info.device, "pool_size", (Py_ssize_t)info.pool_size,
+			     "max_message_size", (Py_ssize_t)info.max_message_size, "queue_depth",
+			     info.queue_depth, "drops", (unsigned long long)info.drops);
+}
+
+static PyObject *sub_get_topic(SubscriberObject *self, void *unused)
+{
+	if (!self->core)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(self->core->topic);
+}
+
+static PyObject *sub_get_closed(SubscriberObject *self, void *unused)
+{
+	return PyBool_FromLong(!self->core || self->core->closed);
+}
+
+static PyObject *sub_get_held(SubscriberObject *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->core ? __atomic_load_n(&self->core->nheld,
+								     __ATOMIC_SEQ_CST)
+						  : 0);
+}
+
+static PyObject *sub_get_memory(SubscriberObject *self, void *unused)
+{
+	if (!self->core)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(self->core->cuda ? "cuda" : "host");
+}
+
+static PyObject *sub_repr(SubscriberObject *self)
+{
+	if (!self->core)
+		return PyUnicode_FromString("<rgaps.Subscriber closed>");
+	return PyUnicode_FromFormat("<rgaps.Subscriber topic='%s' memory=%s held=%u>",
+				    self->core->topic, self->core->cuda ? "cuda" : "host",
+				    __atomic_load_n(&self->core->nheld, __ATOMIC_SEQ_CST));
+}
+
+static PyMethodDef sub_methods[] = {
+	{ "take", (PyCFunction)(void (*)(void))sub_take, METH_VARARGS | METH_KEYWORDS,
+	  "take(timeout=None) -> Message: the next message (None: wait without limit; "
+	  "0: do not wait). Raises rgaps.Timeout when none came in time." },
+	{ "fileno", (PyCFunction)sub_fileno, METH_NOARGS,
+	  "fileno() -> int: readable when a message may be there (then take(0) until "
+	  "rgaps.Timeout)." },
+	{ "info", (PyCFunction)sub_info, METH_NOARGS, "info() -> dict: the topic's settings." },
+	{ "close", (PyCFunction)sub_close, METH_NOARGS,
+	  "close(): detach. Messages still held (or arrays made from them) keep the "
+	  "shared memory mapped until they go." },
+	{ "__enter__", sub_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)sub_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef sub_getset[] = {
+	{ "topic", (getter)sub_get_topic, NULL, "topic name", NULL },
+	{ "closed", (getter)sub_get_closed, NULL, "whether close() was called", NULL },
+	{ "held", (getter)sub_get_held, NULL,
+	  "messages whose memory is still held (by a Message or an array made from one)", NULL },
+	{ "memory", (getter)sub_get_memory, NULL, "'host' or 'cuda'", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyType_Slot sub_slots[] = {
+	{ Py_tp_doc, "Subscriber(topic): takes messages of a topic (see docs/PYTHON.md)." },
+	{ Py_tp_new, PyType_GenericNew },
+	{ Py_tp_init, sub_init },
+	{ Py_tp_dealloc, sub_dealloc },
+	{ Py_tp_methods, sub_methods },
+	{ Py_tp_getset, sub_getset },
+	{ Py_tp_iter, sub_iter },
+	{ Py_tp_iternext, sub_iternext },
+	{ Py_tp_repr, sub_repr },
+	{ 0, NULL },
+};
+
+static PyType_Spec sub_spec = {
+	.name = "rgaps._rgaps.Subscriber",
+	.basicsize = sizeof(SubscriberObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.slots = sub_slots,
+};
+
+int rgpy_subscriber_init_type(PyObject *m)
+{
+	rgpy_SubscriberType = (PyTypeObject *)PyType_FromSpec(&sub_spec);
+	if (!rgpy_SubscriberType)
+		return -1;
+	Py_INCREF((PyObject *)rgpy_SubscriberType);
+	return PyModule_AddObject(m, "Subscriber", (PyObject *)rgpy_SubscriberType);
+}
