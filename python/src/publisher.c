@@ -1091,6 +1091,23 @@ static PyObject *loan_exit(LoanObject *self, PyObject *args)
 	Py_RETURN_FALSE;
 }
 
+/* numpy reaches __array__ only when the buffer protocol refused: say why. */
+static PyObject *loan_array(LoanObject *self, PyObject *args, PyObject *kw)
+{
+	const char *why = loan_unusable(self->l);
+
+	if (why)
+		PyErr_SetString(PyExc_TypeError, why);
+	else if (self->l->core->cuda)
+		PyErr_SetString(PyExc_TypeError,
+				"the loan is in GPU memory, which numpy cannot write: use "
+				"torch.from_dlpack(loan) or cupy.asarray(loan)");
+	else
+		PyErr_Format(PyExc_TypeError, "%s has no numpy buffer format: use DLPack",
+			     rgpy_dtype_name(self->l->desc.dtype));
+	return NULL;
+}
+
 static PyObject *loan_get_state(LoanObject *self, void *unused)
 {
 	static const char *names[] = { "open", "committed", "cancelled" };
@@ -1143,6 +1160,8 @@ static PyMethodDef loan_methods[] = {
 	{ "__dlpack__", (PyCFunction)(void (*)(void))loan_dlpack, METH_VARARGS | METH_KEYWORDS,
 	  "DLPack export, writable." },
 	{ "__dlpack_device__", (PyCFunction)loan_dlpack_device, METH_NOARGS, NULL },
+	{ "__array__", (PyCFunction)(void (*)(void))loan_array, METH_VARARGS | METH_KEYWORDS,
+	  NULL },
 	{ "__enter__", (PyCFunction)loan_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)loan_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },
