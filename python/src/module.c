@@ -247,9 +247,32 @@ err:
 	return NULL;
 }
 
+/* (base, size) of the device allocation that holds @p ptr: the GPU tests' zero-copy check. */
+static PyObject *mod_cuda_range(PyObject *mod, PyObject *args)
+{
+	unsigned long long ptr;
+	uintptr_t base;
+	size_t size;
+	char err[256];
+	int r;
+
+	if (!PyArg_ParseTuple(args, "K:_cuda_range", &ptr))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	r = rgpy_cuda_range((uintptr_t)ptr, &base, &size, err, sizeof(err));
+	Py_END_ALLOW_THREADS
+	if (r) {
+		PyErr_SetString(rgpy_Error, err);
+		return NULL;
+	}
+	return Py_BuildValue("(KK)", (unsigned long long)base, (unsigned long long)size);
+}
+
 static PyMethodDef mod_methods[] = {
 	{ "_query", mod_query, METH_VARARGS,
 	  "_query(request_json) -> (errno, reply_json): one control request to rgapsd." },
+	{ "_cuda_range", mod_cuda_range, METH_VARARGS,
+	  "_cuda_range(ptr) -> (base, size): cuMemGetAddressRange of a device pointer." },
 	{ "strerror", mod_strerror, METH_VARARGS, "strerror(errno) -> text of an rgaps error." },
 	{ "encode_attrs", mod_encode, METH_VARARGS,
 	  "encode_attrs(dtype, shape, strides=None, header=b'') -> bytes: a version-1 array "
