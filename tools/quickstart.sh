@@ -20,9 +20,12 @@ esac
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
-      libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2"
+      libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2
+      python3-dev python3-numpy"
 # The tests also lint the Prometheus text with promtool, and build deb and rpm packages.
 [ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm mandoc man-db mmdebstrap"
+# The Python package's pytest suite (suite "python") and its pip build.
+[ "$what" = test ] && PKGS="$PKGS python3-pytest python3-mesonpy python3-venv"
 missing=()
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
