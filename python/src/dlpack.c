@@ -1,7 +1,7 @@
 /*
- * DLPack export (capsules whose deleter gives a claim back) and the
- * __dlpack__ keyword protocol, plus the __cuda_array_interface__ dict: what
- * Message and Loan hand to array libraries. The rules for the capsule follow
+ * The exports Message and Loan share: buffer-protocol views, DLPack capsules
+ * (whose deleter gives a claim back) and the __dlpack__ keyword protocol, the
+ * __cuda_array_interface__ dict, and the refusals numpy's __array__ meets. The rules for the capsule follow
  * the DLPack Python specification: a capsule named "dltensor" (or, when the
  * consumer asked for max_version >= (1, 0), "dltensor_versioned") that the
  * consumer renames to "used_..." when it takes ownership; if nobody consumes
@@ -175,4 +175,67 @@ PyObject *rgpy_cai_dict(const struct rgpy_desc *d, uintptr_t ptr, bool readonly,
 			    (unsigned long long)ptr, readonly ? Py_True : Py_False, "version", 3,
 			    "strides", strides, "stream", stream);
 	return out;
+}
+
+int rgpy_view_fill(Py_buffer *view, PyObject *obj, void *buf, const struct rgpy_desc *d,
+		   Py_ssize_t *shape, Py_ssize_t *strides, bool writable, int flags,
+		   const char *what)
+{
+	const char *fmt = rgpy_dtype_format(d->dtype);
+	unsigned item = rgpy_dtype_size(d->dtype);
+	Py_ssize_t n = 1;
+
+	if (!writable && (flags & PyBUF_WRITABLE)) {
+		PyErr_Format(PyExc_BufferError,
+			     "%ss are read-only (subscribers map the pool read-only)", what);
+		return -1;
+	}
+	if (!fmt) {
+		PyErr_Format(PyExc_BufferError,
+			     "%s has no buffer-protocol format: use DLPack (torch.from_dlpack(%s))",
+			     rgpy_dtype_name(d->dtype), what);
+		return -1;
+	}
+	if (!(flags & PyBUF_STRIDES) && d->has_strides) {
+		PyErr_SetString(PyExc_BufferError,
+				"the array is not C-contiguous: ask for strides (numpy.asarray does)");
+		return -1;
+	}
+	for (unsigned i = 0; i < d->ndim; i++)
+		n *= shape[i];
+	view->obj = obj;
+	Py_INCREF(obj);
+	view->buf = buf;
+	view->len = n * (Py_ssize_t)item;
+	view->readonly = !writable;
+	view->itemsize = item;
+	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+	view->ndim = (flags & PyBUF_ND) ? d->ndim : 1;
+	view->shape = (flags & PyBUF_ND) ? shape : NULL;
+	view->strides = (flags & PyBUF_STRIDES) ? strides : NULL;
+	view->suboffsets = NULL;
+	view->internal = NULL;
+	return 0;
+}
+
+void rgpy_gpu_refusal(PyObject *exc, const char *what)
+{
+	PyErr_Format(exc,
+		     "the %s is in GPU memory, which the buffer protocol and numpy cannot reach: "
+		     "use torch.from_dlpack(%s), cupy.asarray(%s) or jax.dlpack.from_dlpack(%s) "
+		     "(then .cpu() or .get() for a host copy)",
+		     what, what, what, what);
+}
+
+PyObject *rgpy_no_array(const char *why, bool cuda, DLDataType t, const char *what)
+{
+	if (why)
+		PyErr_SetString(PyExc_TypeError, why);
+	else if (cuda)
+		rgpy_gpu_refusal(PyExc_TypeError, what);
+	else
+		PyErr_Format(PyExc_TypeError,
+			     "%s has no numpy buffer format: use DLPack (torch.from_dlpack(%s))",
+			     rgpy_dtype_name(t), what);
+	return NULL;
 }

@@ -88,9 +88,9 @@ static int wait_on(MessageObject *self, PyObject *stream)
 	if (!given)
 		s = RGPY_STREAM_LEGACY;
 	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&h->core->lock);
-	r = rgaps_msg_wait(h->core->sub, &h->msg, (void *)s);
-	pthread_mutex_unlock(&h->core->lock);
+	pthread_mutex_lock(&h->core->h.lock);
+	r = rgaps_msg_wait(h->core->h.c, &h->msg, (void *)s);
+	rgpy_subcore_unlock(h->core);
 	Py_END_ALLOW_THREADS
 	if (r) {
 		rgpy_raise(r, "Message.wait");
@@ -111,57 +111,19 @@ static int wait_on(MessageObject *self, PyObject *stream)
 static int msg_getbuffer(MessageObject *self, Py_buffer *view, int flags)
 {
 	struct rgpy_hold *h = self->h;
-	const struct rgpy_desc *d = &h->desc;
-	const char *why = unusable(self), *fmt = rgpy_dtype_format(d->dtype);
-	unsigned item = rgpy_dtype_size(d->dtype);
-	Py_ssize_t n = 1;
+	const char *why = unusable(self);
 
 	if (why) {
 		PyErr_SetString(PyExc_BufferError, why);
 		return -1;
 	}
 	if (h->cuda) {
-		PyErr_SetString(PyExc_BufferError,
-				"the message is in GPU memory: use torch.from_dlpack(msg), "
-				"cupy.asarray(msg) or jax.dlpack.from_dlpack(msg)");
+		rgpy_gpu_refusal(PyExc_BufferError, "message");
 		return -1;
 	}
-	if (flags & PyBUF_WRITABLE) {
-		PyErr_SetString(PyExc_BufferError,
-				"messages are read-only (subscribers map the pool read-only)");
+	if (rgpy_view_fill(view, (PyObject *)self, data_of(h), &h->desc, h->shape_ss,
+			   h->strides_ss, false, flags, "message"))
 		return -1;
-	}
-	if (!fmt) {
-		PyErr_Format(PyExc_BufferError,
-			     "%s has no buffer-protocol format: use DLPack (torch.from_dlpack(msg)) "
-			     "or the raw bytes (msg.raw())",
-			     rgpy_dtype_name(d->dtype));
-		return -1;
-	}
-	for (unsigned i = 0; i < d->ndim; i++)
-		n *= h->shape_ss[i];
-	if (!(flags & PyBUF_STRIDES) && d->has_strides) {
-		PyErr_SetString(PyExc_BufferError,
-				"the array is not C-contiguous: ask for strides (numpy.asarray does)");
-		return -1;
-	}
-	view->obj = (PyObject *)self;
-	Py_INCREF((PyObject *)self);
-	view->buf = data_of(h);
-	view->len = n * (Py_ssize_t)item;
-	view->readonly = 1;
-	view->itemsize = item;
-	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
-	if (flags & PyBUF_ND) {
-		view->ndim = d->ndim;
-		view->shape = (Py_ssize_t *)h->shape_ss;
-	} else {
-		view->ndim = 1;
-		view->shape = NULL;
-	}
-	view->strides = (flags & PyBUF_STRIDES) ? (Py_ssize_t *)h->strides_ss : NULL;
-	view->suboffsets = NULL;
-	view->internal = NULL;
 	rgpy_hold_claim(h);
 	return 0;
 }
@@ -332,9 +294,14 @@ static PyObject *msg_wait(MessageObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "stream", NULL };
 	PyObject *stream = Py_None;
+	const char *why = unusable(self);
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &stream))
 		return NULL;
+	if (why) {
+		PyErr_SetString(PyExc_ValueError, why);
+		return NULL;
+	}
 	if (wait_on(self, stream))
 		return NULL;
 	Py_RETURN_NONE;
@@ -419,7 +386,7 @@ static PyObject *msg_raw(MessageObject *self, PyObject *unused)
 		return NULL;
 	}
 	if (h->cuda) {
-		PyErr_SetString(PyExc_BufferError, "the message is in GPU memory: use DLPack");
+		rgpy_gpu_refusal(PyExc_BufferError, "message");
 		return NULL;
 	}
 	raw = PyObject_New(RawObject, RawType);
@@ -435,21 +402,7 @@ static PyObject *msg_raw(MessageObject *self, PyObject *unused)
 /* numpy reaches __array__ only when the buffer protocol refused: say why. */
 static PyObject *msg_array(MessageObject *self, PyObject *args, PyObject *kw)
 {
-	const char *why = unusable(self);
-
-	if (why)
-		PyErr_SetString(PyExc_TypeError, why);
-	else if (self->h->cuda)
-		PyErr_SetString(PyExc_TypeError,
-				"the message is in GPU memory, which numpy cannot read: use "
-				"torch.from_dlpack(msg) or cupy.asarray(msg) (then .get()/.cpu() to "
-				"copy it to the host)");
-	else
-		PyErr_Format(PyExc_TypeError,
-			     "%s has no numpy buffer format: use torch.from_dlpack(msg), or "
-			     "numpy.frombuffer(msg.raw(), numpy.uint16) for the raw bits",
-			     rgpy_dtype_name(self->h->desc.dtype));
-	return NULL;
+	return rgpy_no_array(unusable(self), self->h->cuda, self->h->desc.dtype, "msg");
 }
 
 /* ---------------------------------------------------------------- attributes */
@@ -661,10 +614,6 @@ static PyType_Spec msg_spec = {
 
 int rgpy_message_init_type(PyObject *m)
 {
-	rgpy_MessageType = (PyTypeObject *)PyType_FromSpec(&msg_spec);
-	RawType = (PyTypeObject *)PyType_FromSpec(&raw_spec);
-	if (!rgpy_MessageType || !RawType)
-		return -1;
-	Py_INCREF((PyObject *)rgpy_MessageType);
-	return PyModule_AddObject(m, "Message", (PyObject *)rgpy_MessageType);
+	return rgpy_add_type(m, &msg_spec, "Message", &rgpy_MessageType) ||
+	       rgpy_add_type(m, &raw_spec, NULL, &RawType);
 }

@@ -169,6 +169,23 @@ int rgpy_stream_arg(PyObject *o, bool *given_p, uintptr_t *handle_p)
 	return 0;
 }
 
+int rgpy_add_type(PyObject *m, PyType_Spec *spec, const char *name, PyTypeObject **type_p)
+{
+	PyTypeObject *t = (PyTypeObject *)PyType_FromSpec(spec);
+
+	if (!t)
+		return -1;
+	*type_p = t; /* the module's static reference */
+	if (!name)
+		return 0;
+	Py_INCREF((PyObject *)t);
+	if (PyModule_AddObject(m, name, (PyObject *)t)) {
+		Py_DECREF((PyObject *)t);
+		return -1;
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- rgaps.query */
 
 static PyObject *mod_query(PyObject *mod, PyObject *args)

@@ -20,16 +20,13 @@
 
 #include "rgpy.h"
 
-typedef struct {
-	PyObject_HEAD
-	struct rgpy_pubcore *core;
-} PublisherObject;
+typedef rgpy_HandleObject PublisherObject;
 
 enum loan_state { LOAN_OPEN, LOAN_COMMITTED, LOAN_CANCELLED };
 
 struct rgpy_loan {
 	uint32_t refs; /* the Loan object, plus one per export */
-	struct rgpy_pubcore *core;
+	struct rgpy_handle *core;
 	rgaps_loan_t loan;
 	enum loan_state state;
 	struct rgpy_desc desc;
@@ -50,38 +47,35 @@ static const uint8_t zero_pad[1];
 
 /* ---------------------------------------------------------------- the core */
 
-static void pubcore_ref(struct rgpy_pubcore *c)
+static void *pub_attach(const char *topic)
 {
-	__atomic_add_fetch(&c->refs, 1, __ATOMIC_SEQ_CST);
+	return rgaps_publisher_init(topic);
 }
 
-void rgpy_pubcore_unref(struct rgpy_pubcore *c)
+static int pub_info_of(void *c, rgaps_topic_info_t *info)
 {
-	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST))
-		return;
-	if (c->pub && c->fork_gen == rgpy_fork_gen())
-		rgaps_publisher_destroy(c->pub);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
+	return rgaps_publisher_info(c, info);
 }
 
-static int check_usable(PublisherObject *self)
+static void pub_destroy(void *c)
 {
-	if (!self->core || self->core->closed) {
-		PyErr_SetString(PyExc_ValueError, "I/O operation on a closed rgaps.Publisher");
-		return -1;
-	}
-	if (self->core->fork_gen != rgpy_fork_gen()) {
-		PyErr_Format(PyExc_RuntimeError,
-			     "Publisher('%s') was created before fork(): a handle belongs to the "
-			     "process that made it; create one in this process",
-			     self->core->topic);
-		return -1;
-	}
-	return 0;
+	rgaps_publisher_destroy(c);
 }
 
-static PyObject *raise_push(int r, struct rgpy_pubcore *c, const char *op, uint64_t size)
+static const struct rgpy_role pub_role = {
+	.name = "Publisher",
+	.core_size = sizeof(struct rgpy_handle),
+	.attach = pub_attach,
+	.info = pub_info_of,
+	.destroy = pub_destroy,
+};
+
+static rgaps_publisher_t *cpub(struct rgpy_handle *c)
+{
+	return c->c;
+}
+
+static PyObject *raise_push(int r, struct rgpy_handle *c, const char *op, uint64_t size)
 {
 	if (r == -EMSGSIZE)
 		return rgpy_raise(r, "Publisher('%s').%s: %llu bytes, the topic's max_message_size is %zu",
@@ -100,65 +94,9 @@ static PyObject *raise_push(int r, struct rgpy_pubcore *c, const char *op, uint6
 
 /* ---------------------------------------------------------------- Publisher */
 
-static int pub_init(PublisherObject *self, PyObject *args, PyObject *kw)
+static int pub_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "topic", NULL };
-	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-	struct rgpy_pubcore *c;
-	const char *topic;
-	int err = 0;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s:Publisher", kwlist, &topic))
-		return -1;
-	if (self->core) {
-		PyErr_SetString(PyExc_RuntimeError, "Publisher.__init__ called twice");
-		return -1;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		PyErr_NoMemory();
-		return -1;
-	}
-	snprintf(c->topic, sizeof(c->topic), "%s", topic);
-	Py_BEGIN_ALLOW_THREADS
-	c->pub = rgaps_publisher_init(topic);
-	if (!c->pub)
-		err = errno;
-	else
-		err = -rgaps_publisher_info(c->pub, &info);
-	Py_END_ALLOW_THREADS
-	if (!c->pub || err) {
-		if (c->pub)
-			rgaps_publisher_destroy(c->pub);
-		free(c);
-		rgpy_raise_attach(err ? err : EIO, "Publisher", topic);
-		return -1;
-	}
-	pthread_mutex_init(&c->lock, NULL);
-	c->refs = 1;
-	c->fork_gen = rgpy_fork_gen();
-	c->cuda = info.memory == RGAPS_MEMORY_CUDA;
-	c->device = info.device;
-	c->max_message_size = info.max_message_size;
-	self->core = c;
-	return 0;
-}
-
-static void pub_close_core(PublisherObject *self)
-{
-	struct rgpy_pubcore *c = self->core;
-
-	if (!c)
-		return;
-	self->core = NULL;
-	c->closed = true;
-	rgpy_pubcore_unref(c);
-}
-
-static void pub_dealloc(PublisherObject *self)
-{
-	pub_close_core(self);
-	rgpy_free((PyObject *)self);
+	return rgpy_handle_init((rgpy_HandleObject *)self, args, kw, &pub_role);
 }
 
 /* What publish() found in its argument. */
@@ -508,7 +446,7 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 {
 	static char *kwlist[] = { "obj", "header", "timeout", "stream", NULL };
 	PyObject *obj, *header = Py_None, *timeout = Py_None, *stream = Py_None;
-	struct rgpy_pubcore *c;
+	struct rgpy_handle *c;
 	struct source s;
 	uint8_t attrs[RGAPS_ATTR_MAX];
 	rgaps_pub_opts_t o = { .struct_size = sizeof(o) };
@@ -524,7 +462,7 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOO:publish", kwlist, &obj, &header,
 					 &timeout, &stream) ||
 	    rgpy_timeout_ms(timeout, -1, &ms) || rgpy_stream_arg(stream, &given, &st) ||
-	    check_usable(self))
+	    rgpy_handle_usable(self))
 		return NULL;
 	c = self->core;
 	memset(&s, 0, sizeof(s));
@@ -562,14 +500,14 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 		ordered = true;
 	}
 #endif
-	pubcore_ref(c);
+	rgpy_handle_ref(c);
 	Py_BEGIN_ALLOW_THREADS
 	r = 0;
 	for (int i = 0; !ordered && !cr && i < s.norder; i++)
 		cr = rgpy_cuda_sync(s.device >= 0 ? s.device : c->device, s.order[i], err, sizeof(err));
 	if (!cr) {
 		pthread_mutex_lock(&c->lock);
-		r = rgaps_publisher_push_ex(c->pub, size, s.d.span ? s.ptr : zero_pad, &o);
+		r = rgaps_publisher_push_ex(cpub(c), size, s.d.span ? s.ptr : zero_pad, &o);
 		pthread_mutex_unlock(&c->lock);
 	}
 	Py_END_ALLOW_THREADS
@@ -579,7 +517,7 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 			     c->topic, err);
 	else if (r)
 		raise_push(r, c, "publish", size);
-	rgpy_pubcore_unref(c);
+	rgpy_handle_unref(c);
 	if (cr || r)
 		return NULL;
 	Py_RETURN_NONE;
@@ -594,13 +532,13 @@ static PyObject *pub_push(PublisherObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "data", "attrs", "timeout", NULL };
 	PyObject *timeout = Py_None, *attrs = Py_None;
 	rgaps_pub_opts_t o = { .struct_size = sizeof(o) };
-	struct rgpy_pubcore *c;
+	struct rgpy_handle *c;
 	Py_buffer data, a;
 	int r, ms;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|$OO:push", kwlist, &data, &attrs, &timeout))
 		return NULL;
-	if (rgpy_timeout_ms(timeout, -1, &ms) || check_usable(self) || header_arg(attrs, &a)) {
+	if (rgpy_timeout_ms(timeout, -1, &ms) || rgpy_handle_usable(self) || header_arg(attrs, &a)) {
 		PyBuffer_Release(&data);
 		return NULL;
 	}
@@ -615,10 +553,10 @@ static PyObject *pub_push(PublisherObject *self, PyObject *args, PyObject *kw)
 	o.attrs = a.buf;
 	o.attr_len = a.buf ? (size_t)a.len : 0;
 	o.timeout_ms = ms;
-	pubcore_ref(c);
+	rgpy_handle_ref(c);
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&c->lock);
-	r = rgaps_publisher_push_ex(c->pub, (size_t)data.len, data.buf, &o);
+	r = rgaps_publisher_push_ex(cpub(c), (size_t)data.len, data.buf, &o);
 	pthread_mutex_unlock(&c->lock);
 	Py_END_ALLOW_THREADS
 	if (a.buf)
@@ -626,7 +564,7 @@ static PyObject *pub_push(PublisherObject *self, PyObject *args, PyObject *kw)
 	PyBuffer_Release(&data);
 	if (r)
 		raise_push(r, c, "push", (uint64_t)data.len);
-	rgpy_pubcore_unref(c);
+	rgpy_handle_unref(c);
 	if (r)
 		return NULL;
 	Py_RETURN_NONE;
@@ -636,17 +574,17 @@ static PyObject *pub_push(PublisherObject *self, PyObject *args, PyObject *kw)
 
 static void loan_unref(struct rgpy_loan *l)
 {
-	struct rgpy_pubcore *c = l->core;
+	struct rgpy_handle *c = l->core;
 
 	if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_SEQ_CST))
 		return;
 	/* Nobody commits it any more: give the block back. */
-	if (l->state == LOAN_OPEN && c->fork_gen == rgpy_fork_gen() && c->pub) {
+	if (l->state == LOAN_OPEN && rgpy_handle_ours(c) && cpub(c)) {
 		pthread_mutex_lock(&c->lock);
-		rgaps_publisher_cancel(c->pub, &l->loan);
+		rgaps_publisher_cancel(cpub(c), &l->loan);
 		pthread_mutex_unlock(&c->lock);
 	}
-	rgpy_pubcore_unref(c);
+	rgpy_handle_unref(c);
 	free(l);
 }
 
@@ -655,7 +593,7 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "shape", "dtype", "header", "timeout", NULL };
 	PyObject *shape, *header = Py_None, *timeout = Py_None;
 	const char *dtype = "uint8";
-	struct rgpy_pubcore *c;
+	struct rgpy_handle *c;
 	struct rgpy_loan *l;
 	LoanObject *lo;
 	Py_buffer hdr;
@@ -665,7 +603,7 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s$OO:loan", kwlist, &shape, &dtype, &header,
 					 &timeout) ||
-	    rgpy_timeout_ms(timeout, -1, &ms) || check_usable(self))
+	    rgpy_timeout_ms(timeout, -1, &ms) || rgpy_handle_usable(self))
 		return NULL;
 	c = self->core;
 	l = calloc(1, sizeof(*l));
@@ -718,15 +656,15 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 		l->strides[i] = s;
 		s *= (Py_ssize_t)l->desc.shape[i];
 	}
-	pubcore_ref(c);
+	rgpy_handle_ref(c);
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&c->lock);
-	r = rgaps_publisher_loan(c->pub, l->desc.span ? l->desc.span : 1, ms, &l->loan);
+	r = rgaps_publisher_loan(cpub(c), l->desc.span ? l->desc.span : 1, ms, &l->loan);
 	pthread_mutex_unlock(&c->lock);
 	Py_END_ALLOW_THREADS
 	if (r) {
 		raise_push(r, c, "loan", l->desc.span);
-		rgpy_pubcore_unref(c);
+		rgpy_handle_unref(c);
 		goto err;
 	}
 	l->core = c;
@@ -741,80 +679,6 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 err:
 	free(l);
 	return NULL;
-}
-
-static PyObject *pub_close(PublisherObject *self, PyObject *unused)
-{
-	pub_close_core(self);
-	Py_RETURN_NONE;
-}
-
-static PyObject *pub_enter(PyObject *self, PyObject *unused)
-{
-	if (check_usable((PublisherObject *)self))
-		return NULL;
-	Py_INCREF((PyObject *)self);
-	return self;
-}
-
-static PyObject *pub_exit(PublisherObject *self, PyObject *args)
-{
-	pub_close_core(self);
-	Py_RETURN_FALSE;
-}
-
-static PyObject *pub_info(PublisherObject *self, PyObject *unused)
-{
-	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-	struct rgpy_pubcore *c;
-	int r;
-
-	if (check_usable(self))
-		return NULL;
-	c = self->core;
-	pubcore_ref(c);
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&c->lock);
-	r = rgaps_publisher_info(c->pub, &info);
-	pthread_mutex_unlock(&c->lock);
-	Py_END_ALLOW_THREADS
-	if (r) {
-		rgpy_raise(r, "Publisher('%s').info", c->topic);
-		rgpy_pubcore_unref(c);
-		return NULL;
-	}
-	rgpy_pubcore_unref(c);
-	return Py_BuildValue("{s:s,s:s,s:i,s:n,s:n,s:I}", "name", info.name, "memory",
-			     info.memory == RGAPS_MEMORY_CUDA ? "cuda" : "host", "device",
-			     info.device, "pool_size", (Py_ssize_t)info.pool_size,
-			     "max_message_size", (Py_ssize_t)info.max_message_size, "queue_depth",
-			     info.queue_depth);
-}
-
-static PyObject *pub_get_topic(PublisherObject *self, void *unused)
-{
-	if (!self->core)
-		Py_RETURN_NONE;
-	return PyUnicode_FromString(self->core->topic);
-}
-
-static PyObject *pub_get_closed(PublisherObject *self, void *unused)
-{
-	return PyBool_FromLong(!self->core || self->core->closed);
-}
-
-static PyObject *pub_get_memory(PublisherObject *self, void *unused)
-{
-	if (!self->core)
-		Py_RETURN_NONE;
-	return PyUnicode_FromString(self->core->cuda ? "cuda" : "host");
-}
-
-static PyObject *pub_get_max_message_size(PublisherObject *self, void *unused)
-{
-	if (!self->core)
-		Py_RETURN_NONE;
-	return PyLong_FromSize_t(self->core->max_message_size);
 }
 
 static PyObject *pub_repr(PublisherObject *self)
@@ -836,19 +700,12 @@ static PyMethodDef pub_methods[] = {
 	{ "loan", (PyCFunction)(void (*)(void))pub_loan, METH_VARARGS | METH_KEYWORDS,
 	  "loan(shape, dtype='uint8', *, header=None, timeout=None) -> Loan: a writable array "
 	  "in the pool, published when its with block ends." },
-	{ "info", (PyCFunction)pub_info, METH_NOARGS, "info() -> dict: the topic's settings." },
-	{ "close", (PyCFunction)pub_close, METH_NOARGS,
-	  "close(): detach (what was published is still delivered)." },
-	{ "__enter__", pub_enter, METH_NOARGS, NULL },
-	{ "__exit__", (PyCFunction)pub_exit, METH_VARARGS, NULL },
+	RGPY_HANDLE_METHODS,
 	{ NULL, NULL, 0, NULL },
 };
 
 static PyGetSetDef pub_getset[] = {
-	{ "topic", (getter)pub_get_topic, NULL, "topic name", NULL },
-	{ "closed", (getter)pub_get_closed, NULL, "whether close() was called", NULL },
-	{ "memory", (getter)pub_get_memory, NULL, "'host' or 'cuda'", NULL },
-	{ "max_message_size", (getter)pub_get_max_message_size, NULL, "largest message", NULL },
+	RGPY_HANDLE_GETSET,
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -856,7 +713,7 @@ static PyType_Slot pub_slots[] = {
 	{ Py_tp_doc, "Publisher(topic): publishes arrays to a topic (see docs/PYTHON.md)." },
 	{ Py_tp_new, PyType_GenericNew },
 	{ Py_tp_init, pub_init },
-	{ Py_tp_dealloc, pub_dealloc },
+	{ Py_tp_dealloc, rgpy_handle_dealloc },
 	{ Py_tp_methods, pub_methods },
 	{ Py_tp_getset, pub_getset },
 	{ Py_tp_repr, pub_repr },
@@ -898,36 +755,18 @@ static void loan_dealloc(LoanObject *self)
 static int loan_getbuffer(LoanObject *self, Py_buffer *view, int flags)
 {
 	struct rgpy_loan *l = self->l;
-	const char *why = loan_unusable(l), *fmt = rgpy_dtype_format(l->desc.dtype);
+	const char *why = loan_unusable(l);
 
 	if (why) {
 		PyErr_SetString(PyExc_BufferError, why);
 		return -1;
 	}
 	if (l->core->cuda) {
-		PyErr_SetString(PyExc_BufferError,
-				"the loan is in GPU memory: use torch.from_dlpack(loan) or "
-				"cupy.asarray(loan)");
+		rgpy_gpu_refusal(PyExc_BufferError, "loan");
 		return -1;
 	}
-	if (!fmt) {
-		PyErr_Format(PyExc_BufferError, "%s has no buffer-protocol format: use DLPack",
-			     rgpy_dtype_name(l->desc.dtype));
-		return -1;
-	}
-	view->obj = (PyObject *)self;
-	Py_INCREF((PyObject *)self);
-	view->buf = l->loan.data;
-	view->len = (Py_ssize_t)l->desc.span;
-	view->readonly = 0;
-	view->itemsize = rgpy_dtype_size(l->desc.dtype);
-	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
-	view->ndim = (flags & PyBUF_ND) ? l->desc.ndim : 1;
-	view->shape = (flags & PyBUF_ND) ? l->shape_ss : NULL;
-	view->strides = (flags & PyBUF_STRIDES) ? l->strides_ss : NULL;
-	view->suboffsets = NULL;
-	view->internal = NULL;
-	return 0;
+	return rgpy_view_fill(view, (PyObject *)self, l->loan.data, &l->desc, l->shape_ss,
+			      l->strides_ss, true, flags, "loan");
 }
 
 static void loan_export_done(void *ctx)
@@ -991,7 +830,7 @@ static PyObject *loan_commit(LoanObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "stream", "timeout", NULL };
 	PyObject *stream = Py_None, *timeout = Py_None;
 	struct rgpy_loan *l = self->l;
-	struct rgpy_pubcore *c = l->core;
+	struct rgpy_handle *c = l->core;
 	rgaps_pub_opts_t o = { .struct_size = sizeof(o) };
 	const char *why = loan_unusable(l);
 	bool given, ordered = false;
@@ -1006,7 +845,7 @@ static PyObject *loan_commit(LoanObject *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_ValueError, why);
 		return NULL;
 	}
-	if (c->closed || c->fork_gen != rgpy_fork_gen()) {
+	if (c->closed || !rgpy_handle_ours(c)) {
 		PyErr_Format(PyExc_ValueError, "Publisher('%s') is closed: the loan cannot be published",
 			     c->topic);
 		return NULL;
@@ -1028,9 +867,9 @@ static PyObject *loan_commit(LoanObject *self, PyObject *args, PyObject *kw)
 		r = rgpy_cuda_sync(c->device, given ? st : RGPY_STREAM_NONE, err, sizeof(err));
 	pthread_mutex_lock(&c->lock);
 	if (r)
-		rgaps_publisher_cancel(c->pub, &l->loan);
+		rgaps_publisher_cancel(cpub(c), &l->loan);
 	else
-		r = rgaps_publisher_commit_ex(c->pub, &l->loan, l->desc.span ? l->desc.span : 1, &o);
+		r = rgaps_publisher_commit_ex(cpub(c), &l->loan, l->desc.span ? l->desc.span : 1, &o);
 	pthread_mutex_unlock(&c->lock);
 	Py_END_ALLOW_THREADS
 	if (err[0]) {
@@ -1046,16 +885,16 @@ static PyObject *loan_commit(LoanObject *self, PyObject *args, PyObject *kw)
 static PyObject *loan_cancel(LoanObject *self, PyObject *unused)
 {
 	struct rgpy_loan *l = self->l;
-	struct rgpy_pubcore *c = l->core;
+	struct rgpy_handle *c = l->core;
 
 	if (l->state != LOAN_OPEN)
 		Py_RETURN_NONE;
 	l->state = LOAN_CANCELLED;
-	if (c->fork_gen != rgpy_fork_gen())
+	if (!rgpy_handle_ours(c))
 		Py_RETURN_NONE;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&c->lock);
-	rgaps_publisher_cancel(c->pub, &l->loan);
+	rgaps_publisher_cancel(cpub(c), &l->loan);
 	pthread_mutex_unlock(&c->lock);
 	Py_END_ALLOW_THREADS
 	Py_RETURN_NONE;
@@ -1094,18 +933,8 @@ static PyObject *loan_exit(LoanObject *self, PyObject *args)
 /* numpy reaches __array__ only when the buffer protocol refused: say why. */
 static PyObject *loan_array(LoanObject *self, PyObject *args, PyObject *kw)
 {
-	const char *why = loan_unusable(self->l);
-
-	if (why)
-		PyErr_SetString(PyExc_TypeError, why);
-	else if (self->l->core->cuda)
-		PyErr_SetString(PyExc_TypeError,
-				"the loan is in GPU memory, which numpy cannot write: use "
-				"torch.from_dlpack(loan) or cupy.asarray(loan)");
-	else
-		PyErr_Format(PyExc_TypeError, "%s has no numpy buffer format: use DLPack",
-			     rgpy_dtype_name(self->l->desc.dtype));
-	return NULL;
+	return rgpy_no_array(loan_unusable(self->l), self->l->core->cuda, self->l->desc.dtype,
+			     "loan");
 }
 
 static PyObject *loan_get_state(LoanObject *self, void *unused)
@@ -1197,14 +1026,6 @@ static PyType_Spec loan_spec = {
 
 int rgpy_publisher_init_type(PyObject *m)
 {
-	rgpy_PublisherType = (PyTypeObject *)PyType_FromSpec(&pub_spec);
-	rgpy_LoanType = (PyTypeObject *)PyType_FromSpec(&loan_spec);
-	if (!rgpy_PublisherType || !rgpy_LoanType)
-		return -1;
-	Py_INCREF((PyObject *)rgpy_PublisherType);
-	Py_INCREF((PyObject *)rgpy_LoanType);
-	if (PyModule_AddObject(m, "Publisher", (PyObject *)rgpy_PublisherType) ||
-	    PyModule_AddObject(m, "Loan", (PyObject *)rgpy_LoanType))
-		return -1;
-	return 0;
+	return rgpy_add_type(m, &pub_spec, "Publisher", &rgpy_PublisherType) ||
+	       rgpy_add_type(m, &loan_spec, "Loan", &rgpy_LoanType);
 }

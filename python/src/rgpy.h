@@ -127,23 +127,87 @@ int rgpy_stream_arg(PyObject *o, bool *given_p, uintptr_t *handle_p);
 #define RGPY_STREAM_ORDERED 0
 #endif
 
+/* ------------------------------------------------------------ handles (handle.c) */
+
+struct rgpy_handle;
+
+/* What differs between a publisher and a subscriber handle. */
+struct rgpy_role {
+	const char *name;  /* "Publisher" */
+	size_t core_size;  /* of the struct whose first member is the rgpy_handle */
+	bool has_drops;	   /* info() reports drops */
+	void *(*attach)(const char *topic); /* NULL with errno */
+	int (*info)(void *c, rgaps_topic_info_t *info);
+	void (*destroy)(void *c);
+};
+
+/*
+ * A publisher's or subscriber's C handle, kept until the Python object and
+ * everything made from it (held messages, loans, their arrays) are gone. The C
+ * handle may be used by one thread at a time: the lock.
+ */
+struct rgpy_handle {
+	uint32_t refs;
+	pthread_mutex_t lock;
+	void *c; /* rgaps_publisher_t * or rgaps_subscriber_t * */
+	const struct rgpy_role *role;
+	unsigned fork_gen;
+	bool closed; /* close() was called: no more operations */
+	bool cuda;
+	int device;
+	size_t max_message_size;
+	char topic[64];
+};
+
+typedef struct {
+	PyObject_HEAD
+	struct rgpy_handle *core;
+} rgpy_HandleObject;
+
+void rgpy_handle_ref(struct rgpy_handle *h);
+/* The last reference destroys the C handle (not in a forked child) and frees the core. */
+void rgpy_handle_unref(struct rgpy_handle *h);
+/* Whether this process made the handle (not a child that inherited it with fork()). */
+bool rgpy_handle_ours(const struct rgpy_handle *h);
+/* tp_init: attach to the topic of the (topic) argument. */
+int rgpy_handle_init(rgpy_HandleObject *self, PyObject *args, PyObject *kw,
+		     const struct rgpy_role *role);
+/* 0, or -1 with ValueError (closed) or RuntimeError (made before fork()). */
+int rgpy_handle_usable(rgpy_HandleObject *self);
+void rgpy_handle_close(rgpy_HandleObject *self);
+void rgpy_handle_dealloc(PyObject *self);
+PyObject *rgpy_handle_close_m(PyObject *self, PyObject *unused);
+PyObject *rgpy_handle_enter(PyObject *self, PyObject *unused);
+PyObject *rgpy_handle_exit(PyObject *self, PyObject *args);
+PyObject *rgpy_handle_info(PyObject *self, PyObject *unused);
+PyObject *rgpy_handle_get_topic(PyObject *self, void *unused);
+PyObject *rgpy_handle_get_closed(PyObject *self, void *unused);
+PyObject *rgpy_handle_get_memory(PyObject *self, void *unused);
+PyObject *rgpy_handle_get_max_message_size(PyObject *self, void *unused);
+
+/* Method and attribute table entries both types have. */
+#define RGPY_HANDLE_METHODS                                                              \
+	{ "info", rgpy_handle_info, METH_NOARGS, "info() -> dict: the topic's settings." }, \
+		{ "close", rgpy_handle_close_m, METH_NOARGS,                                \
+		  "close(): detach. What is still in use (held messages, loans, arrays "    \
+		  "made from them) keeps the shared memory mapped until it goes." },        \
+		{ "__enter__", rgpy_handle_enter, METH_NOARGS, NULL },                       \
+		{ "__exit__", rgpy_handle_exit, METH_VARARGS, NULL }
+#define RGPY_HANDLE_GETSET                                                               \
+	{ "topic", rgpy_handle_get_topic, NULL, "topic name", NULL },                       \
+		{ "closed", rgpy_handle_get_closed, NULL, "whether close() was called", NULL }, \
+		{ "memory", rgpy_handle_get_memory, NULL, "'host' or 'cuda'", NULL },         \
+		{ "max_message_size", rgpy_handle_get_max_message_size, NULL,                \
+		  "largest message the topic takes", NULL }
+
 /* ------------------------------------------------------------ subscriber side */
 
 struct rgpy_hold;
 
-/* A subscriber's C handle, kept until the Python object and every held message are gone. */
 struct rgpy_subcore {
-	uint32_t refs;		 /* the Subscriber object's, plus one per held message */
-	pthread_mutex_t lock;	 /* the C handle is used by one thread at a time */
-	rgaps_subscriber_t *sub; /* NULL once destroyed */
+	struct rgpy_handle h;
 	struct rgpy_hold *pending; /* releases another thread left for the lock holder */
-	uint32_t nheld;		 /* messages whose block is still held */
-	unsigned fork_gen;
-	bool closed;		 /* Subscriber.close(): no more takes */
-	bool cuda;
-	int device;
-	char topic[64];
-	size_t max_holds_hint;
+	uint32_t nheld;		   /* messages whose block is still held */
 };
 
 /* One taken message. */
@@ -151,7 +215,7 @@ struct rgpy_hold {
 	uint32_t refs;	 /* lifetime of this struct: the Message object, each export */
 	uint32_t claims; /* who keeps the block: the Message until release(), each export,
 			  * the Message again once its pointer was handed out raw */
-	struct rgpy_subcore *core; /* NULL once the block is released */
+	struct rgpy_subcore *core; /* NULL once the block is released (or for a gap-only message) */
 	struct rgpy_hold *next_pending;
 	rgaps_msg_t msg;
 	uint64_t stream, origin_stream, origin_seq;
@@ -166,6 +230,8 @@ struct rgpy_hold {
 	uint8_t attrs[RGAPS_ATTR_MAX];
 };
 
+/* Unlock the core's lock after applying the releases other threads left meanwhile. */
+void rgpy_subcore_unlock(struct rgpy_subcore *c);
 void rgpy_hold_ref(struct rgpy_hold *h);
 void rgpy_hold_unref(struct rgpy_hold *h);
 /* Drop one claim on the block; the last one releases it (any thread, no GIL needed). */
@@ -175,22 +241,6 @@ void rgpy_hold_claim(struct rgpy_hold *h);
 extern PyTypeObject *rgpy_MessageType;
 /* A Message that owns one ref and one claim of @p h (which it takes over). */
 PyObject *rgpy_message_new(struct rgpy_hold *h);
-
-/* ------------------------------------------------------------ publisher side */
-
-struct rgpy_pubcore {
-	uint32_t refs; /* the Publisher object's, plus one per live loan */
-	pthread_mutex_t lock;
-	rgaps_publisher_t *pub;
-	unsigned fork_gen;
-	bool closed;
-	bool cuda;
-	int device;
-	size_t max_message_size;
-	char topic[64];
-};
-
-void rgpy_pubcore_unref(struct rgpy_pubcore *c);
 
 /* ------------------------------------------------------------ DLPack export */
 
@@ -204,6 +254,19 @@ PyObject *rgpy_dlpack_capsule(const DLTensor *t, bool versioned, uint64_t flags,
 /* Parse __dlpack__'s keywords: whether a versioned capsule is wanted; checks dl_device and copy. */
 int rgpy_dlpack_args(PyObject *args, PyObject *kw, DLDevice here, bool *versioned_p,
 		     PyObject **stream_p);
+/*
+ * Fill @p view (the buffer protocol) for @p obj: the array @p d at @p buf, with
+ * @p shape and @p strides (bytes) that outlive the view. Refuses what the
+ * protocol cannot carry (a dtype without format, strides not asked for, a
+ * write access when not @p writable); @p what names the object in errors.
+ */
+int rgpy_view_fill(Py_buffer *view, PyObject *obj, void *buf, const struct rgpy_desc *d,
+		   Py_ssize_t *shape, Py_ssize_t *strides, bool writable, int flags,
+		   const char *what);
+/* Set @p exc: the @p what ("message", "loan") is in GPU memory, and how to reach it. */
+void rgpy_gpu_refusal(PyObject *exc, const char *what);
+/* __array__, reached only when the buffer protocol refused: TypeError saying why. */
+PyObject *rgpy_no_array(const char *why, bool cuda, DLDataType t, const char *what);
 /* The __cuda_array_interface__ (version 3) dict of an array at @p ptr. */
 PyObject *rgpy_cai_dict(const struct rgpy_desc *d, uintptr_t ptr, bool readonly, PyObject *stream);
 
@@ -216,6 +279,8 @@ int rgpy_publisher_init_type(PyObject *m);
 
 /* Timeout argument (seconds, None = @p none_ms) in ms; -1 with an exception on bad input. */
 int rgpy_timeout_ms(PyObject *o, int none_ms, int *ms_p);
+/* Make a type from @p spec into *@p type_p and, with a @p name, add it to module @p m. */
+int rgpy_add_type(PyObject *m, PyType_Spec *spec, const char *name, PyTypeObject **type_p);
 /* Call tp_free of the object's (heap) type and drop the type's reference. */
 void rgpy_free(PyObject *self);
 

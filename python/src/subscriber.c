@@ -22,42 +22,68 @@
 
 #define TAKE_SLICE_MS 200
 
-typedef struct {
-	PyObject_HEAD
-	struct rgpy_subcore *core;
-} SubscriberObject;
+typedef rgpy_HandleObject SubscriberObject;
 
 PyTypeObject *rgpy_SubscriberType;
 
+static void *sub_attach(const char *topic)
+{
+	return rgaps_subscriber_init(topic);
+}
+
+static int sub_info_of(void *c, rgaps_topic_info_t *info)
+{
+	return rgaps_subscriber_info(c, info);
+}
+
+static void sub_destroy(void *c)
+{
+	/* Holds die with our region: rgapsd discards it when the connection closes. */
+	rgaps_subscriber_destroy(c);
+}
+
+static const struct rgpy_role sub_role = {
+	.name = "Subscriber",
+	.core_size = sizeof(struct rgpy_subcore),
+	.has_drops = true,
+	.attach = sub_attach,
+	.info = sub_info_of,
+	.destroy = sub_destroy,
+};
+
 /* ---------------------------------------------------------------- the core */
+
+static struct rgpy_subcore *core_of(SubscriberObject *self)
+{
+	return (struct rgpy_subcore *)self->core;
+}
+
+static rgaps_subscriber_t *csub(struct rgpy_subcore *c)
+{
+	return c->h.c;
+}
 
 static void core_ref(struct rgpy_subcore *c)
 {
-	__atomic_add_fetch(&c->refs, 1, __ATOMIC_SEQ_CST);
+	rgpy_handle_ref(&c->h);
 }
 
 static void core_unref(struct rgpy_subcore *c)
 {
-	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST))
-		return;
-	/* In a forked child the handle is the parent's: leave its memory and socket alone. */
-	if (c->sub && c->fork_gen == rgpy_fork_gen())
-		rgaps_subscriber_destroy(c->sub);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
+	rgpy_handle_unref(&c->h);
 }
 
 /* With the lock held: give the block back to the topic. */
 static void release_locked(struct rgpy_subcore *c, struct rgpy_hold *h)
 {
-	if (c->sub && c->fork_gen == rgpy_fork_gen()) {
+	if (rgpy_handle_ours(&c->h)) {
 #if RGPY_STREAM_ORDERED
 		/* The block is reused only after that stream is done with it. */
 		if (h->cuda && h->release_stream_set)
-			rgaps_subscriber_release_async(c->sub, &h->msg, (void *)h->release_stream);
+			rgaps_subscriber_release_async(csub(c), &h->msg, (void *)h->release_stream);
 		else
 #endif
-			rgaps_subscriber_release(c->sub, &h->msg);
+			rgaps_subscriber_release(csub(c), &h->msg);
 	}
 	__atomic_sub_fetch(&c->nheld, 1, __ATOMIC_SEQ_CST);
 }
@@ -68,7 +94,7 @@ static void release_locked(struct rgpy_subcore *c, struct rgpy_hold *h)
  * holds drained are finished (their core and struct references dropped) only
  * after the last unlock, since that may free the core.
  */
-static void core_unlock(struct rgpy_subcore *c)
+void rgpy_subcore_unlock(struct rgpy_subcore *c)
 {
 	struct rgpy_hold *done = NULL;
 
@@ -83,9 +109,9 @@ static void core_unlock(struct rgpy_subcore *c)
 			done = h;
 			h = next;
 		}
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->h.lock);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (!__atomic_load_n(&c->pending, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&c->lock))
+		if (!__atomic_load_n(&c->pending, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&c->h.lock))
 			break;
 	}
 	while (done) {
@@ -129,22 +155,22 @@ void rgpy_hold_unclaim(struct rgpy_hold *h)
 	 * back only after the stream release(stream=) named, else the whole device,
 	 * has finished (host-side wait while librgaps has no stream-ordered release).
 	 */
-	if (h->cuda && c->fork_gen == rgpy_fork_gen() &&
+	if (h->cuda && rgpy_handle_ours(&c->h) &&
 	    !(RGPY_STREAM_ORDERED && h->release_stream_set)) {
 		char err[256];
 
 		if (rgpy_cuda_sync(h->device, h->release_stream_set ? h->release_stream : RGPY_STREAM_NONE,
 				   err, sizeof(err)))
 			fprintf(stderr, "rgaps: topic '%s': before releasing message %llu: %s\n",
-				c->topic, (unsigned long long)h->msg.seq, err);
+				c->h.topic, (unsigned long long)h->msg.seq, err);
 	}
 	/* The hold's struct must outlive the release: keep a reference until it is finished. */
 	rgpy_hold_ref(h);
 	core_ref(c); /* the core must outlive our look at its lock, whoever finishes h */
-	if (!pthread_mutex_trylock(&c->lock)) {
+	if (!pthread_mutex_trylock(&c->h.lock)) {
 		release_locked(c, h);
 		h->core = NULL;
-		core_unlock(c);
+		rgpy_subcore_unlock(c);
 		core_unref(c); /* h's reference */
 		rgpy_hold_unref(h);
 	} else {
@@ -155,88 +181,17 @@ void rgpy_hold_unclaim(struct rgpy_hold *h)
 		while (!__atomic_compare_exchange_n(&c->pending, &old, h, false, __ATOMIC_SEQ_CST,
 						    __ATOMIC_SEQ_CST));
 		/* The holder may have looked before our push: drain it ourselves if we can. */
-		if (!pthread_mutex_trylock(&c->lock))
-			core_unlock(c);
+		if (!pthread_mutex_trylock(&c->h.lock))
+			rgpy_subcore_unlock(c);
 	}
 	core_unref(c);
 }
 
 /* ---------------------------------------------------------------- Subscriber */
 
-static int check_usable(SubscriberObject *self)
+static int sub_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-	if (!self->core || self->core->closed) {
-		PyErr_SetString(PyExc_ValueError, "I/O operation on a closed rgaps.Subscriber");
-		return -1;
-	}
-	if (self->core->fork_gen != rgpy_fork_gen()) {
-		PyErr_Format(PyExc_RuntimeError,
-			     "Subscriber('%s') was created before fork(): a handle belongs to the "
-			     "process that made it; create one in this process",
-			     self->core->topic);
-		return -1;
-	}
-	return 0;
-}
-
-static int sub_init(SubscriberObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = { "topic", NULL };
-	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-	struct rgpy_subcore *c;
-	const char *topic;
-	int err = 0;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s:Subscriber", kwlist, &topic))
-		return -1;
-	if (self->core) {
-		PyErr_SetString(PyExc_RuntimeError, "Subscriber.__init__ called twice");
-		return -1;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		PyErr_NoMemory();
-		return -1;
-	}
-	snprintf(c->topic, sizeof(c->topic), "%s", topic);
-	Py_BEGIN_ALLOW_THREADS
-	c->sub = rgaps_subscriber_init(topic);
-	if (!c->sub)
-		err = errno;
-	else
-		err = -rgaps_subscriber_info(c->sub, &info);
-	Py_END_ALLOW_THREADS
-	if (!c->sub || err) {
-		if (c->sub)
-			rgaps_subscriber_destroy(c->sub);
-		free(c);
-		rgpy_raise_attach(err ? err : EIO, "Subscriber", topic);
-		return -1;
-	}
-	pthread_mutex_init(&c->lock, NULL);
-	c->refs = 1;
-	c->fork_gen = rgpy_fork_gen();
-	c->cuda = info.memory == RGAPS_MEMORY_CUDA;
-	c->device = info.device;
-	self->core = c;
-	return 0;
-}
-
-static void sub_close_core(SubscriberObject *self)
-{
-	struct rgpy_subcore *c = self->core;
-
-	if (!c)
-		return;
-	self->core = NULL;
-	c->closed = true;
-	core_unref(c);
-}
-
-static void sub_dealloc(SubscriberObject *self)
-{
-	sub_close_core(self);
-	rgpy_free((PyObject *)self);
+	return rgpy_handle_init((rgpy_HandleObject *)self, args, kw, &sub_role);
 }
 
 /* Copy what the library tells of the message into a fresh hold, and decode its description. */
@@ -251,9 +206,9 @@ static struct rgpy_hold *hold_new(struct rgpy_subcore *c, const rgaps_msg_t *m)
 	h->claims = 1;
 	h->msg = *m;
 	h->gap_only = m->flags & RGAPS_MSG_GAP;
-	h->cuda = c->cuda;
-	h->device = c->device;
-	if (!rgaps_msg_info(c->sub, m, &info)) {
+	h->cuda = c->h.cuda;
+	h->device = c->h.device;
+	if (!rgaps_msg_info(csub(c), m, &info)) {
 		h->stream = info.stream;
 		h->origin_stream = info.origin_stream;
 		h->origin_seq = info.origin_seq;
@@ -309,10 +264,10 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 	int ms, asked_ms, r;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:take", kwlist, &timeout) ||
-	    rgpy_timeout_ms(timeout, -1, &ms) || check_usable(self))
+	    rgpy_timeout_ms(timeout, -1, &ms) || rgpy_handle_usable(self))
 		return NULL;
 	asked_ms = ms;
-	c = self->core;
+	c = core_of(self);
 	core_ref(c); /* close() in another thread must not free it under us */
 	if (ms > 0)
 		deadline = mono_ms() + (uint64_t)ms;
@@ -320,19 +275,19 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 		int slice = ms < 0 || ms > TAKE_SLICE_MS ? TAKE_SLICE_MS : ms;
 
 		Py_BEGIN_ALLOW_THREADS
-		pthread_mutex_lock(&c->lock);
-		r = rgaps_subscriber_take(c->sub, &m, slice);
+		pthread_mutex_lock(&c->h.lock);
+		r = rgaps_subscriber_take(csub(c), &m, slice);
 		if (!r) {
 			h = hold_new(c, &m);
 			if (!h) {
-				rgaps_subscriber_release(c->sub, &m);
+				rgaps_subscriber_release(csub(c), &m);
 			} else if (!h->gap_only) {
 				h->core = c;
 				core_ref(c);
 				__atomic_add_fetch(&c->nheld, 1, __ATOMIC_SEQ_CST);
 			}
 		}
-		core_unlock(c);
+		rgpy_subcore_unlock(c);
 		Py_END_ALLOW_THREADS
 		if (!r)
 			break;
@@ -344,20 +299,20 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 				   "Subscriber('%s').take: this subscriber holds as many messages as "
 				   "the topic's max_holds allows (%u held); release messages, or drop "
 				   "arrays made from them",
-				   c->topic, __atomic_load_n(&c->nheld, __ATOMIC_SEQ_CST));
+				   c->h.topic, __atomic_load_n(&c->nheld, __ATOMIC_SEQ_CST));
 			goto out;
 		} else {
-			rgpy_raise(r, "Subscriber('%s').take", c->topic);
+			rgpy_raise(r, "Subscriber('%s').take", c->h.topic);
 			goto out;
 		}
 		if (ms == 0 || (ms > 0 && mono_ms() >= deadline)) {
 			rgpy_raise(-ETIMEDOUT, "Subscriber('%s').take: no message within %g s",
-				   c->topic, asked_ms / 1000.0);
+				   c->h.topic, asked_ms / 1000.0);
 			goto out;
 		}
 		if (ms > 0)
 			ms = (int)(deadline - mono_ms());
-		if (check_usable(self)) /* closed by another thread meanwhile */
+		if (rgpy_handle_usable(self)) /* closed by another thread meanwhile */
 			goto out;
 	}
 	if (!h) {
@@ -393,97 +348,29 @@ static PyObject *sub_iter(PyObject *self)
 
 static PyObject *sub_fileno(SubscriberObject *self, PyObject *unused)
 {
-	int fd;
-
 	struct rgpy_subcore *c;
 	PyObject *out;
+	int fd;
 
-	if (check_usable(self))
+	if (rgpy_handle_usable(self))
 		return NULL;
-	c = self->core;
+	c = core_of(self);
 	core_ref(c);
 	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&c->lock);
-	fd = rgaps_subscriber_fd(c->sub);
-	core_unlock(c);
+	pthread_mutex_lock(&c->h.lock);
+	fd = rgaps_subscriber_fd(csub(c));
+	rgpy_subcore_unlock(c);
 	Py_END_ALLOW_THREADS
-	out = fd < 0 ? rgpy_raise(fd, "Subscriber('%s').fileno", c->topic) : PyLong_FromLong(fd);
+	out = fd < 0 ? rgpy_raise(fd, "Subscriber('%s').fileno", c->h.topic) : PyLong_FromLong(fd);
 	core_unref(c);
 	return out;
 }
 
-static PyObject *sub_close(SubscriberObject *self, PyObject *unused)
-{
-	sub_close_core(self);
-	Py_RETURN_NONE;
-}
-
-static PyObject *sub_enter(PyObject *self, PyObject *unused)
-{
-	if (check_usable((SubscriberObject *)self))
-		return NULL;
-	Py_INCREF(self);
-	return self;
-}
-
-static PyObject *sub_exit(SubscriberObject *self, PyObject *args)
-{
-	sub_close_core(self);
-	Py_RETURN_FALSE;
-}
-
-static PyObject *sub_info(SubscriberObject *self, PyObject *unused)
-{
-	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-	struct rgpy_subcore *c;
-	int r;
-
-	if (check_usable(self))
-		return NULL;
-	c = self->core;
-	core_ref(c);
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&c->lock);
-	r = rgaps_subscriber_info(c->sub, &info);
-	core_unlock(c);
-	Py_END_ALLOW_THREADS
-	if (r) {
-		rgpy_raise(r, "Subscriber('%s').info", c->topic);
-		core_unref(c);
-		return NULL;
-	}
-	core_unref(c);
-	return Py_BuildValue("{s:s,s:s,s:i,s:n,s:n,s:I,s:K}", "name", info.name, "memory",
-			     info.memory == RGAPS_MEMORY_CUDA ? "cuda" : "host", "device",
-			     info.device, "pool_size", (Py_ssize_t)info.pool_size,
-			     "max_message_size", (Py_ssize_t)info.max_message_size, "queue_depth",
-			     info.queue_depth, "drops", (unsigned long long)info.drops);
-}
-
-static PyObject *sub_get_topic(SubscriberObject *self, void *unused)
-{
-	if (!self->core)
-		Py_RETURN_NONE;
-	return PyUnicode_FromString(self->core->topic);
-}
-
-static PyObject *sub_get_closed(SubscriberObject *self, void *unused)
-{
-	return PyBool_FromLong(!self->core || self->core->closed);
-}
-
 static PyObject *sub_get_held(SubscriberObject *self, void *unused)
 {
-	return PyLong_FromUnsignedLong(self->core ? __atomic_load_n(&self->core->nheld,
+	return PyLong_FromUnsignedLong(self->core ? __atomic_load_n(&core_of(self)->nheld,
 								     __ATOMIC_SEQ_CST)
 						  : 0);
-}
-
-static PyObject *sub_get_memory(SubscriberObject *self, void *unused)
-{
-	if (!self->core)
-		Py_RETURN_NONE;
-	return PyUnicode_FromString(self->core->cuda ? "cuda" : "host");
 }
 
 static PyObject *sub_repr(SubscriberObject *self)
@@ -492,7 +379,7 @@ static PyObject *sub_repr(SubscriberObject *self)
 		return PyUnicode_FromString("<rgaps.Subscriber closed>");
 	return PyUnicode_FromFormat("<rgaps.Subscriber topic='%s' memory=%s held=%u>",
 				    self->core->topic, self->core->cuda ? "cuda" : "host",
-				    __atomic_load_n(&self->core->nheld, __ATOMIC_SEQ_CST));
+				    __atomic_load_n(&core_of(self)->nheld, __ATOMIC_SEQ_CST));
 }
 
 static PyMethodDef sub_methods[] = {
@@ -502,21 +389,14 @@ static PyMethodDef sub_methods[] = {
 	{ "fileno", (PyCFunction)sub_fileno, METH_NOARGS,
 	  "fileno() -> int: readable when a message may be there (then take(0) until "
 	  "rgaps.Timeout)." },
-	{ "info", (PyCFunction)sub_info, METH_NOARGS, "info() -> dict: the topic's settings." },
-	{ "close", (PyCFunction)sub_close, METH_NOARGS,
-	  "close(): detach. Messages still held (or arrays made from them) keep the "
-	  "shared memory mapped until they go." },
-	{ "__enter__", sub_enter, METH_NOARGS, NULL },
-	{ "__exit__", (PyCFunction)sub_exit, METH_VARARGS, NULL },
+	RGPY_HANDLE_METHODS,
 	{ NULL, NULL, 0, NULL },
 };
 
 static PyGetSetDef sub_getset[] = {
-	{ "topic", (getter)sub_get_topic, NULL, "topic name", NULL },
-	{ "closed", (getter)sub_get_closed, NULL, "whether close() was called", NULL },
+	RGPY_HANDLE_GETSET,
 	{ "held", (getter)sub_get_held, NULL,
 	  "messages whose memory is still held (by a Message or an array made from one)", NULL },
-	{ "memory", (getter)sub_get_memory, NULL, "'host' or 'cuda'", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -524,7 +404,7 @@ static PyType_Slot sub_slots[] = {
 	{ Py_tp_doc, "Subscriber(topic): takes messages of a topic (see docs/PYTHON.md)." },
 	{ Py_tp_new, PyType_GenericNew },
 	{ Py_tp_init, sub_init },
-	{ Py_tp_dealloc, sub_dealloc },
+	{ Py_tp_dealloc, rgpy_handle_dealloc },
 	{ Py_tp_methods, sub_methods },
 	{ Py_tp_getset, sub_getset },
 	{ Py_tp_iter, sub_iter },
@@ -542,9 +422,5 @@ static PyType_Spec sub_spec = {
 
 int rgpy_subscriber_init_type(PyObject *m)
 {
-	rgpy_SubscriberType = (PyTypeObject *)PyType_FromSpec(&sub_spec);
-	if (!rgpy_SubscriberType)
-		return -1;
-	Py_INCREF((PyObject *)rgpy_SubscriberType);
-	return PyModule_AddObject(m, "Subscriber", (PyObject *)rgpy_SubscriberType);
+	return rgpy_add_type(m, &sub_spec, "Subscriber", &rgpy_SubscriberType);
 }

@@ -121,53 +121,43 @@ def torch_consumer(topic, n, ready, out, use_wait=False):
     out.put(res)
 
 
-def cupy_consumer(topic, n, ready, out):
-    res = {"lib": "cupy", "good": 0, "bad": 0, "gaps": 0, "ptr_equal": 0, "errors": []}
+def array_consumer(lib, topic, n, ready, out):
+    """A CuPy or JAX consumer: every element checked on the GPU."""
+    res = {"lib": lib, "good": 0, "bad": 0, "gaps": 0, "ptr_equal": 0, "errors": []}
     try:
-        import cupy
-
         import rgaps
+
+        if lib == "cupy":
+            import cupy as xp
+
+            def to_array(msg, i):  # even: DLPack; odd: __cuda_array_interface__
+                return xp.from_dlpack(msg) if i % 2 == 0 else xp.asarray(msg)
+
+            def pointer(a):
+                return a.data.ptr
+        else:
+            import jax
+            import jax.numpy as xp
+
+            def to_array(msg, i):
+                dl = getattr(jax.dlpack, "from_dlpack", None) or xp.from_dlpack
+                return dl(msg)
+
+            def pointer(a):
+                return a.unsafe_buffer_pointer()
 
         with rgaps.Subscriber(topic) as sub:
             ready.set()
             for i in range(n):
                 with sub.take(timeout=120) as msg:
                     res["gaps"] += msg.gap
-                    seq = int(msg.header)
-                    # even: DLPack; odd: __cuda_array_interface__
-                    a = cupy.from_dlpack(msg) if i % 2 == 0 else cupy.asarray(msg)
-                    ok = bool(cupy.array_equal(a.reshape(-1), pattern(cupy, seq, a.size)))
-                    res["ptr_equal"] += a.data.ptr == msg.ptr
-                    res["good" if ok else "bad"] += 1
-                    del a
-    except Exception:  # noqa: BLE001
-        res["errors"].append(traceback.format_exc())
-    out.put(res)
-
-
-def jax_consumer(topic, n, ready, out):
-    res = {"lib": "jax", "good": 0, "bad": 0, "gaps": 0, "ptr_equal": 0, "errors": []}
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        import rgaps
-
-        with rgaps.Subscriber(topic) as sub:
-            ready.set()
-            for _ in range(n):
-                with sub.take(timeout=120) as msg:
-                    res["gaps"] += msg.gap
-                    seq = int(msg.header)
-                    a = jax.dlpack.from_dlpack(msg) if hasattr(jax.dlpack, "from_dlpack") \
-                        else jnp.from_dlpack(msg)
-                    ok = bool(jnp.array_equal(a.reshape(-1), pattern(jnp, seq, a.size)))
+                    a = to_array(msg, i)
+                    ok = bool(xp.array_equal(a.reshape(-1), pattern(xp, int(msg.header), a.size)))
                     try:
-                        res["ptr_equal"] += a.unsafe_buffer_pointer() == msg.ptr
-                    except Exception:  # noqa: BLE001  (not every jax has it)
+                        res["ptr_equal"] += pointer(a) == msg.ptr
+                    except Exception:  # noqa: BLE001  (not every version has it)
                         pass
                     res["good" if ok else "bad"] += 1
-                    a.block_until_ready()
                     del a
     except Exception:  # noqa: BLE001
         res["errors"].append(traceback.format_exc())
@@ -307,8 +297,8 @@ def check_interop(ctx, torch, rgaps):
     n = 40
     # torch publishes; CuPy and JAX consume
     out, ready = ctx.Queue(), [ctx.Event() for _ in range(2)]
-    procs = [start(ctx, cupy_consumer, "gpu-ix1", n, ready[0], out),
-             start(ctx, jax_consumer, "gpu-ix1", n, ready[1], out)]
+    procs = [start(ctx, array_consumer, "cupy", "gpu-ix1", n, ready[0], out),
+             start(ctx, array_consumer, "jax", "gpu-ix1", n, ready[1], out)]
     with rgaps.Publisher("gpu-ix1") as pub:
         for e in ready:
             if not e.wait(120):
