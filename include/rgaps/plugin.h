@@ -125,6 +125,41 @@ struct rgaps_mem_region {
  */
 #define RGAPS_MEM_IMPORT_READONLY 0x10000u
 
+/** pool_grant() flags. */
+#define RGAPS_MEM_GRANT_READ 0x1u
+#define RGAPS_MEM_GRANT_WRITE 0x2u
+
+/** The most devices a topology describes (more are ignored). */
+#define RGAPS_MEM_MAX_DEVICES 32
+
+/** How device i reaches device j's memory (struct rgaps_mem_topology). */
+enum rgaps_mem_link_kind {
+	RGAPS_MEM_LINK_NONE = 0,   /**< no peer access: copies go through host memory */
+	RGAPS_MEM_LINK_PCIE = 1,   /**< peer access over PCIe */
+	RGAPS_MEM_LINK_NVLINK = 2, /**< peer access over NVLink (or an equally fast fabric) */
+	RGAPS_MEM_LINK_SELF = 3,   /**< i == j */
+};
+
+struct rgaps_mem_link {
+	uint8_t kind;	 /**< enum rgaps_mem_link_kind */
+	uint8_t atomics; /**< native atomics across the link */
+	int8_t rank;	 /**< the driver's performance rank (0 best), -1 unknown */
+	uint8_t pad;
+};
+
+/** The devices of the host (memory op topology()). */
+struct rgaps_mem_topology {
+	uint32_t struct_size; /**< set by the caller */
+	uint32_t ndevices;    /**< at most RGAPS_MEM_MAX_DEVICES */
+	char pci[RGAPS_MEM_MAX_DEVICES][16]; /**< "0000:3b:00.0" (lower case), "" unknown */
+	struct rgaps_mem_link link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES]; /**< [from][to] */
+	char how[128]; /**< how the links were learned, for the log ("NVML", "P2P attributes") */
+};
+
+/** fence_create() flags and the size of a fence's shareable handle. */
+#define RGAPS_FENCE_IPC 0x1u
+#define RGAPS_FENCE_HANDLE_LEN 64
+
 /** Copy directions, for backends that must know them. */
 enum rgaps_copy_dir {
 	RGAPS_COPY_DEFAULT = 0, /**< infer from the pointers */
@@ -168,6 +203,52 @@ struct rgaps_memory_ops {
 			  void (*done)(void *arg, int status), void *arg);
 	/** NUMA node nearest to device (host memory it DMAs to should live there), or -1. */
 	int (*numa_node)(void *ctx, int32_t device);
+
+	/*
+	 * Several devices and stream order (docs/GPU.md, "Every GPU of a host").
+	 * Appended to the table, so a plugin built before them gets the loader's
+	 * -ENOTSUP stubs and a host built before them never calls them: the ABI
+	 * version is unchanged (ops_size tells the loader what a plugin has).
+	 */
+	/**
+	 * The host's devices as this backend sees them: how many, their PCI
+	 * addresses and which can map which other's memory (topo->struct_size is
+	 * set by the caller). ndevices 0: a backend without devices (host memory).
+	 */
+	int (*topology)(void *ctx, struct rgaps_mem_topology *topo);
+	/**
+	 * Open a mapped region (from pool_create or pool_import) to another device
+	 * of this host as well: flags RGAPS_MEM_GRANT_READ, plus _WRITE for read-write.
+	 * -ENODEV (logged with the reason) when that device cannot reach the
+	 * region's memory; then its kernels must not touch it.
+	 */
+	int (*pool_grant)(void *ctx, struct rgaps_mem_region *region, int32_t device,
+			  uint32_t flags);
+	/**
+	 * Queue a copy of n bytes on the caller's stream (a cudaStream_t; 0 is the
+	 * default stream) and return: ordered after the caller's prior work on it.
+	 * Either side may be a pool or caller memory.
+	 */
+	int (*copy_stream)(void *ctx, void *dst, const void *src, size_t n, void *stream);
+	/** Block the calling thread until the caller's stream has done its work so far. */
+	int (*stream_sync)(void *ctx, void *stream);
+	/**
+	 * A fence: a point in a stream that other streams and processes can wait
+	 * for (a CUDA event). device: where its records happen. With
+	 * RGAPS_FENCE_IPC it is shareable: handle receives the bytes that
+	 * fence_open() takes in another process of the host.
+	 */
+	int (*fence_create)(void *ctx, int32_t device, uint32_t flags, void **fence_p,
+			    uint8_t handle[RGAPS_FENCE_HANDLE_LEN]);
+	/** Open another process's fence from its handle (untrusted bytes: checked by the backend). */
+	int (*fence_open)(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN], void **fence_p);
+	void (*fence_destroy)(void *ctx, void *fence);
+	/** The fence completes when the stream's work queued so far has. */
+	int (*fence_record)(void *ctx, void *fence, void *stream);
+	/** 0: complete (or never recorded); -EAGAIN: not yet; else the error of the work. */
+	int (*fence_query)(void *ctx, void *fence);
+	/** Order the stream's later work after the fence's last record; returns at once. */
+	int (*fence_wait)(void *ctx, void *fence, void *stream);
 };
 
 /* ------------------------------------------------------------------ */

@@ -19,15 +19,21 @@
  * without a GPU loads this plugin, probe() says why it cannot work, and
  * "auto" falls back to the host plugin.
  *
- * Copies run on one non-blocking stream per (context, device) and are waited
- * for before returning (the ABI's copy is synchronous). Completion callbacks
- * into the daemon's loop belong to the remote path, which does not exist yet.
+ * Synchronous copies run on one non-blocking stream per (context, device);
+ * asynchronous ones (the remote path) on a few, taken in turn, reported by a
+ * waiter thread ("Asynchronous copies" below). Several devices: the topology
+ * (peer access, NVLink or PCIe, from the CUDA P2P attributes and NVML when the
+ * driver has it), and access to a pool for another device (pool_grant).
+ * Stream order: copies on the caller's stream and fences, which are CUDA
+ * events, interprocess ones when other processes wait for them.
+ * Every failed CUDA call is logged with the call and the error's words.
  * This file sees only include/rgaps/plugin.h.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -48,6 +54,7 @@
 #define CUDA_FLAG_IPC 0x2u /* fd is a memfd holding a cudaIpcMemHandle_t */
 
 #define CUDA_MAX_DEVICES 64
+#define CUDA_COPY_STREAMS_MAX 4 /* asynchronous copy streams per device */
 /* Driver ABI the entry points are asked for: the VMM calls date from 10.2. */
 #define CUDA_DRIVER_ABI 12000
 #define MiB (1024.0 * 1024.0)
@@ -81,14 +88,21 @@ struct copy_wait {
 	struct copy_wait *next;
 	cudaEvent_t ev;
 	int device;
-	void (*done)(void *arg, int status);
+	void (*done)(void *arg, int status); /* NULL: a leading part of a split copy */
 	void *arg;
 };
 
 struct cuda_ctx {
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 	pthread_mutex_t lock;		       /* guards streams, pools, numa_logged */
-	cudaStream_t stream[CUDA_MAX_DEVICES]; /* created on first copy to/from a device */
+	/* [dev][0]: synchronous copies and the first asynchronous stream; created on first use */
+	cudaStream_t stream[CUDA_MAX_DEVICES][CUDA_COPY_STREAMS_MAX];
+	uint32_t next_stream[CUDA_MAX_DEVICES]; /* asynchronous copies: round robin */
+	uint32_t nstreams;	/* asynchronous copy streams per device (RGAPS_CUDA_COPY_STREAMS) */
+	uint64_t split_min;	/* asynchronous copies this large go in parts over the streams */
+	uint64_t spin_ns;	/* the waiter polls an event this long before it sleeps */
+	/* split copies: the parts on streams 1.. are joined into stream 0's by these events */
+	cudaEvent_t join[CUDA_MAX_DEVICES][CUDA_COPY_STREAMS_MAX];
 	uint64_t numa_logged;		       /* bit per device: placement reported */
 	struct cuda_pool *pools;	       /* regions this context mapped */
 	/* copy_async completions: FIFO of copies in start order, one waiter thread */
@@ -408,6 +422,26 @@ static uintptr_t pool_base(const struct cuda_pool *p)
 
 /* ---------------------------------------------------------------- init, probe */
 
+/* A whole number from the environment within [min, max], else def (and say why). */
+static uint64_t env_u64(struct cuda_ctx *ctx, const char *name, uint64_t def, uint64_t min,
+			uint64_t max)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long long x;
+
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end || x < min || x > max) {
+		plog(ctx, LOG_WARN, "cuda: %s=%s ignored: not a whole number in [%llu, %llu]", name, v,
+		     (unsigned long long)min, (unsigned long long)max);
+		return def;
+	}
+	return x;
+}
+
 static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
 {
 	struct cuda_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -416,6 +450,11 @@ static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
 		return -ENOMEM;
 	if (env && env->struct_size >= offsetof(struct rgaps_plugin_env, log) + sizeof(env->log))
 		ctx->log = env->log; /* env itself may not outlive this call */
+	/* Tunables of the asynchronous copies (docs/GPU.md, "Copies and streams"). */
+	ctx->nstreams = (uint32_t)env_u64(ctx, "RGAPS_CUDA_COPY_STREAMS", 2, 1,
+					  CUDA_COPY_STREAMS_MAX);
+	ctx->split_min = env_u64(ctx, "RGAPS_CUDA_SPLIT_MIN", 0, 0, UINT64_MAX);
+	ctx->spin_ns = env_u64(ctx, "RGAPS_CUDA_SPIN_US", 2000, 0, 1000000) * 1000ull;
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->qlock, NULL);
 	pthread_cond_init(&ctx->qcond, NULL);
@@ -440,7 +479,7 @@ static void cuda_fini(void *vctx)
 	for (int d = 0; d < CUDA_MAX_DEVICES; d++) {
 		int old;
 
-		if (!ctx->stream[d] || enter_device(ctx, d, &old))
+		if (!ctx->stream[d][0] || enter_device(ctx, d, &old))
 			continue;
 		while (ctx->spare[d]) {
 			struct copy_wait *w = ctx->spare[d];
@@ -449,7 +488,12 @@ static void cuda_fini(void *vctx)
 			cudaEventDestroy(w->ev);
 			free(w);
 		}
-		cudaStreamDestroy(ctx->stream[d]);
+		for (int k = 0; k < CUDA_COPY_STREAMS_MAX; k++) {
+			if (ctx->join[d][k])
+				cudaEventDestroy(ctx->join[d][k]);
+			if (ctx->stream[d][k])
+				cudaStreamDestroy(ctx->stream[d][k]);
+		}
 		leave_device(d, old);
 	}
 	pthread_cond_destroy(&ctx->qcond);
@@ -897,7 +941,7 @@ static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t 
 	r = enter_device(ctx, dev, &old);
 	if (r)
 		return r;
-	s = lazy_stream(ctx, &ctx->stream[dev]);
+	s = lazy_stream(ctx, &ctx->stream[dev][0]);
 	if (!s) {
 		r = -ENOMEM;
 		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream on GPU %d", dev);
@@ -929,7 +973,7 @@ out:
  * the thread polls; a copy longer than the bound (over ~100 MiB) or an idle
  * context sleeps, so no core spins when nothing moves.
  */
-#define COPY_SPIN_NS 2000000ull /* covers a 64 MiB copy (1.2 ms at 55 GB/s) */
+/* The polling bound defaults to 2 ms (RGAPS_CUDA_SPIN_US), a 64 MiB copy at 55 GB/s. */
 #define COPY_SPARES 64		 /* finished entries (and their events) kept per device */
 
 static uint64_t mono_ns(void)
@@ -946,7 +990,7 @@ static int copy_wait_event(struct cuda_ctx *ctx, struct copy_wait *w)
 	cudaError_t e;
 
 	while ((e = cudaEventQuery(w->ev)) == cudaErrorNotReady) {
-		if (mono_ns() - t0 > COPY_SPIN_NS) {
+		if (mono_ns() - t0 > ctx->spin_ns) {
 			e = cudaEventSynchronize(w->ev);
 			break;
 		}
@@ -1061,6 +1105,89 @@ static int copy_wait_push(struct cuda_ctx *ctx, struct copy_wait *w)
 	return r;
 }
 
+/*
+ * The stream of an asynchronous copy and, for a split copy, the joins. Several
+ * streams let consecutive copies overlap their start and end on the copy
+ * engines (chunk trains lost ~2 % to the gaps on one stream: docs/BENCHMARKS.md,
+ * "raw async 4MiB x k"); completions are still reported in start order, since
+ * the waiter takes the events in that order. Called with dev current.
+ */
+static int copy_streams(struct cuda_ctx *ctx, int dev, uint32_t want, cudaStream_t *out)
+{
+	for (uint32_t k = 0; k < want; k++) {
+		out[k] = lazy_stream(ctx, &ctx->stream[dev][k]);
+		if (!out[k])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/*
+ * Queue the copy on one stream (round robin), or in parts on every stream when
+ * it is at least split_min bytes: the parts on streams 1.. record a join event
+ * that stream 0 waits for, so the one event recorded on stream 0 after its own
+ * part completes when every part has. On failure nothing is left queued that
+ * anyone will report: what was queued is waited for. Returns the stream whose
+ * event marks the end, or NULL and the CUDA error in *e_p.
+ */
+static cudaStream_t copy_queue(struct cuda_ctx *ctx, int dev, void *dst, const void *src,
+			       size_t n, cudaError_t *e_p)
+{
+	cudaStream_t st[CUDA_COPY_STREAMS_MAX];
+	uint32_t parts = 1, k;
+	cudaError_t e = cudaSuccess;
+	size_t part;
+
+	if (ctx->nstreams > 1 && ctx->split_min && n >= ctx->split_min)
+		parts = ctx->nstreams;
+	if (copy_streams(ctx, dev, parts > 1 ? parts : ctx->nstreams, st)) {
+		*e_p = cudaErrorMemoryAllocation;
+		return NULL;
+	}
+	if (parts == 1) {
+		pthread_mutex_lock(&ctx->lock);
+		k = ctx->next_stream[dev]++ % ctx->nstreams;
+		pthread_mutex_unlock(&ctx->lock);
+		*e_p = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st[k]) : cudaSuccess;
+		return *e_p == cudaSuccess ? st[k] : NULL;
+	}
+	/* Parts of 1 MiB multiples, the last one on stream 0 carries the rest. */
+	part = (n / parts) & ~(size_t)0xfffff;
+	if (!part)
+		part = n / parts;
+	for (k = 1; k < parts && e == cudaSuccess; k++) {
+		size_t off = (size_t)(k - 1) * part;
+
+		if (!ctx->join[dev][k]) {
+			e = cudaEventCreateWithFlags(&ctx->join[dev][k], cudaEventDisableTiming);
+			if (e != cudaSuccess) {
+				ctx->join[dev][k] = NULL;
+				break;
+			}
+		}
+		e = cudaMemcpyAsync((uint8_t *)dst + off, (const uint8_t *)src + off, part,
+				    cudaMemcpyDefault, st[k]);
+		if (e == cudaSuccess)
+			e = cudaEventRecord(ctx->join[dev][k], st[k]);
+		if (e == cudaSuccess)
+			e = cudaStreamWaitEvent(st[0], ctx->join[dev][k], 0);
+	}
+	if (e == cudaSuccess) {
+		size_t off = (size_t)(parts - 1) * part;
+
+		e = cudaMemcpyAsync((uint8_t *)dst + off, (const uint8_t *)src + off, n - off,
+				    cudaMemcpyDefault, st[0]);
+	}
+	if (e != cudaSuccess) {
+		for (k = 0; k < parts; k++)
+			cudaStreamSynchronize(st[k]);
+		*e_p = e;
+		return NULL;
+	}
+	*e_p = cudaSuccess;
+	return st[0];
+}
+
 static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uint32_t dir,
 			   void (*done)(void *arg, int status), void *arg)
 {
@@ -1076,19 +1203,20 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 	r = enter_device(ctx, dev, &old);
 	if (r)
 		return r;
-	s = lazy_stream(ctx, &ctx->stream[dev]);
-	w = s ? copy_wait_get(ctx, dev) : NULL;
+	w = copy_wait_get(ctx, dev);
 	if (!w) {
-		plog(ctx, LOG_ERROR, "cuda: cannot create a copy stream or event on GPU %d", dev);
+		plog(ctx, LOG_ERROR, "cuda: cannot create a completion event on GPU %d", dev);
 		leave_device(dev, old);
 		return -ENOMEM;
 	}
 	w->done = done;
 	w->arg = arg;
-	e = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s) : cudaSuccess;
-	if (e == cudaSuccess)
+	s = copy_queue(ctx, dev, dst, src, n, &e);
+	if (s)
 		e = cudaEventRecord(w->ev, s);
 	if (e != cudaSuccess) {
+		if (s)
+			cudaStreamSynchronize(s); /* nothing of it may run on unreported */
 		pthread_mutex_lock(&ctx->qlock);
 		copy_wait_put(ctx, w);
 		pthread_mutex_unlock(&ctx->qlock);
@@ -1134,6 +1262,358 @@ static int cuda_numa_node(void *vctx, int32_t device)
 	return gpu_numa_node(device, pci, sizeof(pci));
 }
 
+/* ---------------------------------------------------------------- several devices */
+
+/*
+ * NVLink or PCIe: NVML knows (nvmlDeviceGetP2PStatus with the NVLink index),
+ * when the driver ships it; it is opened here for the question and closed
+ * again, never linked. Its few declarations are copied from nvml.h, whose
+ * types and values are stable (NVML_P2P_CAPS_INDEX_NVLINK is 2, OK is 0).
+ */
+typedef struct nvml_device *nvml_device_t;
+struct nvml_api {
+	void *dl;
+	int (*init)(void);
+	int (*shutdown)(void);
+	int (*by_pci)(const char *pci, nvml_device_t *dev);
+	int (*p2p)(nvml_device_t a, nvml_device_t b, int index, int *status);
+};
+#define NVML_P2P_CAPS_INDEX_NVLINK 2
+#define NVML_P2P_STATUS_OK 0
+
+static bool nvml_open(struct nvml_api *n)
+{
+	memset(n, 0, sizeof(*n));
+	n->dl = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!n->dl)
+		return false;
+	*(void **)&n->init = dlsym(n->dl, "nvmlInit_v2");
+	*(void **)&n->shutdown = dlsym(n->dl, "nvmlShutdown");
+	*(void **)&n->by_pci = dlsym(n->dl, "nvmlDeviceGetHandleByPciBusId_v2");
+	*(void **)&n->p2p = dlsym(n->dl, "nvmlDeviceGetP2PStatus");
+	if (!n->init || !n->shutdown || !n->by_pci || !n->p2p || n->init() != 0) {
+		dlclose(n->dl);
+		n->dl = NULL;
+		return false;
+	}
+	return true;
+}
+
+static void nvml_close(struct nvml_api *n)
+{
+	if (n->dl) {
+		n->shutdown();
+		dlclose(n->dl);
+		n->dl = NULL;
+	}
+}
+
+static int cuda_topology(void *vctx, struct rgaps_mem_topology *t)
+{
+	struct cuda_ctx *ctx = vctx;
+	nvml_device_t nd[RGAPS_MEM_MAX_DEVICES] = { 0 };
+	struct nvml_api nvml;
+	bool have_nvml;
+	int count = 0, drv_version = 0;
+	cudaError_t e;
+
+	t->ndevices = 0;
+	snprintf(t->how, sizeof(t->how), "none");
+	if (cudaDriverGetVersion(&drv_version) != cudaSuccess || drv_version == 0)
+		return 0; /* no driver: no device (probe says so in words) */
+	e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+		cudaGetLastError();
+		return 0;
+	}
+	if (e != cudaSuccess)
+		return rt_fail(ctx, "cudaGetDeviceCount", e);
+	if (count > RGAPS_MEM_MAX_DEVICES) {
+		plog(ctx, LOG_WARN, "cuda: %d devices visible; only the first %d are served", count,
+		     RGAPS_MEM_MAX_DEVICES);
+		count = RGAPS_MEM_MAX_DEVICES;
+	}
+	t->ndevices = (uint32_t)count;
+	for (int i = 0; i < count; i++) {
+		e = cudaDeviceGetPCIBusId(t->pci[i], (int)sizeof(t->pci[i]), i);
+		if (e != cudaSuccess) {
+			rt_fail(ctx, "cudaDeviceGetPCIBusId", e);
+			t->pci[i][0] = 0;
+		}
+		for (char *c = t->pci[i]; *c; c++)
+			*c = (char)tolower((unsigned char)*c);
+	}
+	have_nvml = nvml_open(&nvml);
+	for (int i = 0; have_nvml && i < count; i++)
+		if (!t->pci[i][0] || nvml.by_pci(t->pci[i], &nd[i]) != 0)
+			nd[i] = NULL;
+	for (int i = 0; i < count; i++) {
+		for (int j = 0; j < count; j++) {
+			struct rgaps_mem_link *l = &t->link[i][j];
+			int can = 0, rank = -1, atomics = 0, st = -1;
+
+			memset(l, 0, sizeof(*l));
+			l->rank = -1;
+			if (i == j) {
+				l->kind = RGAPS_MEM_LINK_SELF;
+				l->rank = 0;
+				continue;
+			}
+			/* Can i map j's memory? (cudaDeviceCanAccessPeer(&can, device, peer)) */
+			e = cudaDeviceCanAccessPeer(&can, i, j);
+			if (e != cudaSuccess) {
+				rt_fail(ctx, "cudaDeviceCanAccessPeer", e);
+				can = 0;
+			}
+			if (!can) {
+				l->kind = RGAPS_MEM_LINK_NONE;
+				continue;
+			}
+			if (cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, i, j) !=
+			    cudaSuccess)
+				rank = -1;
+			if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, i,
+						      j) != cudaSuccess)
+				atomics = 0;
+			cudaGetLastError();
+			l->rank = (int8_t)(rank < -1 ? -1 : rank > 127 ? 127 : rank);
+			l->atomics = atomics != 0;
+			if (nd[i] && nd[j] && nvml.p2p(nd[i], nd[j], NVML_P2P_CAPS_INDEX_NVLINK, &st) == 0)
+				l->kind = st == NVML_P2P_STATUS_OK ? RGAPS_MEM_LINK_NVLINK :
+								     RGAPS_MEM_LINK_PCIE;
+			else /* without NVML: native atomics between GPUs come with NVLink */
+				l->kind = atomics ? RGAPS_MEM_LINK_NVLINK : RGAPS_MEM_LINK_PCIE;
+		}
+	}
+	snprintf(t->how, sizeof(t->how), "%s",
+		 have_nvml ? "CUDA peer attributes, NVLink from NVML" :
+			     "CUDA peer attributes (no NVML: NVLink assumed where native atomics are)");
+	nvml_close(&nvml);
+	return 0;
+}
+
+/*
+ * Open a mapped pool to another device. VMM: cuMemSetAccess for that device
+ * (what the issue measured: without it a kernel on GPU 1 reading a GPU 0 pool
+ * faults with Xid 31, and cudaDeviceEnablePeerAccess does not help, as it
+ * covers cudaMalloc memory only). The device's primary context is made
+ * current first, so that its page tables exist. cudaIpc mappings have no such
+ * call: refused, and rgapsd does not offer peer access for such pools.
+ */
+static int cuda_pool_grant(void *vctx, struct rgaps_mem_region *region, int32_t device,
+			   uint32_t flags)
+{
+	struct cuda_ctx *ctx = vctx;
+	struct cuda_pool *p = region->priv;
+	bool write = flags & RGAPS_MEM_GRANT_WRITE;
+	CUmemAccessDesc acc;
+	char why[200];
+	int can = 0, old, r;
+	cudaError_t ce;
+	CUresult e;
+
+	if (!p)
+		return -EINVAL;
+	if (write && p->read_only) {
+		plog(ctx, LOG_ERROR, "cuda: a read-only pool mapping cannot be opened for writing "
+				     "to GPU %d", (int)device);
+		return -EPERM;
+	}
+	r = check_device(device, why, sizeof(why));
+	if (r) {
+		plog(ctx, LOG_ERROR, "cuda: cannot open a pool to GPU %d: %s", (int)device, why);
+		return r;
+	}
+	if (device == p->device)
+		return 0; /* mapped for its own device already */
+	if (p->mode != CUDA_FLAG_VMM) {
+		plog(ctx, LOG_ERROR,
+		     "cuda: the pool on GPU %d is shared by cudaIpc, which cannot be opened to "
+		     "GPU %d (use gpu_fanout \"replicate\", or a driver with VMM fd export)",
+		     p->device, (int)device);
+		return -ENOTSUP;
+	}
+	ce = cudaDeviceCanAccessPeer(&can, device, p->device);
+	if (ce != cudaSuccess || !can) {
+		if (ce != cudaSuccess)
+			rt_fail(ctx, "cudaDeviceCanAccessPeer", ce);
+		plog(ctx, LOG_ERROR, "cuda: GPU %d has no peer access to GPU %d: it cannot read the "
+				     "pool there", (int)device, p->device);
+		return -ENODEV;
+	}
+	r = enter_device(ctx, device, &old);
+	if (r)
+		return r;
+	ce = cudaFree(NULL); /* the device's primary context, before its mappings */
+	if (ce != cudaSuccess) {
+		r = rt_fail(ctx, "cudaFree(NULL) (context of the granted device)", ce);
+		leave_device(device, old);
+		return r;
+	}
+	memset(&acc, 0, sizeof(acc));
+	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = device;
+	acc.flags = write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+	e = drv.MemSetAccess(p->va, p->size, &acc, 1);
+	leave_device(device, old);
+	if (e != CUDA_SUCCESS) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "cuMemSetAccess (GPU %d %s on GPU %d's pool)",
+			 (int)device, write ? "read-write" : "read-only", p->device);
+		return drv_fail(ctx, what, e);
+	}
+	plog(ctx, LOG_DEBUG, "cuda: pool at 0x%llx on GPU %d opened %s to GPU %d",
+	     (unsigned long long)p->va, p->device, write ? "read-write" : "read-only", (int)device);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- stream order */
+
+static int cuda_copy_stream(void *vctx, void *dst, const void *src, size_t n, void *stream)
+{
+	cudaError_t e;
+
+	if (n == 0)
+		return 0;
+	e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)stream);
+	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaMemcpyAsync on the caller's stream", e);
+}
+
+static int cuda_stream_sync(void *vctx, void *stream)
+{
+	cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+
+	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaStreamSynchronize", e);
+}
+
+struct cuda_fence {
+	cudaEvent_t ev;
+	int device; /* where it was created or opened (records must be on this device's streams) */
+};
+
+static int cuda_fence_create(void *vctx, int32_t device, uint32_t flags, void **fence_p,
+			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+{
+	struct cuda_ctx *ctx = vctx;
+	struct cuda_fence *f;
+	cudaIpcEventHandle_t h;
+	cudaError_t e;
+	int old = -1, r;
+
+	_Static_assert(sizeof(h) == RGAPS_FENCE_HANDLE_LEN, "a CUDA IPC event handle is 64 bytes");
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	if (device < 0 && cudaGetDevice(&device) != cudaSuccess)
+		device = 0;
+	f->device = device;
+	r = enter_device(ctx, device, &old);
+	if (r)
+		goto err_free;
+	e = cudaEventCreateWithFlags(&f->ev, cudaEventDisableTiming |
+						     ((flags & RGAPS_FENCE_IPC) ? cudaEventInterprocess :
+										  0));
+	if (e != cudaSuccess) {
+		r = rt_fail(ctx, "cudaEventCreateWithFlags (fence)", e);
+		goto err_leave;
+	}
+	if (flags & RGAPS_FENCE_IPC) {
+		e = cudaIpcGetEventHandle(&h, f->ev);
+		if (e != cudaSuccess) {
+			r = rt_fail(ctx, "cudaIpcGetEventHandle", e);
+			cudaEventDestroy(f->ev);
+			goto err_leave;
+		}
+		memcpy(handle, &h, sizeof(h));
+	} else if (handle) {
+		memset(handle, 0, RGAPS_FENCE_HANDLE_LEN);
+	}
+	leave_device(device, old);
+	*fence_p = f;
+	return 0;
+
+err_leave:
+	leave_device(device, old);
+err_free:
+	free(f);
+	return r;
+}
+
+static int cuda_fence_open(void *vctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
+			   void **fence_p)
+{
+	struct cuda_fence *f = calloc(1, sizeof(*f));
+	cudaIpcEventHandle_t h;
+	cudaError_t e;
+
+	if (!f)
+		return -ENOMEM;
+	if (cudaGetDevice(&f->device) != cudaSuccess)
+		f->device = -1;
+	memcpy(&h, handle, sizeof(h));
+	/* Opened on the calling thread's current device; waits may come from any device. */
+	e = cudaIpcOpenEventHandle(&f->ev, h);
+	if (e != cudaSuccess) {
+		free(f);
+		return rt_fail(vctx, "cudaIpcOpenEventHandle (another process's fence)", e);
+	}
+	*fence_p = f;
+	return 0;
+}
+
+static void cuda_fence_destroy(void *vctx, void *fence)
+{
+	struct cuda_fence *f = fence;
+	cudaError_t e;
+
+	if (!f)
+		return;
+	/* Waits already queued on it keep what they captured (CUDA releases it after). */
+	e = cudaEventDestroy(f->ev);
+	if (e != cudaSuccess)
+		rt_fail(vctx, "cudaEventDestroy (fence)", e);
+	free(f);
+}
+
+static int cuda_fence_record(void *vctx, void *fence, void *stream)
+{
+	struct cuda_fence *f = fence;
+	cudaError_t e = cudaEventRecord(f->ev, (cudaStream_t)stream);
+
+	if (e == cudaSuccess)
+		return 0;
+	if (e == cudaErrorInvalidResourceHandle) {
+		/* The usual cause: a stream of another device than the fence's. */
+		plog((struct cuda_ctx *)vctx, LOG_ERROR,
+		     "cuda: cudaEventRecord failed: %s: is the stream on GPU %d, where the fence "
+		     "was made? (stream-ordered calls take streams of the handle's GPU)",
+		     cudaGetErrorString(e), f->device);
+		return -EXDEV;
+	}
+	return rt_fail(vctx, "cudaEventRecord (fence)", e);
+}
+
+static int cuda_fence_query(void *vctx, void *fence)
+{
+	struct cuda_fence *f = fence;
+	cudaError_t e = cudaEventQuery(f->ev);
+
+	if (e == cudaSuccess)
+		return 0;
+	if (e == cudaErrorNotReady)
+		return -EAGAIN; /* not an error, and not recorded as the thread's last one */
+	return rt_fail(vctx, "cudaEventQuery (fence)", e);
+}
+
+static int cuda_fence_wait(void *vctx, void *fence, void *stream)
+{
+	struct cuda_fence *f = fence;
+	cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, f->ev, 0);
+
+	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaStreamWaitEvent (fence)", e);
+}
+
 static const struct rgaps_memory_ops cuda_ops = {
 	.init = cuda_init,
 	.fini = cuda_fini,
@@ -1146,6 +1626,16 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.host_unregister = cuda_host_unregister,
 	.copy_async = cuda_copy_async,
 	.numa_node = cuda_numa_node,
+	.topology = cuda_topology,
+	.pool_grant = cuda_pool_grant,
+	.copy_stream = cuda_copy_stream,
+	.stream_sync = cuda_stream_sync,
+	.fence_create = cuda_fence_create,
+	.fence_open = cuda_fence_open,
+	.fence_destroy = cuda_fence_destroy,
+	.fence_record = cuda_fence_record,
+	.fence_query = cuda_fence_query,
+	.fence_wait = cuda_fence_wait,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -3,15 +3,27 @@
  * in for device memory, so that every path of rgaps runs and is tested on
  * machines without a GPU. Its "device pointers" are host pointers; copies are
  * memcpy; pinning is a no-op. It sees only include/rgaps/plugin.h.
+ *
+ * It has no devices, unless a test makes it pretend (docs/GPU.md, "Testing
+ * without a GPU"): RGAPS_HOST_DEVICES=N gives N emulated devices, whose links
+ * RGAPS_HOST_LINKS describes ("nvlink" by default; "pcie", "none", and
+ * per-pair overrides "nvlink;0-2=none;2-0=none"), so that rgapsd's choice
+ * between peer access and replicas, its refusals and its replicators run
+ * here. Stream order needs nothing on the host (every copy is done when it
+ * returns), so fences are complete at once; RGAPS_HOST_FENCE_DELAY_US=N makes
+ * each record complete N microseconds later, through a small shared segment
+ * per fence, so that the code that waits for fences runs too.
  */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rgaps/plugin.h"
@@ -20,10 +32,91 @@ struct host_pool {
 	char name[256]; /* set by the creator, which unlinks it on release */
 };
 
+struct host_ctx {
+	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+	uint32_t ndevices;			/* emulated (RGAPS_HOST_DEVICES) */
+	uint8_t link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES];
+	uint64_t fence_delay_ns;		/* RGAPS_HOST_FENCE_DELAY_US */
+};
+
+static int link_kind_of(const char *s, size_t n)
+{
+	if (n == 6 && strncmp(s, "nvlink", 6) == 0)
+		return RGAPS_MEM_LINK_NVLINK;
+	if (n == 4 && strncmp(s, "pcie", 4) == 0)
+		return RGAPS_MEM_LINK_PCIE;
+	if (n == 4 && strncmp(s, "none", 4) == 0)
+		return RGAPS_MEM_LINK_NONE;
+	return -1;
+}
+
+/* RGAPS_HOST_LINKS: "KIND" (every pair) then ";I-J=KIND" overrides, I reaching J's memory. */
+static int parse_links(struct host_ctx *c, const char *spec)
+{
+	const char *p = spec;
+	int def = RGAPS_MEM_LINK_NVLINK;
+
+	for (uint32_t i = 0; i < RGAPS_MEM_MAX_DEVICES; i++)
+		for (uint32_t j = 0; j < RGAPS_MEM_MAX_DEVICES; j++)
+			c->link[i][j] = i == j ? RGAPS_MEM_LINK_SELF : (uint8_t)def;
+	while (p && *p) {
+		const char *end = strchr(p, ';'), *eq;
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		unsigned a, b;
+		int k;
+
+		eq = memchr(p, '=', n);
+		if (!eq) {
+			def = link_kind_of(p, n);
+			if (def < 0)
+				return -EINVAL;
+			for (uint32_t i = 0; i < RGAPS_MEM_MAX_DEVICES; i++)
+				for (uint32_t j = 0; j < RGAPS_MEM_MAX_DEVICES; j++)
+					if (i != j)
+						c->link[i][j] = (uint8_t)def;
+		} else {
+			k = link_kind_of(eq + 1, n - (size_t)(eq + 1 - p));
+			if (k < 0 || sscanf(p, "%u-%u=", &a, &b) != 2 || a >= RGAPS_MEM_MAX_DEVICES ||
+			    b >= RGAPS_MEM_MAX_DEVICES || a == b)
+				return -EINVAL;
+			c->link[a][b] = (uint8_t)k;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return 0;
+}
+
 static int host_init(const struct rgaps_plugin_env *env, void **ctx_p)
 {
-	*ctx_p = NULL;
+	struct host_ctx *c = calloc(1, sizeof(*c));
+	const char *nd = getenv("RGAPS_HOST_DEVICES"), *links = getenv("RGAPS_HOST_LINKS");
+	const char *delay = getenv("RGAPS_HOST_FENCE_DELAY_US");
+
+	if (!c)
+		return -ENOMEM;
+	if (env && env->struct_size >= offsetof(struct rgaps_plugin_env, log) + sizeof(env->log))
+		c->log = env->log;
+	if (nd && *nd) {
+		unsigned long n = strtoul(nd, NULL, 10);
+
+		c->ndevices = n > RGAPS_MEM_MAX_DEVICES ? RGAPS_MEM_MAX_DEVICES : (uint32_t)n;
+	}
+	if (parse_links(c, links ? links : "nvlink")) {
+		if (c->log)
+			c->log(0, "host: RGAPS_HOST_LINKS='%s' is not KIND[;I-J=KIND...] with KIND "
+				  "nvlink, pcie or none", links);
+		free(c);
+		return -EINVAL;
+	}
+	if (delay && *delay)
+		c->fence_delay_ns = strtoull(delay, NULL, 10) * 1000ull;
+	*ctx_p = c;
 	return 0;
+}
+
+static void host_fini(void *ctx)
+{
+	free(ctx);
 }
 
 static int host_probe(void *ctx, int32_t device, char *why, size_t whylen)
@@ -140,6 +233,195 @@ static int host_unregister(void *ctx, void *ptr)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- emulated devices */
+
+static int host_topology(void *ctx, struct rgaps_mem_topology *t)
+{
+	struct host_ctx *c = ctx;
+
+	t->ndevices = c ? c->ndevices : 0;
+	snprintf(t->how, sizeof(t->how), "emulated by the host plugin (RGAPS_HOST_DEVICES)");
+	for (uint32_t i = 0; i < t->ndevices; i++) {
+		snprintf(t->pci[i], sizeof(t->pci[i]), "0000:%02x:00.0", 0x10 + i);
+		for (uint32_t j = 0; j < t->ndevices; j++) {
+			t->link[i][j].kind = c->link[i][j];
+			t->link[i][j].atomics = c->link[i][j] == RGAPS_MEM_LINK_NVLINK;
+			t->link[i][j].rank = c->link[i][j] == RGAPS_MEM_LINK_NONE ? -1 : 0;
+		}
+	}
+	return 0;
+}
+
+static int host_pool_grant(void *ctx, struct rgaps_mem_region *region, int32_t device,
+			   uint32_t flags)
+{
+	struct host_ctx *c = ctx;
+
+	/* Host memory is reachable from everywhere; an emulated device only over a link. */
+	if (!c || !c->ndevices || region->device < 0 || device == region->device)
+		return 0;
+	if (device < 0 || (uint32_t)device >= c->ndevices || (uint32_t)region->device >= c->ndevices ||
+	    c->link[device][region->device] == RGAPS_MEM_LINK_NONE) {
+		if (c->log)
+			c->log(0, "host: emulated device %d cannot reach device %d's memory",
+			       (int)device, (int)region->device);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static int host_copy_stream(void *ctx, void *dst, const void *src, size_t n, void *stream)
+{
+	memcpy(dst, src, n); /* host "streams" run each copy to its end at once */
+	return 0;
+}
+
+static int host_stream_sync(void *ctx, void *stream)
+{
+	return 0;
+}
+
+/*
+ * Fences. Without a delay: nothing to wait for, the handle names nothing.
+ * With RGAPS_HOST_FENCE_DELAY_US: a shared 8-byte word "complete at" (CLOCK_MONOTONIC
+ * ns), in a segment named by the handle, which its creator unlinks.
+ */
+#define HOST_FENCE_MAGIC "RGHF1"
+
+struct host_fence {
+	uint64_t *ready_at; /* NULL: always complete */
+	char name[48];
+	bool owner;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int fence_map(struct host_fence *f, int fd)
+{
+	void *p = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	f->ready_at = p;
+	return 0;
+}
+
+static int host_fence_create(void *ctx, int32_t device, uint32_t flags, void **fence_p,
+			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+{
+	static uint32_t seq;
+	struct host_ctx *c = ctx;
+	struct host_fence *f = calloc(1, sizeof(*f));
+	int fd, e;
+
+	if (!f)
+		return -ENOMEM;
+	if (handle)
+		memset(handle, 0, RGAPS_FENCE_HANDLE_LEN);
+	if (c && c->fence_delay_ns) {
+		snprintf(f->name, sizeof(f->name), "/rgaps-hostfence-%d-%u", (int)getpid(),
+			 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+		fd = shm_open(f->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			e = -errno;
+			free(f);
+			return e;
+		}
+		e = ftruncate(fd, sizeof(uint64_t)) < 0 ? -errno : fence_map(f, fd);
+		close(fd);
+		if (e) {
+			shm_unlink(f->name);
+			free(f);
+			return e;
+		}
+		f->owner = true;
+		if (handle) {
+			memcpy(handle, HOST_FENCE_MAGIC, sizeof(HOST_FENCE_MAGIC));
+			memcpy(handle + 8, f->name, strlen(f->name));
+		}
+	}
+	*fence_p = f;
+	return 0;
+}
+
+static int host_fence_open(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
+			   void **fence_p)
+{
+	struct host_fence *f = calloc(1, sizeof(*f));
+	int fd, e;
+
+	if (!f)
+		return -ENOMEM;
+	if (memcmp(handle, HOST_FENCE_MAGIC, sizeof(HOST_FENCE_MAGIC)) == 0) {
+		/* Untrusted bytes: a NUL-terminated name of our own prefix, or nothing. */
+		if (!memchr(handle + 8, 0, RGAPS_FENCE_HANDLE_LEN - 8) ||
+		    strncmp((const char *)handle + 8, "/rgaps-hostfence-", 17) != 0 ||
+		    strchr((const char *)handle + 9, '/')) {
+			free(f);
+			return -EINVAL;
+		}
+		snprintf(f->name, sizeof(f->name), "%s", (const char *)handle + 8);
+		fd = shm_open(f->name, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0) {
+			e = -errno;
+			free(f);
+			return e;
+		}
+		e = fence_map(f, fd);
+		close(fd);
+		if (e) {
+			free(f);
+			return e;
+		}
+	}
+	*fence_p = f;
+	return 0;
+}
+
+static void host_fence_destroy(void *ctx, void *fence)
+{
+	struct host_fence *f = fence;
+
+	if (!f)
+		return;
+	if (f->ready_at)
+		munmap(f->ready_at, sizeof(uint64_t));
+	if (f->owner)
+		shm_unlink(f->name);
+	free(f);
+}
+
+static int host_fence_record(void *ctx, void *fence, void *stream)
+{
+	struct host_fence *f = fence;
+	struct host_ctx *c = ctx;
+
+	if (f->ready_at)
+		__atomic_store_n(f->ready_at, mono_ns() + (c ? c->fence_delay_ns : 0),
+				 __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int host_fence_query(void *ctx, void *fence)
+{
+	struct host_fence *f = fence;
+
+	if (f->ready_at && mono_ns() < __atomic_load_n(f->ready_at, __ATOMIC_ACQUIRE))
+		return -EAGAIN;
+	return 0;
+}
+
+static int host_fence_wait(void *ctx, void *fence, void *stream)
+{
+	return 0; /* the bytes are in place already: host copies finish before they return */
+}
+
 static const struct rgaps_memory_ops host_ops = {
 	.init = host_init,
 	.probe = host_probe,
@@ -149,6 +431,17 @@ static const struct rgaps_memory_ops host_ops = {
 	.copy = host_copy,
 	.host_register = host_register,
 	.host_unregister = host_unregister,
+	.fini = host_fini,
+	.topology = host_topology,
+	.pool_grant = host_pool_grant,
+	.copy_stream = host_copy_stream,
+	.stream_sync = host_stream_sync,
+	.fence_create = host_fence_create,
+	.fence_open = host_fence_open,
+	.fence_destroy = host_fence_destroy,
+	.fence_record = host_fence_record,
+	.fence_query = host_fence_query,
+	.fence_wait = host_fence_wait,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -129,6 +129,59 @@ static int mem_stub_numa_node(void *ctx, int32_t device)
 	return -1;
 }
 
+static int mem_stub_topology(void *ctx, struct rgaps_mem_topology *topo)
+{
+	topo->ndevices = 0; /* a plugin from before several devices: it has none to tell of */
+	return -ENOTSUP;
+}
+
+static int mem_stub_pool_grant(void *ctx, struct rgaps_mem_region *region, int32_t device,
+			       uint32_t flags)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_copy_stream(void *ctx, void *dst, const void *src, size_t n, void *stream)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_stream_sync(void *ctx, void *stream)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_fence_create(void *ctx, int32_t device, uint32_t flags, void **fence_p,
+				 uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_fence_open(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
+			       void **fence_p)
+{
+	return -ENOTSUP;
+}
+
+static void mem_stub_fence_destroy(void *ctx, void *fence)
+{
+}
+
+static int mem_stub_fence_record(void *ctx, void *fence, void *stream)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_fence_query(void *ctx, void *fence)
+{
+	return -ENOTSUP;
+}
+
+static int mem_stub_fence_wait(void *ctx, void *fence, void *stream)
+{
+	return -ENOTSUP;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -141,6 +194,16 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.host_unregister = mem_stub_host_unregister,
 	.copy_async = mem_stub_copy_async,
 	.numa_node = mem_stub_numa_node,
+	.topology = mem_stub_topology,
+	.pool_grant = mem_stub_pool_grant,
+	.copy_stream = mem_stub_copy_stream,
+	.stream_sync = mem_stub_stream_sync,
+	.fence_create = mem_stub_fence_create,
+	.fence_open = mem_stub_fence_open,
+	.fence_destroy = mem_stub_fence_destroy,
+	.fence_record = mem_stub_fence_record,
+	.fence_query = mem_stub_fence_query,
+	.fence_wait = mem_stub_fence_wait,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,
