@@ -38,9 +38,32 @@ static uint64_t sub_holds_off(uint32_t max_publishers)
 			      (uint64_t)RGAPS_CACHELINE);
 }
 
+/*
+ * Fence slots: a fence guards its block until both the copy into it is done and
+ * the block is free again, so a stream may have one per kept entry (depth) and
+ * more for retired blocks still held or still copying; twice the depth, and at
+ * most 1024 (a publisher that finds none free waits for its copy instead).
+ */
+static uint32_t nfences_of(uint32_t depth)
+{
+	return depth > 512 ? 1024 : 2 * depth;
+}
+
+static uint64_t pub_fences_off(uint32_t depth)
+{
+	return RGAPS_ALIGN_UP(pub_attrs_off(depth) + (uint64_t)depth * RGAPS_ATTR_MAX,
+			      (uint64_t)RGAPS_CACHELINE);
+}
+
 static uint64_t pub_region_size(uint32_t depth)
 {
-	return RGAPS_ALIGN_UP(pub_attrs_off(depth) + (uint64_t)depth * RGAPS_ATTR_MAX, 4096ull);
+	return RGAPS_ALIGN_UP(pub_fences_off(depth) + (uint64_t)nfences_of(depth) * RGAPS_FENCE_BYTES,
+			      4096ull);
+}
+
+uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim)
+{
+	return nfences_of(lim->queue_depth);
 }
 
 static uint64_t sub_region_size(uint32_t max_publishers, uint32_t max_holds)
@@ -106,6 +129,12 @@ struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim
 uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r)
 {
 	return (uint8_t *)r + pub_attrs_off(lim->queue_depth);
+}
+
+uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
+				const struct rgaps_pub_region *r, uint32_t k)
+{
+	return (uint8_t *)r + pub_fences_off(lim->queue_depth) + (uint64_t)k * RGAPS_FENCE_BYTES;
 }
 
 struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
@@ -254,7 +283,7 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 	c.gap = __atomic_load_n(&e->gap, __ATOMIC_ACQUIRE);
 	c.flags = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
 	c.attr_len = __atomic_load_n(&e->attr_len, __ATOMIC_ACQUIRE);
-	c.pad = 0;
+	c.fence = __atomic_load_n(&e->fence, __ATOMIC_ACQUIRE);
 	again = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (again != seq)
 		return -EAGAIN;
@@ -265,8 +294,15 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 			snprintf(why, whylen, __VA_ARGS__); \
 		return -EBADMSG;                           \
 	} while (0)
-	if (c.flags & ~(RGAPS_ENTRY_REMOTE | RGAPS_ENTRY_GAP_ONLY))
+	if (c.flags & ~(RGAPS_ENTRY_REMOTE | RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_FENCE))
 		BAD("entry %llu: unknown flags 0x%x", (unsigned long long)seq, c.flags);
+	if ((c.flags & RGAPS_ENTRY_FENCE) &&
+	    ((c.flags & RGAPS_ENTRY_GAP_ONLY) || c.fence >= nfences_of(lim->queue_depth)))
+		BAD("entry %llu: fence slot %u (%u slots)%s", (unsigned long long)seq, c.fence,
+		    nfences_of(lim->queue_depth),
+		    (c.flags & RGAPS_ENTRY_GAP_ONLY) ? " on a gap-only entry" : "");
+	if (!(c.flags & RGAPS_ENTRY_FENCE))
+		c.fence = 0;
 	if (c.attr_len > RGAPS_ATTR_MAX)
 		BAD("entry %llu: attribute block of %u bytes (at most %u)", (unsigned long long)seq,
 		    c.attr_len, RGAPS_ATTR_MAX);

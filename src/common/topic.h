@@ -58,9 +58,11 @@
 #define RGAPS_TOPIC_MAGIC 0x32504f5453504752ull	 /* "RGPSTOP2" */
 #define RGAPS_PUB_MAGIC 0x3242555053504752ull	 /* "RGPSPUB2" */
 #define RGAPS_SUB_MAGIC 0x3242555353504752ull	 /* "RGPSSUB2" */
-#define RGAPS_TOPIC_LAYOUT_VERSION 3 /* 3: ownership regions, no lock, no journal */
+/* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions) */
+#define RGAPS_TOPIC_LAYOUT_VERSION 4
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 #define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
+#define RGAPS_FENCE_BYTES 64u /* a fence handle (RGAPS_FENCE_HANDLE_LEN of plugin.h) */
 
 /* ---------------------------------------------------------------- layout */
 
@@ -105,6 +107,8 @@ struct rgaps_topic_hdr {
 /* Entry flags. */
 #define RGAPS_ENTRY_REMOTE 0x1u	  /* landed from a peer daemon: never forwarded again */
 #define RGAPS_ENTRY_GAP_ONLY 0x2u /* no payload: reports `gap` messages lost upstream */
+#define RGAPS_ENTRY_FENCE 0x4u	  /* the payload is complete once fence slot `fence` of its
+				     publisher has (stream order: docs/SHM-LAYOUT.md) */
 
 /*
  * One message of a stream. The publisher rewrites an entry only after
@@ -122,7 +126,7 @@ struct rgaps_topic_entry {
 	uint32_t gap;		/* messages lost upstream just before this one */
 	uint32_t flags;		/* RGAPS_ENTRY_* */
 	uint32_t attr_len;	/* bytes of its attribute block (<= RGAPS_ATTR_MAX) */
-	uint32_t pad;
+	uint32_t fence;		/* with RGAPS_ENTRY_FENCE: the publisher's fence slot */
 };
 
 _Static_assert(sizeof(struct rgaps_topic_entry) == 64, "an entry is one cache line");
@@ -143,15 +147,20 @@ struct rgaps_pub_counters {
 	uint64_t pool_largest_free;
 	uint64_t nloans;      /* loans held now */
 	uint64_t bad_subscribers; /* subscriber regions found spoiled (ignored) */
+	uint64_t fenced;      /* published stream-ordered: ready when their fence completes */
+	uint64_t fence_waits; /* stream-ordered publishes that found no free fence and waited */
 };
 
-/* The head of a publisher's control region; entries and attribute blocks follow. */
+/* The head of a publisher's control region; entries, attribute blocks and fence handles follow. */
 struct rgaps_pub_region {
 	uint64_t magic;
 	uint32_t version;
 	uint32_t slot;
 	uint64_t gen; /* the stream's id: unique per topic for the daemon's life */
 	uint64_t size;
+	/* Fence handles [0, nfences) are valid (written once each, before this grows). */
+	uint32_t nfences;
+	uint32_t pad;
 
 	/* The stream, written by its publisher. */
 	uint64_t head __attribute__((aligned(RGAPS_CACHELINE))); /* next seq; the commit point */
@@ -211,6 +220,8 @@ int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t
 				   int32_t device, struct rgaps_topic_limits *lim_p);
 /* The whole layout follows from these: the check a client makes of the header's copy. */
 int rgaps_topic_limits_check(const struct rgaps_topic_limits *lim);
+/* Fence slots of a publisher region: enough for every block a stream can have in flight. */
+uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim);
 
 size_t rgaps_topic_hdr_size(void);
 
@@ -218,6 +229,9 @@ size_t rgaps_topic_hdr_size(void);
 struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim,
 					     const struct rgaps_pub_region *r);
 uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r);
+/* Fence handle k (RGAPS_FENCE_BYTES bytes), k < rgaps_topic_nfences(lim). */
+uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
+				const struct rgaps_pub_region *r, uint32_t k);
 struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
 					   const struct rgaps_sub_region *r);
 struct rgaps_sub_hold *rgaps_sub_holds(const struct rgaps_topic_limits *lim,
@@ -272,6 +286,14 @@ struct rgaps_topic_cbs {
 	int (*sync)(void *arg);
 	/* Between sleeps: is rgapsd still there? NULL: assume so. */
 	bool (*alive)(void *arg);
+	/*
+	 * Stream order (publishers that commit with a fence; NULL otherwise): is
+	 * fence slot k still pending (the copy into its block may still run)? A
+	 * block is freed only once its fence has completed, and then ev_free(k)
+	 * hands the slot back to the caller.
+	 */
+	bool (*fence_pending)(void *arg, uint32_t k);
+	void (*fence_free)(void *arg, uint32_t k);
 	void *arg;
 };
 
@@ -300,6 +322,8 @@ struct rgaps_pub_commit {
 	uint32_t flags;	   /* RGAPS_ENTRY_REMOTE... */
 	uint32_t gap;	   /* lost upstream just before this one */
 	uint64_t origin_stream, origin_seq; /* 0, 0: this stream, its own seq */
+	bool has_fence;	   /* stream order: the payload is complete once fence slot `fence` has */
+	uint32_t fence;
 };
 
 /*
@@ -350,6 +374,10 @@ int rgaps_sub_set_stream(struct rgaps_sub *sub, uint32_t slot, uint64_t gen,
  */
 bool rgaps_sub_clear_stream(struct rgaps_sub *sub, uint32_t slot);
 bool rgaps_sub_stream_held(const struct rgaps_sub *sub, uint64_t gen);
+/* Whether stream (slot, gen) is read here and its publisher still attached (not draining). */
+bool rgaps_sub_stream_live(const struct rgaps_sub *sub, uint32_t slot, uint64_t gen);
+/* n messages of stream (slot, gen) were lost here after all: reported with its next message. */
+void rgaps_sub_add_gap(struct rgaps_sub *sub, uint32_t slot, uint64_t gen, uint64_t n);
 
 /* What a take returns. */
 struct rgaps_sub_msg {
@@ -365,6 +393,7 @@ struct rgaps_sub_msg {
 	uint32_t slot;	/* the publisher slot */
 	uint32_t attr_len;
 	const void *attrs; /* a private copy, valid until release */
+	uint32_t fence;	/* with flags & RGAPS_ENTRY_FENCE: the publisher's fence slot (checked) */
 };
 
 /* Take the next message of any stream (round robin). timeout as for loans. */

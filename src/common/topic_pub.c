@@ -15,6 +15,12 @@
  * then reads tail; the publisher stores tail, then reads the holds (all
  * sequentially consistent): either the subscriber sees the message retired and
  * backs off, or the publisher sees the hold and keeps the block.
+ *
+ * Stream order: a message committed with a fence (the copy into its block was
+ * queued on a GPU stream and may still run) keeps its block until the fence
+ * has completed, even once nobody holds it, so that a later copy into the same
+ * memory on another stream cannot be overtaken by it. Then the fence slot goes
+ * back to the caller (cbs.fence_free), which may record it again.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@
 #define ALIVE_EVERY_NS (200ull * 1000 * 1000) /* ask the caller whether rgapsd is alive */
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
 #define POLL_SLICE_NS (2ll * 1000 * 1000) /* without futex_waitv (Linux < 5.16) */
+#define FENCE_SLICE_NS (200ll * 1000) /* waits while blocks wait only for their fences */
 
 struct sub_ref {
 	uint64_t gen; /* 0: slot not watched */
@@ -39,6 +46,7 @@ struct sub_ref {
 struct retired {
 	uint64_t seq;
 	uint32_t block;
+	uint32_t fence; /* slot + 1; 0: none */
 };
 
 struct rgaps_pub {
@@ -54,6 +62,9 @@ struct rgaps_pub {
 	uint64_t head, tail; /* the true values; the region has copies for readers */
 	uint32_t mask;
 	uint32_t *blk;	     /* [queue_depth]: the block of each kept entry */
+	uint32_t *blk_fence; /* [queue_depth]: its fence slot + 1, 0 for none */
+	uint32_t nfences;    /* fence slots of the region */
+	uint32_t fence_kept; /* retired blocks nobody holds, kept for their fences */
 	struct rgaps_tlsf *tlsf;
 	uint32_t *loans;     /* [max_loans]: block ids, RGAPS_TLSF_NIL when free */
 	uint32_t nloans;
@@ -105,14 +116,18 @@ int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	p->mask = lim->queue_depth - 1;
 	/* A region handed over by rgapsd starts empty; never trust more than that. */
 	p->head = p->tail = 0;
-	p->retired_cap = lim->queue_depth + lim->max_subscribers * lim->max_holds;
+	p->nfences = rgaps_topic_nfences(lim);
+	/* Retired blocks: held ones (at most one per hold), and those kept for a fence. */
+	p->retired_cap = lim->queue_depth + lim->max_subscribers * lim->max_holds + p->nfences;
 	p->blk = malloc(lim->queue_depth * sizeof(*p->blk));
+	p->blk_fence = calloc(lim->queue_depth, sizeof(*p->blk_fence));
 	p->loans = malloc(lim->max_loans * sizeof(*p->loans));
 	p->retired = malloc(p->retired_cap * sizeof(*p->retired));
 	p->subs = calloc(lim->max_subscribers, sizeof(*p->subs));
 	p->held = malloc((size_t)lim->max_subscribers * lim->max_holds * sizeof(*p->held));
 	p->tlsf = malloc(rgaps_tlsf_state_size(nblocks));
-	if (!p->blk || !p->loans || !p->retired || !p->subs || !p->held || !p->tlsf)
+	if (!p->blk || !p->blk_fence || !p->loans || !p->retired || !p->subs || !p->held ||
+	    !p->tlsf)
 		goto err;
 	r = rgaps_tlsf_init(p->tlsf, lim->pool_size, nblocks, RGAPS_POOL_ALIGN);
 	if (r)
@@ -140,6 +155,7 @@ void rgaps_pub_destroy(struct rgaps_pub *p)
 	free(p->subs);
 	free(p->retired);
 	free(p->loans);
+	free(p->blk_fence);
 	free(p->blk);
 	free(p);
 }
@@ -193,8 +209,10 @@ static void retire_to(struct rgaps_pub *p, uint64_t upto)
 		rgaps_require(p->nretired < p->retired_cap);
 		p->retired[p->nretired].seq = q;
 		p->retired[p->nretired].block = p->blk[i];
+		p->retired[p->nretired].fence = p->blk_fence[i];
 		p->nretired++;
 		p->blk[i] = RGAPS_TLSF_NIL;
+		p->blk_fence[i] = 0;
 	}
 	p->tail = upto;
 	/* Before the holds are read (free_unheld): the other half of the take protocol. */
@@ -220,13 +238,21 @@ static void publish_pool_stats(struct rgaps_pub *p)
 	__atomic_store_n(&p->r->c.nloans, p->nloans, __ATOMIC_RELAXED);
 }
 
-/* Free every retired block that no hold names. Returns how many. */
+/* A retired block's fence still runs: the copy into the block may not be done. */
+static bool fence_pending(const struct rgaps_pub *p, uint32_t fence)
+{
+	return fence && p->cbs.fence_pending && p->cbs.fence_pending(p->cbs.arg, fence - 1);
+}
+
+/* Free every retired block that no hold names (and whose fence completed). Returns how many. */
 static uint32_t free_unheld(struct rgaps_pub *p)
 {
 	uint32_t nheld = 0, freed = 0, keep = 0;
 
-	if (!p->nretired)
+	if (!p->nretired) {
+		p->fence_kept = 0;
 		return 0;
+	}
 	for (uint32_t i = 0; i < p->lim.max_subscribers; i++) {
 		const struct sub_ref *s = &p->subs[i];
 
@@ -238,12 +264,20 @@ static uint32_t free_unheld(struct rgaps_pub *p)
 			p->held[nheld++] = __atomic_load_n(&s->holds[k].seq, __ATOMIC_ACQUIRE);
 		}
 	}
+	p->fence_kept = 0;
 	for (uint32_t i = 0; i < p->nretired; i++) {
 		if (seq_held(p->held, nheld, p->retired[i].seq)) {
 			p->retired[keep++] = p->retired[i];
 			continue;
 		}
+		if (fence_pending(p, p->retired[i].fence)) {
+			p->fence_kept++;
+			p->retired[keep++] = p->retired[i];
+			continue;
+		}
 		rgaps_tlsf_free(p->tlsf, p->retired[i].block);
+		if (p->retired[i].fence && p->cbs.fence_free)
+			p->cbs.fence_free(p->cbs.arg, p->retired[i].fence - 1);
 		freed++;
 	}
 	p->nretired = keep;
@@ -368,6 +402,8 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, bool want
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
+	if (p->fence_kept)
+		slice = FENCE_SLICE_NS; /* no subscriber will wake us for a GPU copy's end */
 	if (deadline - now < (uint64_t)slice)
 		slice = (int64_t)(deadline - now);
 	for (int round = 0; round < 4 && who == WAIT_ANYONE; round++) {
@@ -570,12 +606,15 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&e->origin_seq, c->origin_stream ? c->origin_seq : seq, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->gap, c->gap, __ATOMIC_RELEASE);
-	__atomic_store_n(&e->flags, c->flags, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->flags, c->flags | (c->has_fence ? RGAPS_ENTRY_FENCE : 0),
+			 __ATOMIC_RELEASE);
 	__atomic_store_n(&e->attr_len, c->attr_len, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->fence, c->has_fence ? c->fence : 0, __ATOMIC_RELEASE);
 	if (c->attr_len)
 		rgaps_attrs_store(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
 	__atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
 	p->blk[i] = block;
+	p->blk_fence[i] = c->has_fence ? c->fence + 1 : 0;
 
 	p->head = seq + 1;
 	__atomic_store_n(&p->r->head, p->head, __ATOMIC_SEQ_CST);
@@ -589,6 +628,8 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 		rgaps_futex_wake_all(&p->r->doorbell);
 	p->r->c.published++;
 	p->r->c.published_bytes += size;
+	if (c->has_fence)
+		p->r->c.fenced++;
 	if (!p->nsubs)
 		p->r->c.unrouted++;
 }
@@ -605,7 +646,8 @@ int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 		return -EINVAL;
 	block = p->loans[token];
 	if (size == 0 || size > rgaps_tlsf_size(p->tlsf, block) || c->attr_len > RGAPS_ATTR_MAX ||
-	    (c->attr_len && !c->attrs) || (c->flags & RGAPS_ENTRY_GAP_ONLY)) {
+	    (c->attr_len && !c->attrs) || (c->flags & (RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_FENCE)) ||
+	    (c->has_fence && c->fence >= p->nfences)) {
 		drop_loan(p, token);
 		return -EINVAL;
 	}

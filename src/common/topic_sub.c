@@ -139,6 +139,25 @@ bool rgaps_sub_stream_held(const struct rgaps_sub *s, uint64_t gen)
 	return false;
 }
 
+bool rgaps_sub_stream_live(const struct rgaps_sub *s, uint32_t slot, uint64_t gen)
+{
+	return slot < s->lim.max_publishers && s->streams[slot].gen == gen &&
+	       s->streams[slot].limit == UINT64_MAX;
+}
+
+void rgaps_sub_add_gap(struct rgaps_sub *s, uint32_t slot, uint64_t gen, uint64_t n)
+{
+	if (!n)
+		return;
+	__atomic_fetch_add(&s->r->c.drops, n, __ATOMIC_RELAXED);
+	if (slot < s->lim.max_publishers && s->streams[slot].gen == gen) {
+		s->streams[slot].pending_gap += n;
+	} else { /* the stream is gone: a gap-only message tells */
+		__atomic_fetch_add(&s->lost, n, __ATOMIC_RELAXED);
+		s->lost_stream = gen;
+	}
+}
+
 /* The cursor of stream slot, set up for its gen (a stream this subscriber starts reading). */
 static struct rgaps_sub_cursor *cursor_of(struct rgaps_sub *s, uint32_t slot, uint64_t gen)
 {
@@ -309,6 +328,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		return lapped(s, st, slot, c, next, head);
 
 	m->seq = next;
+	m->fence = e.fence;
 	m->ts_ns = e.ts_ns;
 	m->stream = st->gen;
 	m->origin_stream = e.origin_stream;

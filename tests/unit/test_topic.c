@@ -396,6 +396,15 @@ static void test_entry_read_rejects(void **state)
 	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_GAP_ONLY, e->gap = 0, e->size = 0);
 	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_GAP_ONLY, e->gap = 3);
 	TRY(0, e->flags = RGAPS_ENTRY_GAP_ONLY, e->gap = 3, e->size = 0);
+	/* Stream order: the fence slot is bounded by the region's slots, never on a gap entry. */
+	TRY(0, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps_topic_nfences(&f->lim) - 1);
+	assert_int_equal(out.fence, rgaps_topic_nfences(&f->lim) - 1);
+	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps_topic_nfences(&f->lim));
+	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_FENCE, e->fence = UINT32_MAX);
+	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_FENCE, e->gap = 3,
+	    e->size = 0);
+	TRY(0, e->fence = 77); /* without the flag the field means nothing */
+	assert_int_equal(out.fence, 0);
 #undef TRY
 	destroy(f);
 }
@@ -570,6 +579,87 @@ static void test_hold_protects_block(void **state)
 	check_pub(p);
 	client_close(p);
 	client_close(s);
+	destroy(f);
+}
+
+/*
+ * Stream order: a block committed with a fence stays allocated until its fence
+ * completes, even once nobody needs the message, and the slot comes back to
+ * the caller only then; a fence slot out of range is refused.
+ */
+struct fence_book {
+	bool pending[4096];
+	uint32_t freed[64];
+	uint32_t nfreed;
+};
+
+static struct fence_book fence_book; /* the callbacks' arg is the client, as for sync */
+
+static bool fb_pending(void *arg, uint32_t k)
+{
+	return fence_book.pending[k];
+}
+
+static void fb_free(void *arg, uint32_t k)
+{
+	if (fence_book.nfreed < 64)
+		fence_book.freed[fence_book.nfreed++] = k;
+}
+
+static int fenced_pub_sync(void *arg)
+{
+	return pub_sync(arg);
+}
+
+static void test_fenced_blocks_wait_for_their_fence(void **state)
+{
+	struct fixture *f = make(64 << 10, 4, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *p = calloc(1, sizeof(*p));
+	struct rgaps_topic_cbs cbs = { .sync = fenced_pub_sync, .fence_pending = fb_pending,
+				       .fence_free = fb_free, .arg = p };
+	struct rgaps_pub_commit cm = { .ts_ns = 1, .has_fence = true, .fence = 3 };
+	struct rgaps_topic_entry e;
+	uint32_t tok;
+	uint64_t off, seq;
+	char why[128];
+
+	memset(&fence_book, 0, sizeof(fence_book));
+	p->f = f;
+	fx_add_pub(f, 0);
+	assert_int_equal(rgaps_pub_create(f->hdr, &f->lim, f->pubr[0], f->pool[0], &cbs, &p->pub),
+			 0);
+	/* No subscriber: the message retires at once, but its copy may still run. */
+	fence_book.pending[3] = true;
+	assert_int_equal(rgaps_pub_loan(p->pub, 8192, 0, &tok, &off), 0);
+	assert_int_equal(rgaps_pub_commit(p->pub, tok, 8192, &cm, 0, false, &seq), 0);
+	assert_int_equal(rgaps_entry_read(&f->lim, f->pubr[0], seq, &e, why, sizeof(why)), 0);
+	assert_true(e.flags & RGAPS_ENTRY_FENCE);
+	assert_int_equal(e.fence, 3);
+	assert_int_equal(f->pubr[0]->c.fenced, 1);
+	rgaps_pub_reclaim(p->pub);
+	assert_int_equal(pool_used(p), 8192); /* kept for its fence */
+	assert_int_equal(fence_book.nfreed, 0);
+	check_pub(p);
+	/* The fence completes: the block goes, the slot comes back. */
+	fence_book.pending[3] = false;
+	rgaps_pub_reclaim(p->pub);
+	assert_int_equal(pool_used(p), 0);
+	assert_int_equal(fence_book.nfreed, 1);
+	assert_int_equal(fence_book.freed[0], 3);
+	/* A full pool of fenced blocks: a bounded loan waits (short slices), then times out. */
+	fence_book.pending[5] = true;
+	cm.fence = 5;
+	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 0, &tok, &off), 0);
+	assert_int_equal(rgaps_pub_commit(p->pub, tok, 60 << 10, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 20, &tok, &off), -ETIMEDOUT);
+	fence_book.pending[5] = false;
+	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 20, &tok, &off), 0);
+	/* A fence slot the region does not have: refused, the loan gone. */
+	cm.fence = rgaps_topic_nfences(&f->lim);
+	assert_int_equal(rgaps_pub_commit(p->pub, tok, 100, &cm, 0, false, NULL), -EINVAL);
+	assert_int_equal(pool_used(p), 0);
+	check_pub(p);
+	client_close(p);
 	destroy(f);
 }
 
@@ -1095,6 +1185,7 @@ int main(void)
 		cmocka_unit_test(test_block_policy_times_out),
 		cmocka_unit_test(test_drop_oldest_counts_gaps),
 		cmocka_unit_test(test_hold_protects_block),
+		cmocka_unit_test(test_fenced_blocks_wait_for_their_fence),
 		cmocka_unit_test(test_history_for_late_joiner),
 		cmocka_unit_test(test_hold_limit),
 		cmocka_unit_test(test_loans),

@@ -1,0 +1,47 @@
+/*
+ * Fences of other processes, as a reader of a topic sees them (stream order,
+ * docs/SHM-LAYOUT.md). A publisher that commits a message before the copy
+ * into its block is done (rgaps_publisher_push_async) names one of its fence
+ * slots in the entry; the slot's handle is in its region. A reader opens each
+ * (stream, slot) once, through the memory plugin, and keeps it: a publisher
+ * writes each handle once and records the same fence again for later
+ * messages. Used by librgaps' subscribers and by rgapsd's forwarder and
+ * replicators.
+ */
+#ifndef RGAPS_COMMON_FENCE_H
+#define RGAPS_COMMON_FENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rgaps/plugin.h"
+#include "topic.h"
+
+struct rgaps_fence_cache;
+
+int rgaps_fence_cache_create(const struct rgaps_topic_limits *lim,
+			     const struct rgaps_memory_ops *ops, void *ctx,
+			     struct rgaps_fence_cache **fc_p);
+void rgaps_fence_cache_destroy(struct rgaps_fence_cache *fc);
+
+/*
+ * The fence of slot k of stream (slot, gen), read through its region r, opened
+ * on first use. -EBADMSG when the region does not publish slot k (a spoiled
+ * stream: why says so); another negative errno when the backend cannot open it.
+ */
+int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
+			  const struct rgaps_pub_region *r, uint32_t k, void **fence_p, char *why,
+			  size_t whylen);
+/* Stream slot went away: close what was opened of it (waits queued on them stay valid). */
+void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
+
+/*
+ * Wait on this thread until fence completes: a short spin, then sleeps that
+ * grow to 1 ms. 0; -ETIMEDOUT at deadline_ns (CLOCK_MONOTONIC; UINT64_MAX:
+ * none); -ECANCELED when give_up(arg) says so (asked every 100 ms or so); or
+ * the fence's error.
+ */
+int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
+			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg);
+
+#endif
