@@ -268,6 +268,7 @@ static bool check_hostport_or_empty(const char *s, char *why, size_t len)
 static const char *const overflow_names[] = { "block", "drop_oldest", NULL };
 static const char *const memory_names[] = { "auto", "host", "cuda", NULL };
 static const char *const transport_names[] = { "auto", "tcp", "verbs", NULL };
+static const char *const gpu_fanout_names[] = { "auto", "peer", "replicate", NULL };
 /* In enum rgaps_log_level order; the unit test holds them to rgaps__log_level_parse(). */
 static const char *const create_topics_names[] = { "any", "configured", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", "trace", NULL };
@@ -330,6 +331,18 @@ static const struct rgaps_cfg_field topic_fields[] = {
 		 "an RDMA device is up, else tcp)." },
 	{ .name = "device", .type = RGAPS_CFG_UINT, CFG_AT(T, device), .def = "0", .min = 0,
 	  .max = 1023, .doc = "CUDA device ordinal that holds the pool (cuda memory only)." },
+	{ .name = "gpu_fanout", .type = RGAPS_CFG_CHOICE, CFG_AT(T, gpu_fanout), .def = "\"auto\"",
+	  .names = gpu_fanout_names,
+	  .doc = "How subscribers on other GPUs of the host than the pool's are served (cuda "
+		 "memory only): \"peer\" (they read the pool in place over NVLink or PCIe; a GPU "
+		 "without peer access is refused at attach), \"replicate\" (rgapsd copies each "
+		 "message once to each GPU that has subscribers), or \"auto\" (per GPU, from "
+		 "the link and max_message_size; rgapsd logs what it chose and why)." },
+	{ .name = "devices", .type = RGAPS_CFG_IDS, CFG_ARRAY_AT(T, devices, ndevices), .def = "[]",
+	  .min = 0, .max = 1023, .flags = RGAPS_CFG_F_UNIQUE,
+	  .doc = "GPUs the topic serves, by CUDA ordinal as rgapsd sees them (cuda memory only); "
+		 "a client on another GPU is refused at attach. Must hold \"device\". Empty: "
+		 "every GPU of the host." },
 	{ .name = "chunk_size", .type = RGAPS_CFG_SIZE, CFG_AT(T, chunk_size), .def = "\"4MiB\"",
 	  .min = 4 * KiB, .max = GiB,
 	  .doc = "Pipelining unit on the wire: a large message moves in chunks, so the "

@@ -23,6 +23,7 @@
 #define RGAPS_CFG_MAX_PEERS 16
 #define RGAPS_CFG_MAX_STAGES 8
 #define RGAPS_CFG_NAME_MAX 32
+#define RGAPS_CFG_MAX_DEVICES 32 /* a topic's "devices" list */
 #define RGAPS_DEFAULT_SOCKET "/run/rgaps/rgapsd.sock"
 #define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
 #define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
@@ -53,6 +54,9 @@ struct rgaps_topic_config {
 	char memory[RGAPS_CFG_NAME_MAX];    /* "auto", "host", "cuda" */
 	char transport[RGAPS_CFG_NAME_MAX]; /* "auto", "tcp", "verbs" */
 	int32_t device;			    /* GPU ordinal for the cuda plugin */
+	char gpu_fanout[RGAPS_CFG_NAME_MAX]; /* "auto", "peer", "replicate": other GPUs */
+	uint32_t devices[RGAPS_CFG_MAX_DEVICES]; /* GPUs served; none listed: every GPU */
+	uint32_t ndevices;
 	uint64_t chunk_size;		    /* pipelining unit on the wire */
 	bool chunking;			    /* false: whole-message, stage after stage */
 	uint64_t ring_size;		    /* receive ring per (topic, remote host) */

@@ -850,6 +850,36 @@ static void test_topic_parse_api(void **state)
 	assert_memory_equal(&tc, &before, sizeof(tc));
 }
 
+/* The GPU keys of issue 8: gpu_fanout's choices, devices as unique ordinals. */
+static void test_gpu_keys(void **state)
+{
+	struct fx *fx = *state;
+	struct rgaps_topic_config tc;
+	const char *good = "{\"gpu_fanout\": \"replicate\", \"devices\": [0, 3, 1]}";
+
+	rgaps_topic_config_defaults(&tc);
+	assert_string_equal(tc.gpu_fanout, "auto");
+	assert_int_equal(tc.ndevices, 0);
+	assert_int_equal(rgaps_topic_config_parse(good, strlen(good), "g", &tc, fx->err,
+						  sizeof(fx->err)), 0);
+	assert_string_equal(tc.gpu_fanout, "replicate");
+	assert_int_equal(tc.ndevices, 3);
+	assert_int_equal(tc.devices[1], 3);
+#define BAD(json, key, why)                                                              \
+	do {                                                                             \
+		rgaps_topic_config_defaults(&tc);                                        \
+		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "g", &tc,  \
+							  fx->err, sizeof(fx->err)),     \
+				 -EINVAL);                                               \
+		check_err(fx->err, "g", key, why);                                       \
+	} while (0)
+	BAD("{\"gpu_fanout\": \"nvlink\"}", "gpu_fanout", "must be one of auto, peer, replicate");
+	BAD("{\"devices\": [1, 1]}", "devices", "entry 1 repeats entry 0 (1)");
+	BAD("{\"devices\": [1024]}", "devices", "1024");
+	BAD("{\"devices\": [-1]}", "devices", "-1");
+#undef BAD
+}
+
 static void test_validate_api(void **state)
 {
 	struct fx *fx = *state;
@@ -943,7 +973,7 @@ static void test_to_json(void **state)
 	assert_non_null(o);
 	cJSON_ArrayForEach(v, o)
 		n++;
-	assert_int_equal(n, 21); /* every topic key */
+	assert_int_equal(n, 23); /* every topic key */
 
 	v = cJSON_GetObjectItemCaseSensitive(o, "pool_size");
 	assert_true(cJSON_IsNumber(v) && v->valuedouble == 1610612736.0);
@@ -1217,6 +1247,7 @@ int main(void)
 		T(test_topic_parse_api),
 		T(test_validate_api),
 		T(test_to_json),
+		T(test_gpu_keys),
 		T(test_print_help),
 		T(test_parse_size),
 		T(test_format_size),
