@@ -161,7 +161,18 @@ typedef struct rgaps_topic_info {
 	size_t max_message_size; /**< largest accepted message */
 	uint32_t queue_depth;	 /**< message queue entries */
 	uint64_t drops;		 /**< subscriber: messages skipped by drop_oldest */
+	/* librgaps 0.3 (read them only if struct_size covers them): */
+	int handle_device; /**< the GPU this handle was attached for, as rgapsd numbers them
+				(-1: none, host memory, or unknown) */
+	int gpu_path;	   /**< how it reaches the messages: RGAPS_GPU_PATH_* */
 } rgaps_topic_info_t;
+
+/** rgaps_topic_info_t.gpu_path */
+enum rgaps_gpu_path {
+	RGAPS_GPU_PATH_LOCAL = 0,   /**< on the pool's GPU, or host memory: read in place */
+	RGAPS_GPU_PATH_PEER = 1,    /**< another GPU reading the pool in place (peer access) */
+	RGAPS_GPU_PATH_REPLICA = 2, /**< another GPU reading rgapsd's replica on its own GPU */
+};
 
 /**
  * Borrow @p size bytes of the pool to fill in place (zero copies). Give it
@@ -237,6 +248,82 @@ int rgaps_subscriber_fd(rgaps_subscriber_t *sub);
 int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info);
 /** Fill @p info (set info->struct_size first). */
 int rgaps_subscriber_info(rgaps_subscriber_t *sub, rgaps_topic_info_t *info);
+
+/* ------------------------------------------------------------------ */
+/* Several GPUs, and stream order (librgaps 0.3)                       */
+/* ------------------------------------------------------------------ */
+
+/** Options of rgaps_publisher_init_ex() and rgaps_subscriber_init_ex(). */
+typedef struct rgaps_attach_opts {
+	size_t struct_size; /**< set by the caller to sizeof(rgaps_attach_opts_t) */
+	/**
+	 * The CUDA device (ordinal as rgapsd numbers them: run both with the same
+	 * CUDA_VISIBLE_DEVICES, or none) whose kernels will read or write this
+	 * handle's messages. -1: the device of the calling thread's current CUDA
+	 * context, or, when it has none, the topic's own device.
+	 */
+	int device;
+} rgaps_attach_opts_t;
+
+/**
+ * rgaps_publisher_init() for a given GPU. rgapsd opens the publisher's pool to
+ * that GPU when it can (so kernels there may write loans), and refuses a GPU
+ * the topic does not serve (errno ENODEV, with rgapsd's reason in its log).
+ * @p opts may be NULL (the defaults).
+ */
+rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic, const rgaps_attach_opts_t *opts);
+
+/**
+ * rgaps_subscriber_init() for a given GPU: messages come as pointers that
+ * kernels on that GPU can read, either in the publishers' pools (peer access)
+ * or in rgapsd's replica on that GPU, as the topic's gpu_fanout decides
+ * (docs/GPU.md). A GPU the topic cannot serve is refused here, never at the
+ * first read: NULL with errno ENODEV (rgapsd's log says why). @p opts may be NULL.
+ */
+rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic, const rgaps_attach_opts_t *opts);
+
+/**
+ * Publish in stream order: the copy of @p size bytes from @p device_ptr into
+ * the pool is queued on @p stream (a cudaStream_t; NULL is the legacy default
+ * stream) after the work the caller queued there before, and this returns
+ * without waiting for it. The message is visible to subscribers at once and
+ * complete when the copy is: subscribers that take it with
+ * rgaps_subscriber_take_async() order their kernels after it on the GPU; those
+ * that use rgaps_subscriber_take() get it once the copy is done. The source
+ * may be reused once @p stream has passed this call. Waits for room as
+ * rgaps_publisher_push() does. The stream must belong to this handle's GPU.
+ * @return as rgaps_publisher_push(); the copy's own errors surface at the
+ * stream's next synchronisation, as for any CUDA work.
+ */
+int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
+			       void *stream);
+
+/**
+ * Publish a loan whose bytes are written by work queued on @p stream (kernels
+ * writing loan->data): the message is complete when that work is, and this
+ * returns at once. The loan is consumed whether or not this succeeds.
+ */
+int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
+				 void *stream);
+
+/**
+ * rgaps_subscriber_take() that does not wait for the message's bytes on the
+ * host: work queued on @p stream after this call runs once the publisher's
+ * copy is complete (the stream waits for it on the GPU). Use the message on
+ * that stream (or order others after it), then give it back with
+ * rgaps_subscriber_release_async() on the last stream that reads it.
+ */
+int rgaps_subscriber_take_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms,
+				void *stream);
+
+/**
+ * Release a message once the work queued on @p stream so far is done: this
+ * returns at once, and the publisher may not reuse the block before that work
+ * has finished. The library completes the release at the handle's next call
+ * (or when its pollable fd wakes); until then the message counts against
+ * max_holds. rgaps_subscriber_destroy() waits for releases still pending.
+ */
+int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg, void *stream);
 
 /**
  * Send one control request to rgapsd and return its reply, for tools and

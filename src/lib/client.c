@@ -325,7 +325,7 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 		    struct rgaps__peer_map *m)
 {
 	bool stream = a->role == RGAPS__ROLE_SUB;
-	uint64_t flags = 0;
+	uint64_t flags = 0, pdev = (uint64_t)a->device;
 	int fd, pfd = -1, r;
 
 	memset(m, 0, sizeof(*m));
@@ -333,10 +333,16 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 	if (num_of(o, "gen", UINT64_MAX, &m->gen) || !m->gen || take_fd(o, "fd", fds, nfds, &fd))
 		return -EPROTO;
 	if (stream && (take_fd(o, "pool_fd", fds, nfds, &pfd) ||
-		       num_of(o, "mem_flags", 0xffff, &flags))) {
+		       num_of(o, "mem_flags", 0xffff, &flags) ||
+		       /* rgapsd before issue 8 sends no pool_device: the topic's device then */
+		       (cJSON_GetObjectItemCaseSensitive(o, "pool_device") &&
+			num_of(o, "pool_device", 1023, &pdev)))) {
 		close(fd);
+		if (pfd >= 0)
+			close(pfd);
 		return -EPROTO;
 	}
+	m->pool_device = (int32_t)pdev;
 	/* Only its size is checked here: what it holds is its owner's to write, so every
 	 * value is checked where it is used (topic.h), not trusted once at mapping. */
 	r = map_fd(fd, m->size, false, &m->map);
@@ -344,13 +350,30 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 	if (r)
 		goto err;
 	if (stream) {
-		r = a->mem->ops.memory.pool_import(a->mem->ctx, pfd, a->lim.pool_size, a->device,
+		r = a->mem->ops.memory.pool_import(a->mem->ctx, pfd, a->lim.pool_size,
+						   m->pool_device,
 						   (uint32_t)flags | RGAPS_MEM_IMPORT_READONLY,
 						   &m->pool);
 		pfd = -1; /* consumed */
 		if (r)
 			goto err;
 		m->has_pool = true;
+		/*
+		 * Peer access: a pool on another GPU than ours is read in place, once that
+		 * GPU is let in (cuMemSetAccess); without it, the first read would fault.
+		 */
+		if (a->my_device >= 0 && m->pool_device != a->my_device) {
+			r = a->mem->ops.memory.pool_grant(a->mem->ctx, &m->pool, a->my_device,
+							  RGAPS_MEM_GRANT_READ);
+			if (r) {
+				rgaps_warn("topic '%.64s': GPU %d cannot be given read access to the "
+					   "pool on GPU %d: %s",
+					   ((const struct rgaps_topic_hdr *)a->hdr)->name,
+					   (int)a->my_device, (int)m->pool_device, strerror(-r));
+				r = -ENODEV;
+				goto err;
+			}
+		}
 	}
 	return 0;
 err:
@@ -401,7 +424,10 @@ static void peer_forget(struct rgaps__attach *a, uint32_t slot)
 	if (a->role == RGAPS__ROLE_PUB) {
 		rgaps_pub_clear_sub(a->pub, slot);
 		peer_unmap(a, m);
-	} else if (rgaps_sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
+		return;
+	}
+	/* Its fences stay open until the slot has a new stream (a take may be waiting on one). */
+	if (rgaps_sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
 		/* Nothing held in it (or no memory to wait: then it is unmapped now and the
 		 * holds into it are the caller's to stop using, as after a detach). */
 		peer_unmap(a, m);
@@ -449,8 +475,8 @@ static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 		}
 		peer_forget(a, (uint32_t)slot);
 		r = peer_map(a, o, fds, nfds, &m);
-		if (r == -EPROTO)
-			goto out; /* rgapsd's reply itself is wrong */
+		if (r == -EPROTO || r == -ENODEV)
+			goto out; /* rgapsd's reply itself is wrong, or our GPU cannot read a pool */
 		if (r) {
 			/* This member only (say, out of memory): go on without it. */
 			rgaps_warn("topic '%.64s': cannot map member %llu: %s", ((struct
@@ -519,21 +545,151 @@ int rgaps__sync(void *arg)
 	return -EPROTO;
 }
 
-int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__attach *a)
+/* ---------------------------------------------------------------- a publisher's fences */
+
+/* topic.h's fence callbacks: the publisher frees a block only once its fence completed. */
+static bool fence_pending(void *arg, uint32_t k)
+{
+	struct rgaps__attach *a = arg;
+	int e;
+
+	if (k >= a->fences.made || !a->fences.f[k])
+		return false;
+	e = a->mem->ops.memory.fence_query(a->mem->ctx, a->fences.f[k]);
+	/* An error is the context's end (logged by the plugin): no copy runs any more. */
+	return e == -EAGAIN;
+}
+
+static void fence_free(void *arg, uint32_t k)
+{
+	struct rgaps__attach *a = arg;
+
+	if (k < a->fences.made && a->fences.nfree < a->fences.n) {
+		a->fences.free[a->fences.nfree++] = k;
+		a->fences.in_use--;
+	}
+}
+
+static void fences_fini(struct rgaps__attach *a)
+{
+	struct rgaps__fences *fs = &a->fences;
+
+	for (uint32_t k = 0; k < fs->made; k++) {
+		if (!fs->f[k])
+			continue;
+		/* A copy still queued into our pool must end before the pool is unmapped. */
+		if (rgaps_fence_wait_host(&a->mem->ops.memory, a->mem->ctx, fs->f[k],
+					  rgaps_now_ns(CLOCK_MONOTONIC) + 30000000000ull, NULL,
+					  NULL) == -ETIMEDOUT)
+			rgaps_warn("topic '%.64s': a stream-ordered copy was still running after 30 s; "
+				   "detaching anyway", ((const struct rgaps_topic_hdr *)a->hdr)->name);
+		a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
+	}
+	free(fs->f);
+	free(fs->free);
+	memset(fs, 0, sizeof(*fs));
+}
+
+int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p)
+{
+	struct rgaps__fences *fs = &a->fences;
+	struct rgaps_pub_region *r = a->region;
+	uint32_t k;
+	int e;
+
+	if (!fs->f) {
+		fs->n = rgaps_topic_nfences(&a->lim);
+		fs->f = calloc(fs->n, sizeof(*fs->f));
+		fs->free = calloc(fs->n, sizeof(*fs->free));
+		if (!fs->f || !fs->free) {
+			free(fs->f);
+			free(fs->free);
+			fs->f = NULL;
+			fs->free = NULL;
+			return -ENOMEM;
+		}
+	}
+	if (fs->nfree) {
+		*k_p = fs->free[--fs->nfree];
+		fs->in_use++;
+		return 0;
+	}
+	if (fs->made == fs->n)
+		return -ENOSPC; /* every slot guards a block: the caller waits for its copy */
+	k = fs->made;
+	e = a->mem->ops.memory.fence_create(a->mem->ctx, a->my_device, RGAPS_FENCE_IPC, &fs->f[k],
+					    rgaps_pub_fence_handle(&a->lim, r, k));
+	if (e) {
+		fs->f[k] = NULL;
+		return e;
+	}
+	/* The handle first, then the count that makes readers trust it (fence.h). */
+	fs->made = k + 1;
+	__atomic_store_n(&r->nfences, fs->made, __ATOMIC_RELEASE);
+	fs->in_use++;
+	*k_p = k;
+	return 0;
+}
+
+void rgaps__fence_put(struct rgaps__attach *a, uint32_t k)
+{
+	fence_free(a, k);
+}
+
+void *rgaps__fence_of(struct rgaps__attach *a, uint32_t k)
+{
+	return k < a->fences.made ? a->fences.f[k] : NULL;
+}
+
+const struct rgaps_pub_region *rgaps__stream_region(struct rgaps__attach *a, uint32_t slot,
+						    uint64_t gen)
+{
+	if (slot < a->npeers && a->peers[slot].gen == gen)
+		return a->peers[slot].map;
+	for (uint32_t i = 0; i < a->nretired; i++)
+		if (a->retired[i].gen == gen)
+			return a->retired[i].map;
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- attach */
+
+static int gpu_path_of(const char *s)
+{
+	if (s && strcmp(s, "peer") == 0)
+		return RGAPS_GPU_PATH_PEER;
+	if (s && strcmp(s, "replica") == 0)
+		return RGAPS_GPU_PATH_REPLICA;
+	return RGAPS_GPU_PATH_LOCAL;
+}
+
+int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
+		       struct rgaps__attach *a)
 {
 	struct rgaps_plugin_env env;
 	struct rgaps_topic_cbs cbs = { .sync = rgaps__sync, .alive = rgaps__alive, .arg = a };
-	cJSON *req, *reply = NULL, *mem;
+	cJSON *req, *reply = NULL, *mem, *v;
 	int fds[MAX_FDS], nfds = MAX_FDS, fd, r;
-	uint64_t slot, gen, hdr_size, device, flags = 0;
-	char err[512];
+	uint64_t slot, gen, hdr_size, device, flags = 0, mine = UINT64_MAX;
+	int32_t want = -1;
+	char err[512], pci[32] = "";
+	bool grant_rw;
 
 	memset(a, 0, sizeof(*a));
 	a->fd = -1;
 	a->role = role;
+	a->my_device = -1;
 	pthread_mutex_init(&a->lock, NULL);
 	if (!topic || !rgaps_topic_name_valid(topic))
 		return -EINVAL;
+	if (opts) {
+		if (opts->struct_size < offsetof(rgaps_attach_opts_t, device) + sizeof(opts->device) ||
+		    opts->struct_size > 4096 || opts->device < -1 || opts->device > 1023)
+			return -EINVAL;
+		want = opts->device;
+	}
+	if (want < 0 && rgaps__caller_device(&want, pci, sizeof(pci)) != 0)
+		want = -1; /* no CUDA context here: rgapsd serves us as on the pool's GPU */
 	r = rgaps__connect();
 	if (r < 0)
 		return r;
@@ -543,6 +699,11 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__a
 	cJSON_AddStringToObject(req, "type", "attach");
 	cJSON_AddStringToObject(req, "topic", topic);
 	cJSON_AddStringToObject(req, "role", role == RGAPS__ROLE_PUB ? "pub" : "sub");
+	if (want >= 0) {
+		cJSON_AddNumberToObject(req, "device", want);
+		if (pci[0])
+			cJSON_AddStringToObject(req, "device_pci", pci);
+	}
 	r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
 	cJSON_Delete(req);
 	if (r)
@@ -555,9 +716,20 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__a
 		r = -EPROTO;
 		goto err_fds;
 	}
+	/* The device rgapsd serves us on, and how (absent from an rgapsd before issue 8). */
+	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
+	if (v && (!cJSON_IsNumber(v) || (v->valuedouble != -1 &&
+					  num_of(reply, "my_device", 1023, &mine)))) {
+		r = -EPROTO;
+		goto err_fds;
+	}
 	a->slot = (uint32_t)slot;
 	a->gen = gen;
 	a->device = (int32_t)device;
+	a->my_device = mine == UINT64_MAX ? -1 : (int32_t)mine;
+	v = cJSON_GetObjectItemCaseSensitive(reply, "gpu_path");
+	a->gpu_path = gpu_path_of(cJSON_IsString(v) ? v->valuestring : NULL);
+	grant_rw = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "grant_rw"));
 	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
 
 	/* The header, read-only, and our own copy of its limits. */
@@ -606,6 +778,21 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__a
 		if (r)
 			goto err_fds;
 		a->have_pool = true;
+		/* A publisher on another GPU: its kernels may write loans once let in. */
+		if (grant_rw && a->my_device >= 0 && a->my_device != a->device) {
+			r = a->mem->ops.memory.pool_grant(a->mem->ctx, &a->pool, a->my_device,
+							  RGAPS_MEM_GRANT_READ |
+								  RGAPS_MEM_GRANT_WRITE);
+			if (r) {
+				rgaps_warn("topic '%s': GPU %d cannot be given access to its pool on "
+					   "GPU %d: %s", topic, (int)a->my_device, (int)a->device,
+					   strerror(-r));
+				r = -ENODEV;
+				goto err_fds;
+			}
+		}
+		cbs.fence_pending = fence_pending;
+		cbs.fence_free = fence_free;
 		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
 	} else {
 		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
@@ -635,6 +822,10 @@ err_close:
 
 void rgaps__attach_close(struct rgaps__attach *a)
 {
+	if (a->mem)
+		fences_fini(a);
+	rgaps_fence_cache_destroy(a->fcache);
+	a->fcache = NULL;
 	for (uint32_t i = 0; a->peers && i < a->npeers; i++)
 		if (a->peers[i].gen)
 			peer_unmap(a, &a->peers[i]);
@@ -694,6 +885,8 @@ int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info)
 	out.pool_size = a->lim.pool_size;
 	out.max_message_size = a->lim.max_message_size;
 	out.queue_depth = a->lim.queue_depth;
+	out.handle_device = a->my_device;
+	out.gpu_path = a->gpu_path;
 	if (a->role == RGAPS__ROLE_SUB)
 		out.drops = __atomic_load_n(&((struct rgaps_sub_region *)a->region)->c.drops,
 					    __ATOMIC_RELAXED);

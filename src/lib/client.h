@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../common/fence.h"
 #include "../common/plugin_loader.h"
 #include "../common/topic.h"
 #include "rgaps/rgaps.h"
@@ -32,6 +33,16 @@ struct rgaps__peer_map {
 	size_t size;
 	struct rgaps_mem_region pool;
 	bool has_pool;
+	int32_t pool_device; /* where the pool lives (rgapsd says; replicas live elsewhere) */
+};
+
+/* A publisher's fence slots (stream order, docs/SHM-LAYOUT.md): created on first use. */
+struct rgaps__fences {
+	void **f;	    /* [n]: the fence of each slot made so far */
+	uint32_t made, n;   /* made <= n = rgaps_topic_nfences() */
+	uint32_t *free;	    /* stack of slots ready to be recorded again */
+	uint32_t nfree;
+	uint32_t in_use;    /* recorded for a block not freed yet */
 };
 
 struct rgaps__attach {
@@ -48,7 +59,11 @@ struct rgaps__attach {
 	struct rgaps_mem_region pool; /* publisher: our pool */
 	bool have_pool;
 	char memory_name[32];
-	int32_t device;
+	int32_t device;	      /* the topic's (its pool's) device */
+	int32_t my_device;    /* the device this handle serves, as rgapsd resolved it; -1 none */
+	int gpu_path;	      /* enum rgaps_gpu_path, from the attach reply */
+	struct rgaps__fences fences;	    /* publisher */
+	struct rgaps_fence_cache *fcache;   /* subscriber: the publishers' fences it opened */
 	struct rgaps__peer_map *peers; /* [max_subscribers] (publisher) / [max_publishers] */
 	uint32_t npeers;
 	struct rgaps__peer_map *retired; /* streams gone while we still hold their messages */
@@ -75,7 +90,8 @@ int rgaps__connect(void);
  */
 int rgaps__request(int fd, struct cJSON *req, int timeout_ms, struct cJSON **reply_p, int *fds,
 		   int *nfds_p);
-int rgaps__attach_open(const char *topic, enum rgaps__role role, struct rgaps__attach *a);
+int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
+		       struct rgaps__attach *a);
 void rgaps__attach_close(struct rgaps__attach *a);
 /* The sync callback of topic.h: fetch and map what changed among the members. */
 int rgaps__sync(void *attach);
@@ -84,5 +100,21 @@ bool rgaps__alive(void *attach);
 /* Unmap retired streams nobody holds any more (subscriber, after a release). */
 void rgaps__sweep_retired(struct rgaps__attach *a);
 int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info);
+/*
+ * The device of the calling thread's current CUDA context, if the process has
+ * loaded the driver (device.c). 0, or -ENOENT: none. pci gets its PCI address.
+ */
+int rgaps__caller_device(int32_t *device_p, char *pci, size_t pcilen);
+/*
+ * A publisher's fence slot to record (created on first use, its handle written
+ * into our region): 0, -ENOSPC when every slot guards a block, or the plugin's
+ * error. _put gives back a slot that was not committed; _of is its fence.
+ */
+int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p);
+void rgaps__fence_put(struct rgaps__attach *a, uint32_t k);
+void *rgaps__fence_of(struct rgaps__attach *a, uint32_t k);
+/* The mapped region of stream slot (NULL when not mapped): for its fence handles. */
+const struct rgaps_pub_region *rgaps__stream_region(struct rgaps__attach *a, uint32_t slot,
+						    uint64_t gen);
 
 #endif

@@ -1,13 +1,17 @@
 /*
  * librgaps publisher: push (one copy into the publisher's own pool) and
- * loan/commit (zero copies). Everything after init is shared memory: the daemon
- * is on the path only when subscribers come or go (the sync of topic.h).
+ * loan/commit (zero copies), each also in stream order (push_async,
+ * commit_async: the copy or the kernels run on the caller's stream, a fence
+ * recorded after them rides with the message; docs/SHM-LAYOUT.md). Everything
+ * after init is shared memory: the daemon is on the path only when
+ * subscribers come or go (the sync of topic.h).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/futex.h"
+#include "../common/log.h"
 #include "../common/util.h"
 #include "client.h"
 
@@ -15,7 +19,8 @@ struct rgaps_publisher {
 	struct rgaps__attach a;
 };
 
-RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init(const char *topic)
+RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic,
+						       const rgaps_attach_opts_t *opts)
 {
 	rgaps_publisher_t *pub = calloc(1, sizeof(*pub));
 	int r;
@@ -24,13 +29,18 @@ RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init(const char *topic)
 		errno = ENOMEM;
 		return NULL;
 	}
-	r = rgaps__attach_open(topic, RGAPS__ROLE_PUB, &pub->a);
+	r = rgaps__attach_open(topic, RGAPS__ROLE_PUB, opts, &pub->a);
 	if (r) {
 		free(pub);
 		errno = -r;
 		return NULL;
 	}
 	return pub;
+}
+
+RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init(const char *topic)
+{
+	return rgaps_publisher_init_ex(topic, NULL);
 }
 
 RGAPS_EXPORT void rgaps_publisher_destroy(rgaps_publisher_t *pub)
@@ -164,6 +174,104 @@ RGAPS_EXPORT int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t siz
 RGAPS_EXPORT int rgaps_publisher_push(rgaps_publisher_t *pub, size_t size, const void *device_ptr)
 {
 	return rgaps_publisher_push_ex(pub, size, device_ptr, NULL);
+}
+
+/* ---------------------------------------------------------------- stream order */
+
+/* What is left of timeout t (ms; < 0: none) since start. */
+static int remaining_ms(int t, uint64_t start)
+{
+	uint64_t spent = (rgaps_now_ns(CLOCK_MONOTONIC) - start) / 1000000;
+
+	if (t <= 0)
+		return t;
+	return spent >= (uint64_t)t ? 0 : t - (int)spent;
+}
+
+/*
+ * Publish a loan whose bytes are being written by work queued on stream:
+ * record a fence slot after that work and commit with it. Without a free slot
+ * (or if the record fails) the stream is waited for on this thread and the
+ * message committed complete: slower, never wrong. If the commit fails, the
+ * block goes back to the pool at once, so the work writing it must be over
+ * first: then too the fence is waited for here.
+ */
+static int commit_fenced(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
+			 void *stream, uint64_t ts, int timeout_ms)
+{
+	const struct rgaps_memory_ops *ops = &pub->a.mem->ops.memory;
+	void *mctx = pub->a.mem->ctx;
+	struct rgaps_pub_commit c = { .ts_ns = ts };
+	uint32_t k;
+	int r;
+
+	r = rgaps__fence_get(&pub->a, &k);
+	if (r == 0) {
+		r = ops->fence_record(mctx, rgaps__fence_of(&pub->a, k), stream);
+		if (r) {
+			rgaps__fence_put(&pub->a, k);
+		} else {
+			c.has_fence = true;
+			c.fence = k;
+		}
+	}
+	if (!c.has_fence) {
+		if (r != -ENOSPC)
+			rgaps_debug("stream-ordered publish without a fence (%s): waiting for the "
+				    "stream", strerror(-r));
+		__atomic_fetch_add(&((struct rgaps_pub_region *)pub->a.region)->c.fence_waits, 1,
+				   __ATOMIC_RELAXED);
+		r = ops->stream_sync(mctx, stream);
+		if (r) { /* the context is broken: nothing more runs into the block */
+			rgaps_pub_cancel(pub->a.pub, loan->token);
+			return r;
+		}
+	}
+	r = rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+	if (r && c.has_fence) {
+		/* The loan went back to the pool: no one may write it once we return. */
+		rgaps_fence_wait_host(ops, mctx, rgaps__fence_of(&pub->a, k), UINT64_MAX, NULL,
+				      NULL);
+		rgaps__fence_put(&pub->a, k);
+	}
+	return r;
+}
+
+RGAPS_EXPORT int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size,
+					    const void *device_ptr, void *stream)
+{
+	uint64_t ts = rgaps_now_ns(CLOCK_REALTIME), start = rgaps_now_ns(CLOCK_MONOTONIC);
+	rgaps_loan_t loan;
+	int r, t;
+
+	if (!pub || !device_ptr)
+		return -EINVAL;
+	t = effective_timeout(pub, -1);
+	r = rgaps_publisher_loan(pub, size, t, &loan);
+	if (r)
+		return r;
+	r = pub->a.mem->ops.memory.copy_stream(pub->a.mem->ctx, loan.data, device_ptr, size,
+					       stream);
+	if (r) { /* nothing was queued */
+		rgaps_pub_cancel(pub->a.pub, loan.token);
+		return r;
+	}
+	return commit_fenced(pub, &loan, size, stream, ts, remaining_ms(t, start));
+}
+
+RGAPS_EXPORT int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan,
+					      size_t size, void *stream)
+{
+	if (!pub || !loan)
+		return -EINVAL;
+	if (size > loan->size) {
+		/* The caller's kernels may still write it: wait for them before it is freed. */
+		pub->a.mem->ops.memory.stream_sync(pub->a.mem->ctx, stream);
+		rgaps_pub_cancel(pub->a.pub, loan->token);
+		return -EINVAL;
+	}
+	return commit_fenced(pub, loan, size, stream, rgaps_now_ns(CLOCK_REALTIME),
+			     effective_timeout(pub, -1));
 }
 
 RGAPS_EXPORT int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info)

@@ -2,6 +2,13 @@
  * librgaps subscriber: take/release over the publishers' streams (topic.h), the
  * RGAPS pull() shorthand, message details, and a pollable fd for event loops.
  *
+ * Stream order (docs/SHM-LAYOUT.md): a message published with a fence is
+ * complete once that fence is. take() waits for it on this thread, so its
+ * callers never see an unfinished copy; take_async() makes the caller's
+ * stream wait for it on the GPU instead. release_async() records a fence of
+ * our own and keeps the hold until it completes (checked at every call, and
+ * by the fd thread, which wakes the fd when one does).
+ *
  * The pollable fd is an eventfd fed by one helper thread per handle (created
  * on the first rgaps_subscriber_fd() call) that sleeps on the same futex words
  * as a blocking take - every stream's doorbell and the topic's directory word -
@@ -19,10 +26,13 @@
 #include <unistd.h>
 
 #include "../common/futex.h"
+#include "../common/log.h"
 #include "../common/util.h"
 #include "client.h"
 
 #define FD_THREAD_SLICE_NS (200ll * 1000 * 1000)
+#define RELEASE_SLICE_MS 1 /* takes wait in slices this long while releases are pending */
+#define DEAD_FENCE_NS (1000ull * 1000 * 1000) /* a departed publisher's fence: give up after */
 
 /* What msg_info() tells of a held message (and of the last gap-only message). */
 struct held_info {
@@ -38,6 +48,11 @@ struct rgaps_subscriber {
 	int have_pulled;
 	struct held_info *held; /* [max_holds] */
 	struct held_info gap_info;
+	/* release_async: a fence of our own per hold, and whether its release waits for it */
+	void **rel_fence;    /* [max_holds], made on first use (atomic: the fd thread reads) */
+	uint32_t *releasing; /* [max_holds], atomic */
+	uint32_t npending;   /* atomic */
+	bool warned_fence;
 	/* pollable fd */
 	int efd;
 	pthread_t thread;
@@ -47,7 +62,8 @@ struct rgaps_subscriber {
 	uint32_t signaled;
 };
 
-RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init(const char *topic)
+RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic,
+							 const rgaps_attach_opts_t *opts)
 {
 	rgaps_subscriber_t *sub = calloc(1, sizeof(*sub));
 	const char *spin = getenv("RGAPS_SPIN_US");
@@ -59,10 +75,15 @@ RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init(const char *topic)
 	}
 	sub->efd = -1;
 	sub->spin_us = spin ? (uint32_t)strtoul(spin, NULL, 10) : 20;
-	r = rgaps__attach_open(topic, RGAPS__ROLE_SUB, &sub->a);
+	r = rgaps__attach_open(topic, RGAPS__ROLE_SUB, opts, &sub->a);
 	if (!r) {
 		sub->held = calloc(sub->a.lim.max_holds, sizeof(*sub->held));
-		if (!sub->held) {
+		sub->rel_fence = calloc(sub->a.lim.max_holds, sizeof(*sub->rel_fence));
+		sub->releasing = calloc(sub->a.lim.max_holds, sizeof(*sub->releasing));
+		if (!sub->held || !sub->rel_fence || !sub->releasing) {
+			free(sub->held);
+			free(sub->rel_fence);
+			free(sub->releasing);
 			rgaps__attach_close(&sub->a);
 			r = -ENOMEM;
 		}
@@ -73,6 +94,44 @@ RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init(const char *topic)
 		return NULL;
 	}
 	return sub;
+}
+
+RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init(const char *topic)
+{
+	return rgaps_subscriber_init_ex(topic, NULL);
+}
+
+static const struct rgaps_memory_ops *mops(const rgaps_subscriber_t *sub)
+{
+	return &sub->a.mem->ops.memory;
+}
+
+/* Releases whose fence completed become real releases (this thread owns the handle). */
+static void complete_releases(rgaps_subscriber_t *sub)
+{
+	bool any = false;
+
+	if (!__atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE))
+		return;
+	for (uint32_t k = 0; k < sub->a.lim.max_holds; k++) {
+		int e;
+
+		if (!__atomic_load_n(&sub->releasing[k], __ATOMIC_ACQUIRE))
+			continue;
+		e = mops(sub)->fence_query(sub->a.mem->ctx, sub->rel_fence[k]);
+		if (e == -EAGAIN)
+			continue;
+		/* Done, or failed (the plugin logged it: the context is gone, nothing reads). */
+		__atomic_store_n(&sub->releasing[k], 0, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&sub->npending, 1, __ATOMIC_ACQ_REL);
+		rgaps_sub_release(sub->a.sub, k);
+		any = true;
+	}
+	if (any && sub->a.nretired) {
+		pthread_mutex_lock(&sub->a.lock);
+		rgaps__sweep_retired(&sub->a);
+		pthread_mutex_unlock(&sub->a.lock);
+	}
 }
 
 RGAPS_EXPORT void rgaps_subscriber_destroy(rgaps_subscriber_t *sub)
@@ -87,21 +146,119 @@ RGAPS_EXPORT void rgaps_subscriber_destroy(rgaps_subscriber_t *sub)
 	}
 	if (sub->efd >= 0)
 		close(sub->efd);
-	/* Holds die with our region: rgapsd discards it when the connection closes. */
+	/*
+	 * Holds die with our region when the connection closes, and the publisher may
+	 * then reuse the blocks: the streams that still read them must be done first.
+	 */
+	for (uint32_t k = 0; sub->rel_fence && k < sub->a.lim.max_holds; k++) {
+		if (!sub->rel_fence[k])
+			continue;
+		if (sub->releasing[k] &&
+		    rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k],
+					  rgaps_now_ns(CLOCK_MONOTONIC) + 30000000000ull, NULL,
+					  NULL) == -ETIMEDOUT)
+			rgaps_warn("topic '%.64s': a stream still read a message 30 s after its "
+				   "release_async; detaching anyway",
+				   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name);
+		mops(sub)->fence_destroy(sub->a.mem->ctx, sub->rel_fence[k]);
+	}
 	rgaps__attach_close(&sub->a);
+	free(sub->rel_fence);
+	free(sub->releasing);
 	free(sub->held);
 	free(sub);
 }
 
-RGAPS_EXPORT int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms)
-{
-	struct rgaps_sub_msg m;
-	struct held_info *hi;
-	int r;
+/* ---------------------------------------------------------------- fences of messages */
 
-	if (!sub || !msg_p)
-		return -EINVAL;
-	r = rgaps_sub_take(sub->a.sub, timeout_ms, sub->spin_us, &m);
+struct fence_watch {
+	rgaps_subscriber_t *sub;
+	uint32_t slot;
+	uint64_t gen;
+	uint64_t since;
+	bool daemon_gone;
+};
+
+/*
+ * While waiting for a publisher's fence on the host: give up if rgapsd is gone,
+ * or if the publisher left (its stream drains) and the fence has not completed
+ * a second later. A publisher that detaches cleanly waits for its copies
+ * first, so such a fence is a crashed publisher's: its copy will never end.
+ */
+static bool fence_give_up(void *arg)
+{
+	struct fence_watch *w = arg;
+	struct rgaps__attach *a = &w->sub->a;
+	const struct rgaps_topic_hdr *h = a->hdr;
+
+	if (!rgaps__alive(a) || __atomic_load_n(&h->closed, __ATOMIC_ACQUIRE)) {
+		w->daemon_gone = true;
+		return true;
+	}
+	/* The membership may have moved while we wait here: learn whether the stream drains. */
+	if (rgaps__sync(a))
+		return false;
+	if (rgaps_sub_stream_live(a->sub, w->slot, w->gen)) {
+		w->since = rgaps_now_ns(CLOCK_MONOTONIC);
+		return false;
+	}
+	return rgaps_now_ns(CLOCK_MONOTONIC) - w->since > DEAD_FENCE_NS;
+}
+
+/*
+ * Make message m complete for its reader: on the host (stream NULL and !async)
+ * or on the caller's stream. 0; -ENOTCONN (rgapsd gone); another negative
+ * errno when the message cannot be trusted (its fence is spoiled or will never
+ * complete): the caller drops it as lost.
+ */
+static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, bool async,
+			void *stream)
+{
+	struct fence_watch w = { sub, m->slot, m->stream, rgaps_now_ns(CLOCK_MONOTONIC), false };
+	const struct rgaps_pub_region *r = rgaps__stream_region(&sub->a, m->slot, m->stream);
+	char why[160] = "stream not mapped";
+	void *f = NULL;
+	int e = r ? 0 : -ENODATA;
+
+	if (!e && !sub->a.fcache)
+		e = rgaps_fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx, &sub->a.fcache);
+	if (!e)
+		e = rgaps_fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, &f, why,
+					  sizeof(why));
+	if (e) {
+		if (!sub->warned_fence)
+			rgaps_warn("topic '%.64s': stream %llu message %llu: %s; messages whose "
+				   "fence cannot be used are reported lost",
+				   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name,
+				   (unsigned long long)m->stream, (unsigned long long)m->seq, why);
+		sub->warned_fence = true;
+		return e;
+	}
+	if (async) {
+		e = mops(sub)->fence_query(sub->a.mem->ctx, f);
+		if (e != -EAGAIN)
+			return e; /* complete already (or failed) */
+		if (rgaps_sub_stream_live(sub->a.sub, m->slot, m->stream) &&
+		    mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
+			return 0;
+		/* Its publisher left with the copy unfinished, or the wait failed: see below. */
+	}
+	e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, f, UINT64_MAX, fence_give_up, &w);
+	if (e == -ECANCELED && w.daemon_gone)
+		return -ENOTCONN;
+	if (e == -ECANCELED)
+		rgaps_warn("topic '%.64s': stream %llu message %llu: its publisher left before its "
+			   "copy completed; reported lost",
+			   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name,
+			   (unsigned long long)m->stream, (unsigned long long)m->seq);
+	return e;
+}
+
+/* One take from the streams, waiting at most t ms; clears the pollable fd when drained. */
+static int take_once(rgaps_subscriber_t *sub, int t, uint32_t spin, struct rgaps_sub_msg *m)
+{
+	int r = rgaps_sub_take(sub->a.sub, t, spin, m);
+
 	if (r == -EAGAIN && sub->thread_started &&
 	    __atomic_load_n(&sub->signaled, __ATOMIC_SEQ_CST)) {
 		uint64_t v;
@@ -112,8 +269,58 @@ RGAPS_EXPORT int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg
 		__atomic_fetch_add(&sub->rearm, 1, __ATOMIC_SEQ_CST);
 		rgaps_futex_wake_all(&sub->rearm);
 	}
-	if (r)
-		return r;
+	return r;
+}
+
+static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, bool async,
+		void *stream)
+{
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX :
+					     rgaps_now_ns(CLOCK_MONOTONIC) +
+						     (uint64_t)timeout_ms * 1000000ull;
+	struct rgaps_sub_msg m;
+	struct held_info *hi;
+	uint32_t spin = sub->spin_us;
+	int r;
+
+	if (!sub || !msg_p)
+		return -EINVAL;
+	for (;;) {
+		int t = timeout_ms;
+
+		complete_releases(sub);
+		if (timeout_ms != 0 && __atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE)) {
+			/* A release finishing on the GPU may be what a publisher waits for. */
+			uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			t = (int)RGAPS_MIN((deadline - now) / 1000000 + 1, (uint64_t)RELEASE_SLICE_MS);
+		} else if (timeout_ms > 0) {
+			uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			t = (int)((deadline - now + 999999) / 1000000);
+		}
+		r = take_once(sub, t, spin, &m);
+		spin = 0;
+		if (r == -ETIMEDOUT && t != timeout_ms)
+			continue; /* a slice ended: look at the releases, then again */
+		if (r)
+			return r;
+		if ((m.flags & RGAPS_ENTRY_FENCE) && m.token != UINT32_MAX) {
+			r = settle_fence(sub, &m, async, stream);
+			if (r) {
+				rgaps_sub_release(sub->a.sub, m.token);
+				if (r == -ENOTCONN)
+					return r;
+				rgaps_sub_add_gap(sub->a.sub, m.slot, m.stream, 1);
+				continue;
+			}
+		}
+		break;
+	}
 	if (m.token == UINT32_MAX) {
 		hi = &sub->gap_info;
 	} else {
@@ -139,6 +346,59 @@ RGAPS_EXPORT int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg
 	return 0;
 }
 
+RGAPS_EXPORT int rgaps_subscriber_take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms)
+{
+	return take(sub, msg_p, timeout_ms, false, NULL);
+}
+
+RGAPS_EXPORT int rgaps_subscriber_take_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p,
+					     int timeout_ms, void *stream)
+{
+	return take(sub, msg_p, timeout_ms, true, stream);
+}
+
+/* A message this handle holds (not a gap-only one): its token is checked. */
+static bool holds(const rgaps_subscriber_t *sub, const rgaps_msg_t *msg)
+{
+	return msg->token < sub->a.lim.max_holds && sub->held[msg->token].seq == msg->seq &&
+	       !__atomic_load_n(&sub->releasing[msg->token], __ATOMIC_ACQUIRE);
+}
+
+RGAPS_EXPORT int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg,
+						void *stream)
+{
+	uint32_t k;
+	void *f;
+	int r;
+
+	if (!sub || !msg)
+		return -EINVAL;
+	if (msg->token == UINT32_MAX && (msg->flags & RGAPS_MSG_GAP))
+		return 0;
+	if (!holds(sub, msg))
+		return -EINVAL;
+	k = msg->token;
+	f = sub->rel_fence[k];
+	if (!f) {
+		r = mops(sub)->fence_create(sub->a.mem->ctx, sub->a.my_device, 0, &f, NULL);
+		if (r)
+			f = NULL;
+		else
+			__atomic_store_n(&sub->rel_fence[k], f, __ATOMIC_RELEASE);
+	}
+	if (f && mops(sub)->fence_record(sub->a.mem->ctx, f, stream) == 0) {
+		__atomic_fetch_add(&sub->npending, 1, __ATOMIC_ACQ_REL);
+		__atomic_store_n(&sub->releasing[k], 1, __ATOMIC_RELEASE);
+		complete_releases(sub); /* host memory: done already */
+		return 0;
+	}
+	/* No fence: wait for the stream here, then release. */
+	r = mops(sub)->stream_sync(sub->a.mem->ctx, stream);
+	if (r && r != -ENOTSUP)
+		return r;
+	return rgaps_subscriber_release(sub, msg);
+}
+
 RGAPS_EXPORT int rgaps_subscriber_release(rgaps_subscriber_t *sub, rgaps_msg_t *msg)
 {
 	int r;
@@ -147,9 +407,10 @@ RGAPS_EXPORT int rgaps_subscriber_release(rgaps_subscriber_t *sub, rgaps_msg_t *
 		return -EINVAL;
 	if (msg->token == UINT32_MAX && (msg->flags & RGAPS_MSG_GAP))
 		return 0; /* a gap-only message holds nothing */
-	if (msg->token >= sub->a.lim.max_holds || sub->held[msg->token].seq != msg->seq)
+	if (!holds(sub, msg))
 		return -EINVAL;
 	r = rgaps_sub_release(sub->a.sub, msg->token);
+	complete_releases(sub);
 	if (!r && sub->a.nretired) {
 		pthread_mutex_lock(&sub->a.lock);
 		rgaps__sweep_retired(&sub->a);
@@ -207,9 +468,28 @@ RGAPS_EXPORT void *rgaps_subscriber_pull(rgaps_subscriber_t *sub)
 	return sub->pulled.data;
 }
 
-static bool daemon_gone(void *arg)
+/* The fd thread: has a pending release's fence completed? (It only looks; take() releases.) */
+static bool release_done(rgaps_subscriber_t *sub)
 {
-	return !rgaps__alive(arg);
+	for (uint32_t k = 0; k < sub->a.lim.max_holds; k++) {
+		void *f;
+
+		if (!__atomic_load_n(&sub->releasing[k], __ATOMIC_ACQUIRE))
+			continue;
+		f = __atomic_load_n(&sub->rel_fence[k], __ATOMIC_ACQUIRE);
+		if (f && mops(sub)->fence_query(sub->a.mem->ctx, f) != -EAGAIN)
+			return true;
+	}
+	return false;
+}
+
+/* Wake the fd for: rgapsd gone, or a release_async whose stream has passed it. */
+static bool fd_ready_too(void *arg)
+{
+	rgaps_subscriber_t *sub = arg;
+
+	return !rgaps__alive(&sub->a) ||
+	       (__atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE) && release_done(sub));
 }
 
 /*
@@ -223,6 +503,7 @@ static void *fd_thread(void *arg)
 	while (!__atomic_load_n(&sub->stop, __ATOMIC_SEQ_CST)) {
 		uint32_t rearm = __atomic_load_n(&sub->rearm, __ATOMIC_SEQ_CST);
 		struct futex_waitv own[2];
+		bool pending;
 
 		if (__atomic_load_n(&sub->signaled, __ATOMIC_SEQ_CST)) {
 			/* Readable already: sleep until take() drains it. */
@@ -234,8 +515,10 @@ static void *fd_thread(void *arg)
 				__atomic_load_n(&sub->a.view_gen, __ATOMIC_SEQ_CST));
 		own[0].flags |= FUTEX_PRIVATE_FLAG;
 		own[1].flags |= FUTEX_PRIVATE_FLAG;
-		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, daemon_gone, &sub->a,
-				    FD_THREAD_SLICE_NS) == 1) {
+		/* A release finishing on the GPU rings no futex: look again soon. */
+		pending = __atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE) != 0;
+		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, fd_ready_too, sub,
+				    pending ? RELEASE_SLICE_MS * 1000000ll : FD_THREAD_SLICE_NS) == 1) {
 			uint64_t one = 1;
 
 			__atomic_store_n(&sub->signaled, 1, __ATOMIC_SEQ_CST);
