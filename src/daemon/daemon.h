@@ -14,6 +14,7 @@
 
 #include "../common/config.h"
 #include "../common/log.h"
+#include "../common/fence.h"
 #include "../common/plugin_loader.h"
 #include "../common/shm.h"
 #include "../common/topic.h"
@@ -26,6 +27,9 @@ enum rgapsd_member_kind {
 	RGAPSD_MEMBER_PUB, /* a publisher stream: control region + pool */
 	RGAPSD_MEMBER_SUB, /* a subscriber region */
 };
+
+/* A member's `serve`: which streams a subscriber reads, which readers a stream has. */
+#define RGAPSD_SERVE_ORIGINAL (-1) /* the topic's own streams (pools on its device) */
 
 enum rgapsd_member_state {
 	RGAPSD_MEMBER_ACTIVE,	/* its owner is attached */
@@ -57,6 +61,44 @@ struct rgapsd_member {
 	struct rgaps_mem_region pool; /* publishers */
 	void *pool_mr[RGAPSD_MAX_TRANSPORTS]; /* transport registrations of a host pool (remote/) */
 	bool own;
+	/*
+	 * Several GPUs (docs/GPU.md). gpu: the GPU the client works on (-1: unknown,
+	 * none, or rgapsd's own member); pool_dev: a stream's pool device; serve:
+	 * RGAPSD_SERVE_ORIGINAL or a GPU g - a subscriber reads exactly the streams
+	 * of its own serve, the topic's own streams or rgapsd's replica for GPU g.
+	 */
+	int32_t gpu;
+	int32_t pool_dev;
+	int32_t serve;
+};
+
+/* What to make (rgapsd__member_create_spec). */
+struct rgapsd_member_spec {
+	enum rgapsd_member_kind kind;
+	uint64_t conn_id; /* 0: rgapsd's own */
+	pid_t pid;
+	bool own;
+	int32_t gpu;	  /* the client's GPU, -1 unknown */
+	int32_t pool_dev; /* publishers: where the pool goes; -1: the topic's device */
+	int32_t serve;
+};
+
+/* How a topic serves one GPU of the host (topics.c). */
+enum rgapsd_gpu_role {
+	RGAPSD_GPU_UNSET = 0, /* nobody attached from it yet */
+	RGAPSD_GPU_POOL,      /* the topic's device: pools live there */
+	RGAPSD_GPU_PEER,      /* reads the pools in place (peer access) */
+	RGAPSD_GPU_REPLICA,   /* reads rgapsd's replica on it (replicator.c) */
+};
+
+struct rgapsd_replicator;
+
+struct rgapsd_gpu {
+	enum rgapsd_gpu_role role;
+	char why[192];			/* the decision in words (logged, in stats) */
+	struct rgapsd_replicator *rep;	/* RGAPSD_GPU_REPLICA, while subscribers are on it */
+	uint64_t copies, bytes, lost;	/* of replicators that stopped */
+	uint64_t idle_since;		/* no subscriber left on it since (for the sweep) */
 };
 
 struct cJSON;
@@ -91,6 +133,9 @@ struct rgapsd_topic {
 	bool adhoc;			    /* made from the defaults: counts in max_topics */
 	bool has_creator;		    /* a client's attach made it (not a peer's set-up) */
 	uid_t creator;			    /* that client's uid: counts in its quota */
+	/* The host's GPUs as the memory plugin sees them (NULL or none: a host topic). */
+	struct rgaps_mem_topology *topo;
+	struct rgapsd_gpu *gpus; /* [topo->ndevices] */
 };
 
 /* A client as its socket credentials name it (access.c). */
@@ -147,10 +192,57 @@ void rgapsd__topics_destroy(struct rgapsd *d);
 /* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
 void rgapsd__topics_close_stale(const char *instance);
 
+/*
+ * Where a client on GPU gpu (-1 unknown; pci its PCI address or "") attaching as
+ * a subscriber or publisher is served (topics.c): *gpu_p the GPU as rgapsd
+ * numbers it, *serve_p, *path_p ("local", "peer", "replica"), *grant_rw_p (a
+ * publisher's own pool may be opened read-write to its GPU). Starts the GPU's
+ * replicator if it needs one. -ENODEV (err says why in words) for a GPU the
+ * topic cannot serve, or the replicator's failure.
+ */
+int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, const char *pci,
+			     int32_t *gpu_p, int32_t *serve_p, const char **path_p, bool *grant_rw_p,
+			     char *err, size_t errlen);
+/* The "gpus" array of a topic's stats (NULL: no GPU to tell of). Returns cJSON *. */
+struct cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t);
+/* Sweep: stop replicators of GPUs without subscribers (on the loop). */
+void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now);
+/* Does subscriber member s read stream member p? */
+static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const struct rgapsd_member *p)
+{
+	return s->serve == p->serve;
+}
+
+/*
+ * rgapsd's readers of a message published in stream order (m->flags has
+ * RGAPS_ENTRY_FENCE): wait on this thread (never the loop) until the copy into
+ * its block completed. *fc_p: the caller's fence cache, made on first use. 0;
+ * -ECANCELED when *stop is set, or when the publisher (src) has left and the
+ * fence has not completed a second later (a crashed publisher's copy: lost);
+ * another negative errno when the fence cannot be used (logged).
+ */
+int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
+			   const struct rgaps_sub_msg *m, const struct rgapsd_member *src,
+			   const uint32_t *stop);
+
+/* Replicators (replicator.c): one per (topic, GPU) that reads a replica. */
+int rgapsd__replicator_start(struct rgapsd_topic *t, int32_t gpu, struct rgapsd_replicator **r_p,
+			     char *err, size_t errlen);
+/* Stop its thread; its stream drains like a departed publisher's. Frees it. */
+void rgapsd__replicator_stop(struct rgapsd_replicator *r);
+struct rgapsd_replicator_stats {
+	uint64_t copies, bytes, lost, stream;
+	const char *how; /* "peer copy", "through host memory" */
+};
+void rgapsd__replicator_stats(const struct rgapsd_replicator *r,
+			      struct rgapsd_replicator_stats *st);
+
 /* Members (members.c). */
 int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
 			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err,
 			  size_t errlen);
+int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+			       struct rgapsd_member **m_p, char *err, size_t errlen);
 /* The member's owner detached: a subscriber goes, a publisher's stream drains. */
 void rgapsd__member_leave(struct rgapsd_member *m);
 void rgapsd__member_get(struct rgapsd_member *m);
@@ -180,12 +272,13 @@ int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
 void rgapsd__told_free(struct rgapsd_told *told);
 /*
  * Add "members", "remove" and "more" to reply and up to max_fds fds to fds
- * (*nfds_p on entry: fds already used), for members of kind watch the client
- * has not been told of. -errno when an fd cannot be opened.
+ * (*nfds_p on entry: fds already used), for members of kind watch that serve
+ * as the client does (serve) and that the client has not been told of.
+ * -errno when an fd cannot be opened.
  */
 int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
-		      enum rgapsd_member_kind watch, struct cJSON *reply, int *fds, int *nfds_p,
-		      int max_fds);
+		      enum rgapsd_member_kind watch, int32_t serve, struct cJSON *reply, int *fds,
+		      int *nfds_p, int max_fds);
 
 /* The topic's configuration from topics.d, or NULL. */
 const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d, const char *name);

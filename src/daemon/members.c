@@ -15,6 +15,10 @@
  * read and released it, or a deadline passes, so that a publisher may exit
  * right after its last publish. The sweep timer decides that, and frees GONE
  * members once no view of rgapsd's own still maps them.
+ *
+ * Several GPUs: every member says which streams it belongs to (`serve`, the
+ * topic's own or the replica for one GPU); a subscriber reads, and a stream
+ * waits for, only members of the same serve (docs/GPU.md).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -218,6 +222,23 @@ static int remap_read_only(struct rgapsd_member *m)
 int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
 			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err, size_t errlen)
 {
+	struct rgapsd_member_spec spec = {
+		.kind = kind,
+		.conn_id = conn_id,
+		.pid = pid,
+		.own = own,
+		.gpu = -1,
+		.pool_dev = -1,
+		.serve = RGAPSD_SERVE_ORIGINAL,
+	};
+
+	return rgapsd__member_create_spec(t, &spec, m_p, err, errlen);
+}
+
+int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+			       struct rgapsd_member **m_p, char *err, size_t errlen)
+{
+	enum rgapsd_member_kind kind = spec->kind;
 	struct rgapsd_member *m, **tab;
 	char role[48], pool_name[RGAPS_SHM_NAME_MAX + 8];
 	uint32_t n, slot;
@@ -250,9 +271,14 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 	m->kind = kind;
 	m->slot = slot;
 	m->gen = ++t->next_gen;
-	m->conn_id = conn_id;
-	m->pid = pid;
-	m->own = own;
+	m->conn_id = spec->conn_id;
+	m->pid = spec->pid;
+	m->own = spec->own;
+	m->gpu = spec->gpu;
+	m->pool_dev = kind == RGAPSD_MEMBER_PUB ? (spec->pool_dev >= 0 ? spec->pool_dev :
+									t->cfg.device) :
+						  -1;
+	m->serve = spec->serve;
 	m->fd = -1;
 	m->pool.fd = -1;
 	m->limit = UINT64_MAX;
@@ -271,10 +297,11 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
 		snprintf(pool_name, sizeof(pool_name), "%s-pool", m->shm_name);
 		r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_name, t->lim.pool_size,
-						   t->cfg.device, &m->pool);
+						   m->pool_dev, &m->pool);
 		if (r) {
-			snprintf(err, errlen, "memory '%s' cannot create a %llu-byte pool: %s",
-				 t->mem->name, (unsigned long long)t->lim.pool_size, strerror(-r));
+			snprintf(err, errlen, "memory '%s' cannot create a %llu-byte pool on device "
+				 "%d: %s", t->mem->name, (unsigned long long)t->lim.pool_size,
+				 (int)m->pool_dev, strerror(-r));
 			m->pool.fd = -1;
 			m->pool.base = NULL;
 			goto err;
@@ -287,12 +314,12 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 		/* Where it starts in every stream there is (read before it is visible: it can
 		 * miss nothing published after its attach completes). */
 		for (uint32_t k = 0; k < t->lim.max_publishers; k++)
-			if (t->pubs[k])
+			if (t->pubs[k] && rgapsd__member_reads(m, t->pubs[k]))
 				rgaps_sub_region_set_cursor(m->map, &t->lim, k, t->pubs[k]->gen,
 							    start_of(t, t->pubs[k]),
 							    RGAPS_CURSOR_FRESH);
 	}
-	if (!own) {
+	if (!spec->own) {
 		r = remap_read_only(m);
 		if (r) {
 			snprintf(err, errlen, "cannot map %s read-only: %s", m->shm_name,
@@ -372,8 +399,8 @@ static bool drained(struct rgapsd_topic *t, const struct rgapsd_member *p)
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
 		const struct rgapsd_member *sm = t->subs[j];
 
-		if (!sm)
-			continue;
+		if (!sm || !rgapsd__member_reads(sm, p))
+			continue; /* it reads other streams: nothing of this one to wait for */
 		if (rgaps_sub_position(&t->lim, sm->map, p->slot, p->gen, s.tail, limit) < limit ||
 		    rgaps_sub_holds_stream(&t->lim, sm->map, p->gen))
 			return false;
@@ -429,8 +456,10 @@ static void on_sweep(uv_timer_t *timer)
 	struct rgapsd *d = timer->data;
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
 
-	for (struct rgapsd_topic *t = d->topics; t; t = t->next)
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
+		rgapsd__topic_gpus_sweep(t, now);
 		sweep_topic(t, now);
+	}
 }
 
 void rgapsd__members_start(struct rgapsd *d)
@@ -498,8 +527,8 @@ static void add_u64(cJSON *o, const char *key, uint64_t v)
 }
 
 int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
-		      enum rgapsd_member_kind watch, cJSON *reply, int *fds, int *nfds_p,
-		      int max_fds)
+		      enum rgapsd_member_kind watch, int32_t serve, cJSON *reply, int *fds,
+		      int *nfds_p, int max_fds)
 {
 	cJSON *add = cJSON_AddArrayToObject(reply, "members");
 	cJSON *rem = cJSON_AddArrayToObject(reply, "remove");
@@ -512,8 +541,12 @@ int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 	rgaps_require(n == told->n);
 	for (uint32_t i = 0; i < n; i++) {
 		struct rgapsd_member *m = tab[i];
-		uint64_t g = m ? m->gen : 0;
+		uint64_t g;
 		cJSON *o;
+
+		if (m && m->serve != serve)
+			m = NULL; /* another GPU's streams, or readers of them: not ours to know */
+		g = m ? m->gen : 0;
 
 		if (told->gen[i] && told->gen[i] != g) {
 			o = cJSON_CreateObject();
@@ -549,6 +582,7 @@ int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 			if (pfd >= 0) {
 				cJSON_AddNumberToObject(o, "pool_fd", *nfds_p);
 				cJSON_AddNumberToObject(o, "mem_flags", m->pool.flags);
+				cJSON_AddNumberToObject(o, "pool_device", m->pool_dev);
 				fds[(*nfds_p)++] = pfd;
 			}
 			if (m->state == RGAPSD_MEMBER_DRAINING)

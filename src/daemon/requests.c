@@ -207,8 +207,8 @@ static void send_attach_reply(struct client *c, cJSON *r)
 		fds[nfds++] = e;
 	}
 	e = rgapsd__told_diff(&c->told, c->topic,
-			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB, r, fds,
-			      &nfds, MAX_REPLY_FDS);
+			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
+			      m->serve, r, fds, &nfds, MAX_REPLY_FDS);
 	if (e)
 		goto err;
 	e = send_json(c->conn, r, fds, nfds);
@@ -266,13 +266,18 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		      const cJSON *req)
 {
 	const char *name = str_field(req, "topic"), *role = str_field(req, "role");
+	const char *pci = str_field(req, "device_pci"), *path;
+	const cJSON *dev = cJSON_GetObjectItemCaseSensitive(req, "device");
 	const struct ucred *cred = rgapsd_conn_cred(conn);
 	struct rgapsd_client_id id;
+	struct rgapsd_member_spec spec = { .conn_id = rgapsd_conn_id(conn), .pid = cred->pid,
+					   .pool_dev = -1 };
 	struct rgapsd_topic *t;
+	int32_t gpu = -1;
 	char err[512];
 	cJSON *r;
 	int rc;
-	bool sub, created;
+	bool sub, created, grant_rw;
 
 	if (!c->hello) {
 		reply_error(d, conn, req, -EPROTO, "say hello (protocol version) before attach");
@@ -290,6 +295,20 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	}
 	if (!role || (strcmp(role, "pub") != 0 && strcmp(role, "sub") != 0)) {
 		reply_error(d, conn, req, -EPROTO, "attach needs role \"pub\" or \"sub\"");
+		return;
+	}
+	/* The client's GPU (issue 8): optional, an ordinal and its PCI address ("0000:3b:00.0"). */
+	if (dev && (!cJSON_IsNumber(dev) || dev->valuedouble < 0 || dev->valuedouble > 1023 ||
+		    dev->valuedouble != (int)dev->valuedouble)) {
+		reply_error(d, conn, req, -EPROTO, "'device' must be a GPU ordinal, 0 to 1023");
+		return;
+	}
+	if (dev)
+		gpu = (int32_t)dev->valuedouble;
+	if (pci && (strlen(pci) >= sizeof(((struct rgaps_mem_topology *)0)->pci[0]) ||
+		    strspn(pci, "0123456789abcdef:.") != strlen(pci))) {
+		reply_error(d, conn, req, -EPROTO,
+			    "'device_pci' must be a PCI address in lower case, like 0000:3b:00.0");
 		return;
 	}
 	sub = role[0] == 's';
@@ -310,14 +329,20 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		t->has_creator = true;
 		t->creator = cred->uid;
 	}
+	/* Which GPU it is on and how that GPU is served: refused here, never at a read. */
+	rc = rgapsd__topic_gpu_attach(t, sub, gpu, pci, &spec.gpu, &spec.serve, &path, &grant_rw,
+				      err, sizeof(err));
+	if (rc) {
+		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
+		return;
+	}
 	rc = rgapsd__told_init(&c->told, t, sub ? RGAPSD_MEMBER_PUB : RGAPSD_MEMBER_SUB);
 	if (rc) {
 		reply_error(d, conn, req, rc, "out of memory");
 		return;
 	}
-	rc = rgapsd__member_create(t, sub ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
-				   rgapsd_conn_id(conn), cred->pid, false, &c->member, err,
-				   sizeof(err));
+	spec.kind = sub ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB;
+	rc = rgapsd__member_create_spec(t, &spec, &c->member, err, sizeof(err));
 	if (rc) {
 		rgapsd__told_free(&c->told);
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
@@ -337,8 +362,12 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	cJSON_AddNumberToObject(r, "device", t->cfg.device);
 	if (!sub)
 		cJSON_AddNumberToObject(r, "mem_flags", c->member->pool.flags);
-	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu)", (int)cred->pid, name,
-		    role, c->member->slot, (unsigned long long)c->member->gen);
+	cJSON_AddNumberToObject(r, "my_device", spec.gpu);
+	cJSON_AddStringToObject(r, "gpu_path", path);
+	cJSON_AddBoolToObject(r, "grant_rw", grant_rw);
+	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu, GPU %d, %s)",
+		    (int)cred->pid, name, role, c->member->slot,
+		    (unsigned long long)c->member->gen, (int)spec.gpu, path);
 	if (sub && t->local_subs++ == 0)
 		rgapsd_remote_subscribers_changed(d, t);
 	/* DESIGN.md 7: a publisher's attach completes once interested peers set the topic up. */
@@ -362,8 +391,8 @@ static void do_sync(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c
 	}
 	r = reply_ok(req);
 	e = rgapsd__told_diff(&c->told, c->topic,
-			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB, r, fds,
-			      &nfds, MAX_REPLY_FDS);
+			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
+			      c->member->serve, r, fds, &nfds, MAX_REPLY_FDS);
 	if (e) {
 		close_fds(fds, nfds);
 		cJSON_Delete(r);
@@ -479,7 +508,7 @@ static uint64_t lag_of(const struct rgapsd_topic *t, const struct rgapsd_member 
 		struct rgaps_pub_snapshot s;
 		uint64_t head;
 
-		if (!p)
+		if (!p || !rgapsd__member_reads(sm, p))
 			continue;
 		rgapsd__member_pub_snapshot(p, &s);
 		head = RGAPS_MIN(s.head, p->limit);
@@ -504,6 +533,15 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(o, "published_bytes", (double)ts.pc.published_bytes);
 	cJSON_AddNumberToObject(o, "pool_size", (double)t->lim.pool_size);
 	cJSON_AddNumberToObject(o, "pool_used", (double)ts.pool_used);
+	{
+		/* Several GPUs: which it serves and how (pool, peer, replica), and the copies. */
+		cJSON *g = rgapsd__topic_gpus_json(t);
+
+		if (g) {
+			cJSON_AddStringToObject(o, "gpu_fanout", t->cfg.gpu_fanout);
+			cJSON_AddItemToObject(o, "gpus", g);
+		}
+	}
 	if (!full)
 		return o;
 	cJSON *rem = cJSON_AddObjectToObject(o, "from_peers");
@@ -540,6 +578,8 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	C("drops_total", ts.sc.drops);
 	C("full_waits", ts.pc.full_waits);
 	C("timeouts", ts.pc.timeouts);
+	C("fenced", ts.pc.fenced);
+	C("fence_waits", ts.pc.fence_waits);
 	C("reclaimed_holds", t->reclaimed_holds);
 	C("reclaimed_loans", t->reclaimed_loans);
 	C("bad_entries_seen", ts.sc.errors);
@@ -569,6 +609,8 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 		cJSON_AddNumberToObject(so, "slot", i);
 		cJSON_AddNumberToObject(so, "pid", sm->pid);
 		cJSON_AddBoolToObject(so, "daemon", sm->own);
+		if (sm->gpu >= 0)
+			cJSON_AddNumberToObject(so, "gpu", sm->gpu);
 		cJSON_AddNumberToObject(so, "lag", (double)lag_of(t, sm));
 		cJSON_AddNumberToObject(so, "taken", (double)s.c.taken);
 		cJSON_AddNumberToObject(so, "drops", (double)s.c.drops);
@@ -593,11 +635,17 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 		cJSON_AddBoolToObject(po, "daemon", p->own);
 		cJSON_AddStringToObject(po, "state",
 					p->state == RGAPSD_MEMBER_DRAINING ? "draining" : "active");
+		if (t->topo) {
+			cJSON_AddNumberToObject(po, "pool_device", p->pool_dev);
+			if (p->serve != RGAPSD_SERVE_ORIGINAL)
+				cJSON_AddNumberToObject(po, "replica_for", p->serve);
+		}
 		cJSON_AddNumberToObject(po, "head_seq", (double)s.head);
 		cJSON_AddNumberToObject(po, "tail_seq", (double)s.tail);
 		cJSON_AddNumberToObject(po, "published", (double)s.c.published);
 		cJSON_AddNumberToObject(po, "loans", (double)s.c.nloans);
 		cJSON_AddNumberToObject(po, "pool_used", (double)s.c.pool_used_bytes);
+		cJSON_AddNumberToObject(po, "fenced", (double)s.c.fenced);
 		cJSON_AddItemToArray(pubs, po);
 	}
 	cJSON_AddItemToObject(o, "config", rgaps_topic_config_to_json(&t->cfg));

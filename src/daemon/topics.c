@@ -6,6 +6,13 @@
  * ("auto": cuda when a GPU is usable, else host, with the reason logged).
  * Its members - one per attachment, with their regions and pools - are in
  * members.c.
+ *
+ * Several GPUs (docs/GPU.md, "Every GPU of a host"): a topic's pools live on
+ * its device; a client on another GPU of the host reads them in place (peer
+ * access) or reads a replica on its own GPU that rgapsd keeps (replicator.c),
+ * as gpu_fanout says or, with "auto", as the link between the two GPUs and
+ * the message size suggest. Decided per GPU at its first attach, logged with
+ * the reason; a GPU that cannot be served is refused at attach.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +22,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "../common/log.h"
 #include "../common/shm.h"
@@ -90,8 +99,336 @@ const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d
 	return NULL;
 }
 
+/*
+ * Peer access over PCIe pays off for small messages only: every subscriber's
+ * read crosses the link, where a replica is copied across it once. Up to this
+ * size "auto" reads in place over PCIe, above it replicates; over NVLink it
+ * always reads in place. (Provisional: to be set from the multi-GPU benchmark,
+ * docs/BENCHMARKS.md; the lent machines have NVLink.)
+ */
+#define PEER_PCIE_MAX_MESSAGE (1ull << 20)
+#define REPLICATOR_IDLE_NS (2ull * 1000 * 1000 * 1000) /* no subscriber left: stop after */
+
+static const char *link_name(uint8_t kind)
+{
+	switch (kind) {
+	case RGAPS_MEM_LINK_NVLINK:
+		return "NVLink";
+	case RGAPS_MEM_LINK_PCIE:
+		return "PCIe";
+	case RGAPS_MEM_LINK_SELF:
+		return "same GPU";
+	default:
+		return "no peer access";
+	}
+}
+
+static bool serves(const struct rgapsd_topic *t, uint32_t g)
+{
+	if (!t->cfg.ndevices)
+		return true;
+	for (uint32_t i = 0; i < t->cfg.ndevices; i++)
+		if (t->cfg.devices[i] == g)
+			return true;
+	return false;
+}
+
+/* The topology, once per topic, and the checks of "devices" against it. */
+static int topic_gpus_init(struct rgapsd_topic *t, char *err, size_t errlen)
+{
+	struct rgaps_mem_topology *topo = calloc(1, sizeof(*topo));
+	char line[512] = "";
+	size_t n = 0;
+
+	if (!topo) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	topo->struct_size = sizeof(*topo);
+	if (t->mem->ops.memory.topology(t->mem->ctx, topo) != 0 || topo->ndevices == 0 ||
+	    topo->ndevices > RGAPS_MEM_MAX_DEVICES) {
+		free(topo); /* no devices: one pool for everyone, as on a host topic */
+		return 0;
+	}
+	if (t->cfg.ndevices && !serves(t, (uint32_t)t->cfg.device)) {
+		snprintf(err, errlen, "\"devices\" must hold the topic's \"device\" (%d), where "
+			 "its pools live", (int)t->cfg.device);
+		free(topo);
+		return -EINVAL;
+	}
+	t->gpus = calloc(topo->ndevices, sizeof(*t->gpus));
+	if (!t->gpus) {
+		free(topo);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	t->topo = topo;
+	if ((uint32_t)t->cfg.device < topo->ndevices) {
+		t->gpus[t->cfg.device].role = RGAPSD_GPU_POOL;
+		snprintf(t->gpus[t->cfg.device].why, sizeof(t->gpus[0].why),
+			 "the topic's device: its pools live here");
+	}
+	for (uint32_t i = 0; i < t->cfg.ndevices; i++)
+		if (t->cfg.devices[i] >= topo->ndevices)
+			rgaps_warn("topic '%s': \"devices\" lists GPU %u, but only %u are visible",
+				   t->cfg.name, t->cfg.devices[i], topo->ndevices);
+	for (uint32_t g = 0; g < topo->ndevices && n + 64 < sizeof(line); g++)
+		if (g != (uint32_t)t->cfg.device && (uint32_t)t->cfg.device < topo->ndevices)
+			n += (size_t)snprintf(line + n, sizeof(line) - n, "%s GPU %u: %s", n ? ";" : "",
+					      g, link_name(topo->link[g][t->cfg.device].kind));
+	rgaps_info("topic '%s': %u GPU%s (links learned from %s), pools on GPU %d, gpu_fanout %s%s%s",
+		   t->cfg.name, topo->ndevices, topo->ndevices == 1 ? "" : "s", topo->how,
+		   (int)t->cfg.device, t->cfg.gpu_fanout, n ? "; to the pools from" : "", line);
+	return 0;
+}
+
+/* Decide how GPU g (not the pool's) is served; err says why when it cannot be. */
+static int gpu_decide(struct rgapsd_topic *t, uint32_t g, char *err, size_t errlen)
+{
+	struct rgapsd_gpu *gp = &t->gpus[g];
+	uint32_t d = (uint32_t)t->cfg.device;
+	const struct rgaps_mem_link *l = &t->topo->link[g][d];
+	bool peer_ok = l->kind == RGAPS_MEM_LINK_NVLINK || l->kind == RGAPS_MEM_LINK_PCIE;
+	char rank[32] = "";
+
+	if (l->rank >= 0)
+		snprintf(rank, sizeof(rank), ", performance rank %d", l->rank);
+	if (strcmp(t->cfg.gpu_fanout, "peer") == 0) {
+		if (!peer_ok) {
+			snprintf(err, errlen, "GPU %u has no peer access to GPU %u, where the topic's "
+				 "pools live, and gpu_fanout is \"peer\": set it to \"replicate\" "
+				 "or \"auto\", or run on GPU %u", g, d, d);
+			return -ENODEV;
+		}
+		gp->role = RGAPSD_GPU_PEER;
+		snprintf(gp->why, sizeof(gp->why), "reads the pools on GPU %u in place over %s%s "
+			 "(gpu_fanout peer)", d, link_name(l->kind), rank);
+	} else if (strcmp(t->cfg.gpu_fanout, "replicate") == 0) {
+		gp->role = RGAPSD_GPU_REPLICA;
+		snprintf(gp->why, sizeof(gp->why), "a replica of each message copied once from "
+			 "GPU %u (gpu_fanout replicate; link: %s)", d, link_name(l->kind));
+	} else if (!peer_ok) {
+		gp->role = RGAPSD_GPU_REPLICA;
+		snprintf(gp->why, sizeof(gp->why), "a replica copied once from GPU %u through host "
+			 "memory (auto: no peer access between the two)", d);
+	} else if (l->kind == RGAPS_MEM_LINK_PCIE &&
+		   t->cfg.max_message_size > PEER_PCIE_MAX_MESSAGE) {
+		gp->role = RGAPSD_GPU_REPLICA;
+		snprintf(gp->why, sizeof(gp->why), "a replica copied once from GPU %u (auto: PCIe "
+			 "peer link%s; messages up to %llu MiB cost every reader a PCIe read, more "
+			 "than one copy)", d, rank,
+			 (unsigned long long)(t->cfg.max_message_size >> 20));
+	} else {
+		gp->role = RGAPSD_GPU_PEER;
+		snprintf(gp->why, sizeof(gp->why), "reads the pools on GPU %u in place over %s%s "
+			 "(auto)", d, link_name(l->kind), rank);
+	}
+	/* A pool that cannot be opened to g (cudaIpc sharing) makes peer access impossible. */
+	if (gp->role == RGAPSD_GPU_PEER) {
+		for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
+			struct rgapsd_member *p = t->pubs[k];
+			int e;
+
+			if (!p || p->serve != RGAPSD_SERVE_ORIGINAL)
+				continue;
+			e = t->mem->ops.memory.pool_grant(t->mem->ctx, &p->pool, (int32_t)g,
+							  RGAPS_MEM_GRANT_READ);
+			if (e == -ENOTSUP && strcmp(t->cfg.gpu_fanout, "auto") == 0) {
+				gp->role = RGAPSD_GPU_REPLICA;
+				snprintf(gp->why, sizeof(gp->why), "a replica copied once from GPU %u "
+					 "(auto: the pools cannot be opened to another GPU, as "
+					 "cudaIpc pools cannot)", d);
+			} else if (e == -ENOTSUP) {
+				gp->role = RGAPSD_GPU_UNSET;
+				snprintf(err, errlen, "the topic's pools cannot be opened to GPU %u "
+					 "(cudaIpc sharing) and gpu_fanout is \"peer\"", g);
+				return -ENODEV;
+			}
+			break; /* one pool answers for all */
+		}
+	}
+	rgaps_info("topic '%s': GPU %u -> %s: %s", t->cfg.name, g,
+		   gp->role == RGAPSD_GPU_PEER ? "peer" : "replica", gp->why);
+	return 0;
+}
+
+int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, const char *pci,
+			     int32_t *gpu_p, int32_t *serve_p, const char **path_p, bool *grant_rw_p,
+			     char *err, size_t errlen)
+{
+	uint32_t d = (uint32_t)t->cfg.device;
+	struct rgapsd_gpu *gp;
+	int r;
+
+	*gpu_p = -1;
+	*serve_p = RGAPSD_SERVE_ORIGINAL;
+	*path_p = "local";
+	*grant_rw_p = false;
+	if (!t->topo)
+		return 0; /* host memory, or no device: one pool, readable by everyone */
+	/* Clients may number GPUs otherwise (CUDA_VISIBLE_DEVICES): the PCI address decides. */
+	if (pci && pci[0]) {
+		for (uint32_t i = 0; i < t->topo->ndevices; i++) {
+			if (strcmp(t->topo->pci[i], pci) != 0)
+				continue;
+			if ((int32_t)i != gpu)
+				rgaps_info("topic '%s': the client's GPU %d (PCI %s) is GPU %u here",
+					   t->cfg.name, (int)gpu, pci, i);
+			gpu = (int32_t)i;
+			break;
+		}
+	}
+	if (gpu < 0)
+		return 0; /* unknown: served as on the pool's GPU */
+	if ((uint32_t)gpu >= t->topo->ndevices) {
+		snprintf(err, errlen, "GPU %d does not exist here: rgapsd sees %u GPU%s (is "
+			 "CUDA_VISIBLE_DEVICES set differently?)", (int)gpu, t->topo->ndevices,
+			 t->topo->ndevices == 1 ? "" : "s");
+		return -ENODEV;
+	}
+	if (!serves(t, (uint32_t)gpu)) {
+		char list[160] = "";
+		size_t n = 0;
+
+		for (uint32_t i = 0; i < t->cfg.ndevices && n + 8 < sizeof(list); i++)
+			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%u", i ? ", " : "",
+					      t->cfg.devices[i]);
+		snprintf(err, errlen, "the topic serves GPUs %s only (its \"devices\"); this "
+			 "client is on GPU %d", list, (int)gpu);
+		return -ENODEV;
+	}
+	*gpu_p = gpu;
+	if ((uint32_t)gpu == d)
+		return 0;
+	if (!sub) {
+		/* A publisher copies into its pool on GPU d from anywhere (the driver stages
+		 * what peer access cannot); its own kernels may write loans with access. */
+		uint8_t k = t->topo->link[gpu][d].kind;
+
+		*grant_rw_p = k == RGAPS_MEM_LINK_NVLINK || k == RGAPS_MEM_LINK_PCIE;
+		return 0;
+	}
+	gp = &t->gpus[gpu];
+	if (gp->role == RGAPSD_GPU_UNSET) {
+		r = gpu_decide(t, (uint32_t)gpu, err, errlen);
+		if (r)
+			return r;
+	}
+	if (gp->role == RGAPSD_GPU_PEER) {
+		*path_p = "peer";
+		return 0;
+	}
+	if (!gp->rep) {
+		r = rgapsd__replicator_start(t, gpu, &gp->rep, err, errlen);
+		if (r)
+			return r;
+	}
+	gp->idle_since = 0;
+	*serve_p = gpu;
+	*path_p = "replica";
+	return 0;
+}
+
+static const char *role_name(enum rgapsd_gpu_role r)
+{
+	switch (r) {
+	case RGAPSD_GPU_POOL:
+		return "pool";
+	case RGAPSD_GPU_PEER:
+		return "peer";
+	case RGAPSD_GPU_REPLICA:
+		return "replica";
+	default:
+		return "unused";
+	}
+}
+
+cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
+{
+	cJSON *arr;
+
+	if (!t->topo)
+		return NULL;
+	arr = cJSON_CreateArray();
+	for (uint32_t g = 0; arr && g < t->topo->ndevices; g++) {
+		const struct rgapsd_gpu *gp = &t->gpus[g];
+		uint32_t nsub = 0, npub = 0;
+		uint64_t copies = gp->copies, bytes = gp->bytes, lost = gp->lost;
+		cJSON *o;
+
+		for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
+			nsub += t->subs[j] && t->subs[j]->conn_id && t->subs[j]->gpu == (int32_t)g;
+		for (uint32_t k = 0; k < t->lim.max_publishers; k++)
+			npub += t->pubs[k] && t->pubs[k]->conn_id && t->pubs[k]->gpu == (int32_t)g;
+		if (gp->role == RGAPSD_GPU_UNSET && !nsub && !npub)
+			continue;
+		o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "device", g);
+		cJSON_AddStringToObject(o, "role", role_name(gp->role));
+		cJSON_AddStringToObject(o, "why", gp->why);
+		cJSON_AddStringToObject(o, "link", link_name(t->topo->link[g][t->cfg.device].kind));
+		cJSON_AddNumberToObject(o, "subscribers", nsub);
+		cJSON_AddNumberToObject(o, "publishers", npub);
+		if (gp->rep) {
+			struct rgapsd_replicator_stats st;
+
+			rgapsd__replicator_stats(gp->rep, &st);
+			copies += st.copies;
+			bytes += st.bytes;
+			lost += st.lost;
+			cJSON_AddNumberToObject(o, "replica_stream", (double)st.stream);
+			cJSON_AddStringToObject(o, "copy", st.how);
+		}
+		/* Per-GPU copies: the replica copies rgapsd made to this GPU (pool and peer: 0). */
+		cJSON_AddNumberToObject(o, "copies", (double)copies);
+		cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+		cJSON_AddNumberToObject(o, "lost", (double)lost);
+		cJSON_AddItemToArray(arr, o);
+	}
+	return arr;
+}
+
+static void replicator_retire(struct rgapsd_gpu *gp)
+{
+	struct rgapsd_replicator_stats st;
+
+	rgapsd__replicator_stats(gp->rep, &st);
+	gp->copies += st.copies;
+	gp->bytes += st.bytes;
+	gp->lost += st.lost;
+	rgapsd__replicator_stop(gp->rep);
+	gp->rep = NULL;
+}
+
+void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
+{
+	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++) {
+		struct rgapsd_gpu *gp = &t->gpus[g];
+		bool readers = false;
+
+		if (!gp->rep)
+			continue;
+		for (uint32_t j = 0; j < t->lim.max_subscribers && !readers; j++)
+			readers = t->subs[j] && t->subs[j]->serve == (int32_t)g;
+		if (readers) {
+			gp->idle_since = 0;
+		} else if (!gp->idle_since) {
+			gp->idle_since = now;
+		} else if (now - gp->idle_since > REPLICATOR_IDLE_NS) {
+			rgaps_info("topic '%s': no subscriber left on GPU %u: its replicator stops",
+				   t->cfg.name, g);
+			replicator_retire(gp);
+		}
+	}
+}
+
 static void topic_free(struct rgapsd_topic *t)
 {
+	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++)
+		if (t->gpus[g].rep)
+			replicator_retire(&t->gpus[g]);
+	free(t->gpus);
+	free(t->topo);
 	if (t->pubs && t->subs)
 		rgapsd__members_destroy(t);
 	free(t->pubs);
@@ -143,6 +480,9 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 		snprintf(err, errlen, "topic configuration out of bounds");
 		goto err_free;
 	}
+	r = topic_gpus_init(t, err, errlen);
+	if (r)
+		goto err_free;
 	t->pubs = calloc(t->lim.max_publishers, sizeof(*t->pubs));
 	t->subs = calloc(t->lim.max_subscribers, sizeof(*t->subs));
 	if (!t->pubs || !t->subs) {

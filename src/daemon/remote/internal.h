@@ -81,6 +81,7 @@ struct rt_local_sub {
 	struct rgapsd_member **streams; /* [max_publishers]: referenced while viewed */
 	struct rgapsd_member **leaving; /* cleared while a message of it is held */
 	uint32_t nleaving;
+	struct rgaps_fence_cache *fences; /* publishers' fences (stream order), forwarder thread */
 	bool open;
 };
 

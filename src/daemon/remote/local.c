@@ -58,6 +58,8 @@ static int sub_sync(void *arg)
 	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
 		struct rgapsd_member *m = t->pubs[k], *cur = s->streams[k];
 
+		if (m && !rgapsd__member_reads(s->self, m))
+			m = NULL; /* a replica for another GPU (replicator.c): never forwarded */
 		if (cur && cur != m) {
 			s->streams[k] = NULL;
 			if (rgaps_sub_clear_stream(s->sub, k) || leaving_push(s, cur))
@@ -112,6 +114,29 @@ err:
 	return r;
 }
 
+/*
+ * A message published in stream order is sent only once its copy is done:
+ * waited for here, on the forwarder thread. One whose copy never completes
+ * (its publisher crashed) is dropped, and its stream's next message carries
+ * the gap. 0: send it; -EAGAIN: dropped, take the next.
+ */
+static int settle(struct rt_local_sub *s, const struct rgaps_sub_msg *msg)
+{
+	struct rgapsd_member *src = s->streams[msg->slot]; /* referenced while held */
+	int e;
+
+	if (!(msg->flags & RGAPS_ENTRY_FENCE) || msg->token == UINT32_MAX || !src)
+		return 0;
+	e = rgapsd__msg_fence_wait(s->t, &s->fences, msg, src, NULL);
+	if (!e)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	rgaps_sub_release(s->sub, msg->token);
+	rgaps_sub_add_gap(s->sub, msg->slot, msg->stream, 1);
+	pthread_mutex_unlock(&s->lock);
+	return -EAGAIN;
+}
+
 int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p)
 {
 	uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ull;
@@ -123,6 +148,10 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 
 		pthread_mutex_lock(&s->lock);
 		r = rgaps_sub_take(s->sub, 0, 0, &msg);
+		pthread_mutex_unlock(&s->lock);
+		if (!r && settle(s, &msg))
+			continue;
+		pthread_mutex_lock(&s->lock);
 		if (!r) {
 			*m_p = (struct rt_local_msg){
 				.seq = msg.seq,
@@ -167,6 +196,7 @@ void rt_local_sub_close(struct rt_local_sub *s)
 	if (!s->open)
 		return;
 	rgaps_sub_destroy(s->sub);
+	rgaps_fence_cache_destroy(s->fences);
 	for (uint32_t k = 0; k < s->t->lim.max_publishers; k++)
 		if (s->streams[k])
 			rgapsd__member_put(s->streams[k]);
@@ -190,6 +220,8 @@ static int pub_sync(void *arg)
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
 		struct rgapsd_member *m = t->subs[j], *cur = p->subs[j];
 
+		if (m && !rgapsd__member_reads(m, p->self))
+			m = NULL; /* it reads a replica (replicator.c), not what lands here */
 		if (cur == m)
 			continue;
 		if (cur) {
