@@ -272,6 +272,30 @@ static int take_once(rgaps_subscriber_t *sub, int t, uint32_t spin, struct rgaps
 	return r;
 }
 
+/*
+ * Wait on this thread until a pending release's fence completes (deadline 0:
+ * do not wait). 0, or -EAGAIN / -ETIMEDOUT when none did in time.
+ */
+static int wait_release(rgaps_subscriber_t *sub, uint64_t deadline)
+{
+	for (uint32_t k = 0; k < sub->a.lim.max_holds; k++) {
+		int e;
+
+		if (!__atomic_load_n(&sub->releasing[k], __ATOMIC_ACQUIRE))
+			continue;
+		if (!deadline)
+			break;
+		e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k], deadline,
+					  NULL, NULL);
+		if (e == -ETIMEDOUT)
+			return e;
+		complete_releases(sub);
+		return 0;
+	}
+	complete_releases(sub);
+	return deadline ? 0 : -EAGAIN;
+}
+
 static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, bool async,
 		void *stream)
 {
@@ -307,6 +331,13 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 		spin = 0;
 		if (r == -ETIMEDOUT && t != timeout_ms)
 			continue; /* a slice ended: look at the releases, then again */
+		if (r == -ENOBUFS && __atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE)) {
+			/* Every hold is taken, some by releases the GPU has not finished yet. */
+			r = wait_release(sub, timeout_ms == 0 ? 0 : deadline);
+			if (r)
+				return r;
+			continue;
+		}
 		if (r)
 			return r;
 		if ((m.flags & RGAPS_ENTRY_FENCE) && m.token != UINT32_MAX) {

@@ -1,0 +1,134 @@
+#!/bin/bash
+# rgapsd's multi-GPU logic and the stream-order API, on emulated devices (the
+# host memory plugin with RGAPS_HOST_DEVICES, docs/GPU.md "Testing without a
+# GPU"), so that they run on every machine; tests/gpu/gpu_multi.sh runs the
+# same on real GPUs. Three emulated GPUs: 0 and 1 linked by "NVLink", 2 with no
+# peer access to 0 (RGAPS_HOST_LINKS), pools on GPU 0.
+#  1. gpu_fanout auto: subscribers on GPUs 0, 1 and 2 verify every byte; 0 reads
+#     the pool, 1 by peer access, 2 a replica; one copy per message to GPU 2.
+#  2. gpu_fanout replicate: two subscribers on GPU 1, one copy per message (not
+#     one per subscriber), from loans written on GPU 1.
+#  3. gpu_fanout peer: GPU 2 is refused at attach, with the reason in the log;
+#     devices [0, 1]: GPU 2 refused; GPU 7 (no such GPU) refused.
+#  4. SIGKILL of a subscriber holding replica messages: every pool back to idle,
+#     the replicator stops once its GPU has no subscriber left.
+#  5. Stream order with slow emulated fences: push_async and commit_async, read
+#     by take (waits on the host) and take_async + release_async, on every path.
+# Run: RGAPS_BUILD=<build dir> bash tests/gpu/multigpu_host.sh
+. "$(dirname "$0")/../integration/lib.sh"
+CLIENT="$RGAPS_BUILD/tests/gpu/gpu-host-client"
+[ -x "$CLIENT" ] || fail "$CLIENT not built"
+flat() { tr -d ' \t\n'; }
+# gpu_field TOPIC DEVICE FIELD: a field of the topic's per-GPU stats entry
+gpu_field() {
+	"$RGAPS" stats "$1" --json | flat | grep -o "\"device\":$2,\"role\"[^}]*" |
+		grep -o "\"$3\":[^,]*" | head -1 | cut -d: -f2 | tr -d '"'
+}
+gpu_is() { test "$(gpu_field "$1" "$2" "$3")" = "$4"; }
+
+export RGAPS_HOST_DEVICES=3 RGAPS_HOST_LINKS="nvlink;2-0=none;0-2=none"
+mkdir -p "$T/topics.d"
+echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"
+for t in auto:auto rep:replicate peer:peer; do
+	printf '{ "memory": "host", "pool_size": "16MiB", "max_message_size": "1MiB", "gpu_fanout": "%s" }\n' \
+		"${t#*:}" >"$T/topics.d/h${t%%:*}.json"
+done
+printf '{ "memory": "host", "devices": [0, 1] }\n' >"$T/topics.d/hdev.json"
+printf '{ "memory": "host", "pool_size": "16MiB", "max_message_size": "1MiB", "max_holds": 8 }\n' \
+	>"$T/topics.d/hkill.json"
+start_daemon -c "$T/rgapsd.json"
+N=200
+
+# 1. auto: pool, peer, replica
+for g in 0 1 2; do
+	path=(local peer replica)
+	bg "a$g" "$CLIENT" sub hauto $N --device $g --path "${path[$g]}"
+done
+# (a topic's "subscribers" count rgapsd's own too: GPU 2's replicator is one)
+wait_until 10 subs_are hauto 4 || fail "3 subscribers did not attach to hauto: $(cat "$T"/a*.out)"
+"$CLIENT" pub hauto $N 64KiB --device 0 >"$T/apub.out" 2>&1 || fail "pub: $(cat "$T/apub.out")"
+for g in 0 1 2; do
+	wait_ok "a$g"
+	grep -q "received $N verified $N mismatched 0 gaps 0" "$T/a$g.out" || fail "a$g: $(cat "$T/a$g.out")"
+done
+gpu_is hauto 0 role pool && gpu_is hauto 1 role peer && gpu_is hauto 2 role replica ||
+	fail "hauto roles: $("$RGAPS" stats hauto --json | flat | grep -o '"gpus":\[[^]]*')"
+gpu_is hauto 2 copies $N || fail "GPU 2 got $(gpu_field hauto 2 copies) replica copies, expected $N"
+gpu_is hauto 2 bytes $((N * 65536)) || fail "GPU 2 replica bytes: $(gpu_field hauto 2 bytes)"
+gpu_is hauto 1 copies 0 || fail "GPU 1 (peer) got copies"
+grep -q "topic 'hauto': GPU 1 -> peer: reads the pools on GPU 0 in place over NVLink" "$T/rgapsd.log" ||
+	fail "no logged reason for GPU 1"
+grep -q "topic 'hauto': GPU 2 -> replica: a replica copied once from GPU 0 through host memory (auto: no peer access" \
+	"$T/rgapsd.log" || fail "no logged reason for GPU 2"
+grep "topic 'hauto': GPU\|replicator for GPU" "$T/rgapsd.log" | sed 's/^/   /'
+ok "auto: GPUs 0 (pool), 1 (peer), 2 (replica) verified $N messages each; $N copies to GPU 2"
+
+# 2. replicate: one copy per message whatever the number of subscribers on the GPU
+for i in 1 2; do bg "r$i" "$CLIENT" sub hrep $N --device 1 --path replica; done
+bg r0 "$CLIENT" sub hrep $N --device 0 --path local
+wait_until 10 subs_are hrep 4 || fail "subscribers did not attach to hrep"
+"$CLIENT" pub hrep $N 1MiB --device 1 --loan >"$T/rpub.out" 2>&1 || fail "pub: $(cat "$T/rpub.out")"
+for i in 0 1 2; do
+	wait_ok "r$i"
+	grep -q "received $N verified $N mismatched 0 gaps 0" "$T/r$i.out" || fail "r$i: $(cat "$T/r$i.out")"
+done
+gpu_is hrep 1 copies $N || fail "GPU 1 got $(gpu_field hrep 1 copies) copies for 2 subscribers, expected $N"
+gpu_is hrep 1 copy peer || fail "GPU 1 replicas should be copied GPU to GPU"
+"$RGAPS" stats hrep --json | flat | grep -q '"replica_for":1' || fail "no replica stream in stats"
+ok "replicate: 2 subscribers on GPU 1 and 1 on GPU 0 verified $N messages (1 MiB, loans from GPU 1); $N copies to GPU 1"
+
+# 3. refusals: peer without peer access, a GPU outside devices, a GPU that does not exist
+"$CLIENT" attach sub hpeer --device 1 >/dev/null || fail "GPU 1 refused on hpeer"
+out=$("$CLIENT" attach sub hpeer --device 2) && fail "GPU 2 attached to hpeer (no peer access)"
+echo "$out" | grep -q "refused: No such device" || fail "GPU 2 on hpeer: $out"
+grep -q "no_device: topic 'hpeer': GPU 2 has no peer access to GPU 0, where the topic's pools live, and gpu_fanout is \"peer\"" \
+	"$T/rgapsd.log" || fail "no reason logged for GPU 2 on hpeer"
+out=$("$CLIENT" attach pub hdev --device 2) && fail "GPU 2 attached to hdev"
+grep -q "topic 'hdev': the topic serves GPUs 0, 1 only (its \"devices\"); this client is on GPU 2" \
+	"$T/rgapsd.log" || fail "no reason logged for hdev"
+out=$("$CLIENT" attach sub hauto --device 7) && fail "GPU 7 attached"
+grep -q "GPU 7 does not exist here: rgapsd sees 3 GPUs" "$T/rgapsd.log" || fail "no reason for GPU 7"
+grep -E "no_device" "$T/rgapsd.log" | sed 's/^.*no_device/   no_device/'
+ok "refusals at attach: no peer access under peer, outside devices, no such GPU (ENODEV, reason logged)"
+
+# 4. SIGKILL of a replica reader holding messages
+BG_TIMEOUT=60 bg holder "$CLIENT" sub hkill 0 --device 2 --hold 8 --timeout 50
+bg steady "$CLIENT" sub hkill 40 --device 2
+wait_until 10 subs_are hkill 3 || fail "subscribers did not attach to hkill"
+"$CLIENT" pub hkill 40 256KiB --device 0 >"$T/kpub.out" 2>&1 || fail "pub: $(cat "$T/kpub.out")"
+wait_until 10 grep -q "holding 8" "$T/holder.out" || fail "holder: $(cat "$T/holder.out")"
+wait_ok steady
+used=$(pool_used hkill)
+[ "$used" -ge $((8 * 262144)) ] || fail "the replica should hold 8 messages, pools hold $used"
+kill9 holder
+wait_until 10 pool_is hkill 0 || fail "pools not idle after SIGKILL: $(pool_used hkill)"
+wait_until 10 grep -q "topic 'hkill': replicator for GPU 2 stopped after 40 copies" "$T/rgapsd.log" ||
+	fail "the replicator did not stop: $(grep hkill "$T/rgapsd.log" | tail -3)"
+ok "SIGKILLed replica reader: its 8 messages ($used bytes) reclaimed, pools idle, replicator stopped"
+
+# 5. stream order, with fences that complete 3 ms after their record
+stop_daemon
+export RGAPS_HOST_FENCE_DELAY_US=3000
+start_daemon -c "$T/rgapsd.json"
+M=60
+bg s0 "$CLIENT" sub hauto $M --device 0
+bg s1 "$CLIENT" sub hauto $M --device 1 --async
+bg s2 "$CLIENT" sub hauto $M --device 2 --async
+bg s3 "$CLIENT" sub hauto $M --device 2
+wait_until 10 subs_are hauto 5 || fail "subscribers did not attach"
+"$CLIENT" pub hauto $((M / 2)) 128KiB --device 0 --async >"$T/spub1.out" 2>&1 || fail "push_async: $(cat "$T/spub1.out")"
+"$CLIENT" pub hauto $((M / 2)) 128KiB --device 0 --async --loan >"$T/spub2.out" 2>&1 ||
+	fail "commit_async: $(cat "$T/spub2.out")"
+for i in 0 1 2 3; do
+	wait_ok "s$i"
+	grep -q "received $M verified $M mismatched 0 gaps 0" "$T/s$i.out" || fail "s$i: $(cat "$T/s$i.out")"
+done
+fenced=$("$RGAPS" stats hauto --json | flat | grep -o '"fenced":[0-9]*' | head -1 | cut -d: -f2)
+[ "$fenced" = "$M" ] || fail "$fenced messages published with a fence, expected $M"
+wait_until 10 pool_is hauto 0 || fail "pools not idle after the stream-ordered run: $(pool_used hauto)"
+ok "stream order: $M fenced messages (push_async, commit_async) verified by take and take_async + release_async on the pool, peer and replica paths"
+
+stop_daemon
+ls /dev/shm | grep -q "rgaps-$INSTANCE-" && fail "segments left after SIGTERM"
+ls /dev/shm | grep -q "rgaps-hostfence-" && fail "emulated fences left: $(ls /dev/shm | grep hostfence | head)"
+ok "clean shutdown"
