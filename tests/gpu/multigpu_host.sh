@@ -62,6 +62,16 @@ grep -q "topic 'hauto': GPU 2 -> replica: a replica copied once from GPU 0 throu
 	"$T/rgapsd.log" || fail "no logged reason for GPU 2"
 grep "topic 'hauto': GPU\|replicator for GPU" "$T/rgapsd.log" | sed 's/^/   /'
 ok "auto: GPUs 0 (pool), 1 (peer), 2 (replica) verified $N messages each; $N copies to GPU 2"
+# The tools show it: rgaps topics, rgaps stats, rgaps-top
+"$RGAPS" topics | grep -q "^hauto .* 0:pool 1:peer 2:replica$" || fail "rgaps topics: $("$RGAPS" topics)"
+"$RGAPS" stats hauto | grep -q "GPU 2: replica, 0 subs, 0 pubs, $N copies ($((N * 65536)) bytes), 0 lost: a replica" ||
+	fail "rgaps stats: $("$RGAPS" stats hauto | grep GPU)"
+if [ -x "$RGAPS_BUILD/tools/rgaps-top" ]; then
+	timeout -k 2 20 "$RGAPS_BUILD/tools/rgaps-top" --batch 1 >"$T/top.out" 2>&1 || fail "rgaps-top: $(cat "$T/top.out")"
+	grep -q "^GPUS (pool" "$T/top.out" && grep -qE "hauto +2 +replica +no peer access +0 +0 +$N " "$T/top.out" ||
+		fail "rgaps-top shows no GPU table: $(grep -A6 GPUS "$T/top.out")"
+fi
+ok "rgaps topics, rgaps stats and rgaps-top show each GPU's role and its copies"
 
 # 2. replicate: one copy per message whatever the number of subscribers on the GPU
 for i in 1 2; do bg "r$i" "$CLIENT" sub hrep $N --device 1 --path replica; done

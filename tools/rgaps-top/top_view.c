@@ -624,6 +624,10 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	static const struct col pub_cols[] = {
 		{ "TOPIC", true }, { "SLOT" }, { "PID" }, { "PUBLISHED" }, { "PUB/S" }, { "LOANS" },
 	};
+	static const struct col gpu_cols[] = {
+		{ "TOPIC", true }, { "GPU" },	   { "ROLE", true }, { "LINK", true }, { "SUBS" },
+		{ "PUBS" },	   { "COPIES" },   { "COPIES/S" },   { "BYTES" },	  { "LOST" },
+	};
 	static const struct col life_cols[] = {
 		{ "TOPIC", true }, { "LOANS" },	    { "PUBLISHED" }, { "TAKEN" },
 		{ "RELEASED" },	   { "RETIRED" },   { "CANCELLED" }, { "DROPPED" },
@@ -764,6 +768,50 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		}
 	}
 	table_emit(f, &tb);
+
+	/* Several GPUs (issue 8): how each topic serves each GPU, and the copies to it. */
+	{
+		bool any = false;
+
+		for (size_t i = 0; i < n && !any; i++)
+			any = cJSON_GetArraySize(get(rows[i].t, "gpus")) > 0;
+		if (any) {
+			top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
+			top_frame_printf(f, TOP_ATTR_HEADING,
+					 "GPUS (pool: the topic's device; peer: reads it in place; "
+					 "replica: rgapsd copies once per message)");
+			table_init(&tb, gpu_cols, (int)(sizeof(gpu_cols) / sizeof(gpu_cols[0])));
+			for (size_t i = 0; i < n; i++) {
+				const cJSON *g, *pg = get(rows[i].p, "gpus");
+
+				cJSON_ArrayForEach(g, get(rows[i].t, "gpus"))
+				{
+					double lost = top_num(g, "lost");
+					const cJSON *before = NULL, *e;
+					char(*c)[CELL] = table_row(&tb, !isnan(lost) && lost > 0 ?
+										 TOP_ATTR_ALERT :
+										 TOP_ATTR_NONE);
+
+					if (!c)
+						break;
+					cJSON_ArrayForEach(e, pg)
+						if (top_num(e, "device") == top_num(g, "device"))
+							before = e;
+					fmt_str(c[0], CELL, rows[i].name);
+					top_fmt_count(c[1], CELL, top_num(g, "device"));
+					fmt_str(c[2], CELL, top_str(g, "role"));
+					fmt_str(c[3], CELL, top_str(g, "link"));
+					top_fmt_count(c[4], CELL, top_num(g, "sub_count"));
+					top_fmt_count(c[5], CELL, top_num(g, "pub_count"));
+					top_fmt_count(c[6], CELL, top_num(g, "copies"));
+					top_fmt_rate(c[7], CELL, rate_of(g, before, "copies", dt));
+					top_fmt_bytes(c[8], CELL, top_num(g, "bytes"));
+					top_fmt_count(c[9], CELL, lost);
+				}
+			}
+			table_emit(f, &tb);
+		}
+	}
 
 	/*
 	 * Where the topic's local messages are. stats has counters per step, not a

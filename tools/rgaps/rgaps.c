@@ -92,6 +92,25 @@ static double num(const cJSON *o, const char *k)
 	return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
+/* "0:pool 1:peer 2:replica" from a topic's "gpus" (issue 8); "-" on a host without GPUs. */
+static const char *gpus_of(const cJSON *t, char *buf, size_t len)
+{
+	const cJSON *g;
+	size_t n = 0;
+
+	buf[0] = 0;
+	cJSON_ArrayForEach(g, cJSON_GetObjectItem(t, "gpus"))
+	{
+		const cJSON *role = cJSON_GetObjectItem(g, "role");
+
+		if (n + 24 >= len)
+			break;
+		n += (size_t)snprintf(buf + n, len - n, "%s%.0f:%s", n ? " " : "", num(g, "device"),
+				      cJSON_IsString(role) ? role->valuestring : "?");
+	}
+	return buf[0] ? buf : "-";
+}
+
 static int cmd_topics(int argc, char **argv, bool stats)
 {
 	const char *topic = NULL;
@@ -130,14 +149,18 @@ static int cmd_topics(int argc, char **argv, bool stats)
 	}
 	arr = cJSON_GetObjectItem(reply, "topics");
 	if (!stats) {
-		printf("%-24s %-6s %5s %5s %12s %12s %12s\n", "TOPIC", "MEMORY", "PUBS", "SUBS",
-		       "PUBLISHED", "POOL_USED", "POOL_SIZE");
+		printf("%-24s %-6s %5s %5s %12s %12s %12s  %s\n", "TOPIC", "MEMORY", "PUBS", "SUBS",
+		       "PUBLISHED", "POOL_USED", "POOL_SIZE", "GPUS");
 		cJSON_ArrayForEach(t, arr)
-		printf("%-24s %-6s %5.0f %5.0f %12.0f %12.0f %12.0f\n",
-		       cJSON_GetObjectItem(t, "name")->valuestring,
-		       cJSON_GetObjectItem(t, "memory")->valuestring, num(t, "publishers"),
-		       num(t, "subscribers"), num(t, "published"), num(t, "pool_used"),
-		       num(t, "pool_size"));
+		{
+			char gpus[256];
+
+			printf("%-24s %-6s %5.0f %5.0f %12.0f %12.0f %12.0f  %s\n",
+			       cJSON_GetObjectItem(t, "name")->valuestring,
+			       cJSON_GetObjectItem(t, "memory")->valuestring, num(t, "publishers"),
+			       num(t, "subscribers"), num(t, "published"), num(t, "pool_used"),
+			       num(t, "pool_size"), gpus_of(t, gpus, sizeof(gpus)));
+		}
 	} else {
 		cJSON *d = cJSON_GetObjectItem(reply, "daemon");
 
@@ -166,6 +189,18 @@ static int cmd_topics(int argc, char **argv, bool stats)
 			       "queue %.0f/%.0f\n",
 			       num(p, "used_bytes"), num(p, "size"), num(p, "used_blocks"),
 			       num(p, "fragmentation"), num(q, "used"), num(q, "depth"));
+			cJSON_ArrayForEach(s, cJSON_GetObjectItem(t, "gpus"))
+			{
+				cJSON *why = cJSON_GetObjectItem(s, "why");
+				cJSON *role = cJSON_GetObjectItem(s, "role");
+
+				printf("  GPU %.0f: %s, %.0f subs, %.0f pubs, %.0f copies (%.0f bytes), "
+				       "%.0f lost: %s\n",
+				       num(s, "device"), cJSON_IsString(role) ? role->valuestring : "?",
+				       num(s, "sub_count"), num(s, "pub_count"), num(s, "copies"),
+				       num(s, "bytes"), num(s, "lost"),
+				       cJSON_IsString(why) ? why->valuestring : "");
+			}
 			cJSON_ArrayForEach(s, cJSON_GetObjectItem(t, "subscriber_slots"))
 			printf("  sub slot %.0f pid %.0f: taken %.0f lag %.0f drops %.0f holds %.0f\n",
 			       num(s, "slot"), num(s, "pid"), num(s, "taken"), num(s, "lag"),
