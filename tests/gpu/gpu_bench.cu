@@ -58,7 +58,7 @@
 
 extern char **environ;
 
-#define MAX_SUBS 16
+#define MAX_SUBS 32
 #define CHILD_FD 3
 #define READY_SEQ ~0ull
 
@@ -358,7 +358,7 @@ int main(int argc, char **argv)
 		reps.push_back(reps.back());
 	for (uint64_t n : subs)
 		if (n > MAX_SUBS)
-			die("%s", "at most 16 subscribers");
+			die("%s", "at most 32 subscribers");
 	gpu_require("gpu-bench");
 	info.struct_size = sizeof(info);
 	max_size = *std::max_element(sizes.begin(), sizes.end());

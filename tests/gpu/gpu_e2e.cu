@@ -683,6 +683,82 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 		printf("\n");
 		fflush(stdout);
 	}
+	/*
+	 * The plugin's copy tunables (docs/GPU.md, "Copies and streams"), each in its own
+	 * plugin context: copy streams per device, and copies split over them. One
+	 * RESULT line per point: the ratio raw cudaMemcpy D2H time / staging time,
+	 * measured back to back in the same repetition (target >= 0.95).
+	 */
+	{
+		static const struct {
+			const char *name, *streams, *split;
+		} var[] = {
+			{ "1stream", "1", "0" },
+			{ "2streams", "2", "0" },
+			{ "2streams-split", "2", "4194304" },
+			{ "4streams", "4", "0" },
+		};
+		static const uint64_t chunks[] = { 0, CHUNK, 2 * CHUNK, 4 * CHUNK };
+
+		printf("\n== DP1 variants of the plugin's copies (RESULT lines: median ms; ratio = raw "
+		       "cudaMemcpy / staging) ==\n");
+		for (const auto &v : var) {
+			void *vctx = NULL;
+
+			setenv("RGAPS_CUDA_COPY_STREAMS", v.streams, 1);
+			setenv("RGAPS_CUDA_SPLIT_MIN", v.split, 1);
+			if (ops->init(&env, &vctx)) {
+				printf("  variant %s: plugin init failed\n", v.name);
+				continue;
+			}
+			for (size_t i = 0; i < sizes.size(); i++) {
+				uint64_t n = sizes[i];
+
+				for (uint64_t ch : chunks) {
+					std::vector<double> raw, pl;
+					uint64_t step = ch ? ch : n;
+
+					if (ch && ch >= n && ch != CHUNK)
+						continue; /* one chunk: the same as whole */
+					for (uint64_t rep = 0; rep < reps[i] + 1; rep++) {
+						uint64_t t0 = gpu_now_ns(), got, want = 0;
+
+						CK(cudaMemcpy(stg, region.base, n, cudaMemcpyDeviceToHost));
+						if (rep)
+							raw.push_back((gpu_now_ns() - t0) / 1e6);
+						t0 = gpu_now_ns();
+						for (uint64_t off = 0; off < n; off += step, want++)
+							if (ops->copy_async(vctx, stg + off,
+									    (uint8_t *)region.base + off,
+									    std::min(step, n - off),
+									    RGAPS_COPY_FROM_POOL, dp1_done, &sig))
+								die("DP1", "copy_async refused");
+						while (want) {
+							if (read(sig.efd, &got, sizeof(got)) != sizeof(got))
+								die("DP1", "eventfd read");
+							want -= std::min(want, got);
+						}
+						if (rep)
+							pl.push_back((gpu_now_ns() - t0) / 1e6);
+					}
+					printf("RESULT dp1 variant=%s mode=%s size=%s raw_ms=%.4f ms=%.4f "
+					       "ratio=%.4f\n", v.name,
+					       ch ? (ch == CHUNK ? "chunks4MiB" : ch == 2 * CHUNK ? "chunks8MiB" :
+											     "chunks16MiB") :
+						    "whole",
+					       bench_size_str(n, sb, sizeof(sb)), bench_median(raw),
+					       bench_median(pl), bench_median(raw) / bench_median(pl));
+					fflush(stdout);
+				}
+			}
+			ops->fini(vctx);
+		}
+		unsetenv("RGAPS_CUDA_COPY_STREAMS");
+		unsetenv("RGAPS_CUDA_SPLIT_MIN");
+		if (sig.status)
+			die("DP1", "a copy of a variant reported an error");
+	}
+
 	/* Verify the staged bytes once: what D2H put there is the pattern. */
 	{
 		uint64_t counter;

@@ -4,10 +4,14 @@
  * published with rgaps_publisher_push() from that DEVICE pointer (one
  * device-to-device copy into the topic's GPU pool), or with --loan written by
  * the kernel straight into a loaned block of the pool (zero copies).
+ * --async: stream order - the kernel is queued and rgaps_publisher_push_async()
+ * (or commit_async() of the loan) follows it on the same stream with no host
+ * synchronisation at all, for every message; --device D runs on GPU D.
  *
- *   gpu-pub TOPIC [--count N] [--size BYTES[-MAXBYTES]] [--loan]
- *           [--wait-subscribers N] [--timeout S]
+ *   gpu-pub TOPIC [--count N] [--size BYTES[-MAXBYTES]] [--loan] [--async]
+ *           [--device D] [--wait-subscribers N] [--timeout S]
  *   gpu-pub --probe      exit 0 if a GPU is usable, else 77 and why
+ *   gpu-pub --gpus       print how many GPUs are visible
  *   gpu-pub --selftest   the kernels against the C reference of the pattern
  */
 #include <errno.h>
@@ -89,7 +93,7 @@ restore:
 static void usage(void)
 {
 	fprintf(stderr, "usage: gpu-pub TOPIC [--count N] [--size BYTES[-MAXBYTES]] [--loan]\n"
-			"               [--wait-subscribers N] [--timeout S]\n"
+			"               [--async] [--device D] [--wait-subscribers N] [--timeout S]\n"
 			"       gpu-pub --probe | --selftest\n");
 	exit(2);
 }
@@ -100,14 +104,17 @@ int main(int argc, char **argv)
 		{ "count", required_argument, NULL, 'n' },
 		{ "size", required_argument, NULL, 's' },
 		{ "loan", no_argument, NULL, 'l' },
+		{ "async", no_argument, NULL, 'a' },
+		{ "device", required_argument, NULL, 'd' },
 		{ "wait-subscribers", required_argument, NULL, 'w' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "probe", no_argument, NULL, 'p' },
+		{ "gpus", no_argument, NULL, 'G' },
 		{ "selftest", no_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t count = 100, smin = 1 << 20, smax = 1 << 20, bytes = 0, failures = 0;
-	int loan = 0, want_subs = 0, o;
+	int loan = 0, want_subs = 0, async = 0, device = 0, ndev = 0, o;
 	double timeout = 30;
 	const char *topic;
 	rgaps_publisher_t *pub;
@@ -136,12 +143,26 @@ int main(int argc, char **argv)
 		case 'l':
 			loan = 1;
 			break;
+		case 'a':
+			async = 1;
+			break;
+		case 'd':
+			device = atoi(optarg);
+			break;
 		case 'w':
 			want_subs = atoi(optarg);
 			break;
 		case 't':
 			timeout = atof(optarg);
 			break;
+		case 'G': { /* how many GPUs (1 without any: scripts then skip what needs two) */
+			int n = 0;
+
+			if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1)
+				n = 1;
+			printf("%d\n", n);
+			return 0;
+		}
 		case 'p':
 			gpu_require("gpu-pub");
 			printf("GPU usable\n");
@@ -159,15 +180,30 @@ int main(int argc, char **argv)
 	gpu_require("gpu-pub");
 	info.struct_size = sizeof(info);
 
-	CK(cudaSetDevice(0));
+	CK(cudaGetDeviceCount(&ndev));
+	if (device < 0 || device >= ndev) {
+		printf("SKIP gpu-pub: GPU %d asked for, %d visible\n", device, ndev);
+		return GPU_SKIP;
+	}
+	CK(cudaSetDevice(device));
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	CK(cudaMalloc(&dbuf, smax));
-	pub = rgaps_publisher_init(topic);
+	{
+		rgaps_attach_opts_t ao = {};
+
+		ao.struct_size = sizeof(ao);
+		ao.device = device;
+		pub = rgaps_publisher_init_ex(topic, &ao);
+	}
 	if (!pub) {
-		fprintf(stderr, "gpu-pub: cannot attach to '%s': %s\n", topic, strerror(errno));
-		return 1;
+		fprintf(stderr, "gpu-pub: cannot attach to '%s' on GPU %d: %s\n", topic, device,
+			strerror(errno));
+		return errno == ENODEV ? 3 : 1;
 	}
 	rgaps_publisher_info(pub, &info);
+	printf("attached to '%s' on GPU %d (pool on GPU %d), %s\n", topic, info.handle_device,
+	       info.device, async ? "stream-ordered (no host sync)" : "synchronous");
+	fflush(stdout);
 	if (info.memory != RGAPS_MEMORY_CUDA) {
 		fprintf(stderr, "gpu-pub: topic '%s' is not in GPU memory\n", topic);
 		return 1;
@@ -196,9 +232,17 @@ int main(int argc, char **argv)
 			r = rgaps_publisher_loan(pub, size, -1, &l);
 			if (r == 0) {
 				pattern_fill(l.data, size, base + i, s);
-				CK(cudaStreamSynchronize(s));
-				r = rgaps_publisher_commit(pub, &l, size);
+				if (async) {
+					r = rgaps_publisher_commit_async(pub, &l, size, s);
+				} else {
+					CK(cudaStreamSynchronize(s));
+					r = rgaps_publisher_commit(pub, &l, size);
+				}
 			}
+		} else if (async) {
+			/* The next fill of dbuf is queued after this copy on s: no overwrite. */
+			pattern_fill(dbuf, size, base + i, s);
+			r = rgaps_publisher_push_async(pub, size, dbuf, s);
 		} else {
 			pattern_fill(dbuf, size, base + i, s);
 			CK(cudaStreamSynchronize(s));
@@ -214,11 +258,12 @@ int main(int argc, char **argv)
 		}
 		bytes += size;
 	}
+	CK(cudaStreamSynchronize(s)); /* the last copies, and any error of the stream */
 	t1 = gpu_now_ns();
-	printf("published %llu messages (%llu bytes) in %.3f s: %.1f GiB/s (%s); failures %llu\n",
+	printf("published %llu messages (%llu bytes) in %.3f s: %.1f GiB/s (%s%s); failures %llu\n",
 	       (unsigned long long)(count - failures), (unsigned long long)bytes, (t1 - t0) / 1e9,
 	       bytes / ((t1 - t0) / 1e9) / (1u << 30), loan ? "loan" : "push",
-	       (unsigned long long)failures);
+	       async ? ", stream-ordered" : "", (unsigned long long)failures);
 	rgaps_publisher_destroy(pub);
 	CK(cudaFree(dbuf));
 	CK(cudaStreamDestroy(s));

@@ -5,6 +5,14 @@
  * payload pattern. Nothing is copied to the host but the verdict.
  *
  *   gpu-sub TOPIC [--count N] [--timeout S] [--allow-gaps] [--hold K]
+ *           [--device D] [--async] [--path local|peer|replica]
+ *
+ * --device D: the kernels run on GPU D, whatever GPU the topic's pools are on
+ * (rgapsd serves it by peer access or a replica: --path says which is
+ * expected). --async: stream order - take_async() orders the verifying kernel
+ * after the publisher's copy on the GPU, release_async() follows the kernel on
+ * the same stream, and the host waits only to read the verdict. Exit 3: the
+ * attach was refused (ENODEV: a GPU the topic cannot serve).
  *
  * Prints "received R verified V mismatched M gaps G drops D" and exits 0 when
  * R == N, M == 0 and (with --allow-gaps aside) G == 0. --hold K takes K
@@ -30,7 +38,8 @@ static void on_signal(int)
 static void usage(void)
 {
 	fprintf(stderr, "usage: gpu-sub TOPIC [--count N] [--timeout S] [--allow-gaps] "
-			"[--hold K]\n");
+			"[--hold K]\n"
+			"               [--device D] [--async] [--path local|peer|replica]\n");
 	exit(2);
 }
 
@@ -41,11 +50,16 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 't' },
 		{ "allow-gaps", no_argument, NULL, 'g' },
 		{ "hold", required_argument, NULL, 'H' },
+		{ "device", required_argument, NULL, 'd' },
+		{ "async", no_argument, NULL, 'a' },
+		{ "path", required_argument, NULL, 'p' },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t count = 100, received = 0, verified = 0, mismatched = 0, gaps = 0;
 	uint64_t prev_seq = 0, prev_counter = 0, hold = 0, t0, deadline;
-	int allow_gaps = 0, have_prev = 0, o, rc;
+	int allow_gaps = 0, have_prev = 0, async = 0, device = 0, ndev = 0, o, rc;
+	const char *want_path = NULL;
+	static const char *const paths[] = { "local", "peer", "replica" };
 	double timeout = 60;
 	const char *topic;
 	rgaps_subscriber_t *sub;
@@ -69,6 +83,15 @@ int main(int argc, char **argv)
 			hold = strtoull(optarg, NULL, 10);
 			count = hold;
 			break;
+		case 'd':
+			device = atoi(optarg);
+			break;
+		case 'a':
+			async = 1;
+			break;
+		case 'p':
+			want_path = optarg;
+			break;
 		default:
 			usage();
 		}
@@ -84,22 +107,47 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 
-	CK(cudaSetDevice(0));
+	CK(cudaGetDeviceCount(&ndev));
+	if (device < 0 || device >= ndev) {
+		printf("SKIP gpu-sub: GPU %d asked for, %d visible\n", device, ndev);
+		return GPU_SKIP;
+	}
+	CK(cudaSetDevice(device));
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	CK(cudaMalloc(&d_res, sizeof(*d_res)));
 	CK(cudaMallocHost(&h_res, sizeof(*h_res)));
-	sub = rgaps_subscriber_init(topic);
+	{
+		rgaps_attach_opts_t ao = {};
+
+		ao.struct_size = sizeof(ao);
+		ao.device = device;
+		sub = rgaps_subscriber_init_ex(topic, &ao);
+	}
 	if (!sub) {
-		fprintf(stderr, "gpu-sub: cannot attach to '%s': %s\n", topic, strerror(errno));
-		return 1;
+		int e = errno;
+
+		fprintf(stderr, "gpu-sub: cannot attach to '%s' on GPU %d: %s\n", topic, device,
+			strerror(e));
+		printf("refused: %s\n", strerror(e));
+		return e == ENODEV ? 3 : 1;
 	}
 	rgaps_subscriber_info(sub, &info);
 	if (info.memory != RGAPS_MEMORY_CUDA) {
 		fprintf(stderr, "gpu-sub: topic '%s' is not in GPU memory\n", topic);
 		return 1;
 	}
-	printf("attached to '%s' (GPU %d, pool %zu bytes)\n", topic, info.device, info.pool_size);
+	printf("attached to '%s' (pool on GPU %d, %zu bytes) on GPU %d, path %s%s\n", topic,
+	       info.device, info.pool_size, info.handle_device,
+	       info.gpu_path >= 0 && info.gpu_path <= 2 ? paths[info.gpu_path] : "?",
+	       async ? ", stream-ordered" : "");
 	fflush(stdout);
+	if (want_path && (info.gpu_path < 0 || info.gpu_path > 2 ||
+			  strcmp(paths[info.gpu_path], want_path) != 0)) {
+		fprintf(stderr, "gpu-sub: path is %s, expected %s\n",
+			info.gpu_path >= 0 && info.gpu_path <= 2 ? paths[info.gpu_path] : "?",
+			want_path);
+		return 1;
+	}
 
 	t0 = gpu_now_ns();
 	deadline = t0 + (uint64_t)(timeout * 1e9);
@@ -113,12 +161,17 @@ int main(int argc, char **argv)
 				(unsigned long long)received, (unsigned long long)count);
 			break;
 		}
-		r = rgaps_subscriber_take(sub, &m, 200);
+		r = async ? rgaps_subscriber_take_async(sub, &m, 200, s) :
+			    rgaps_subscriber_take(sub, &m, 200);
 		if (r == -ETIMEDOUT || r == -EINTR || r == -EAGAIN)
 			continue;
 		if (r) {
 			fprintf(stderr, "gpu-sub: take: %s\n", rgaps_strerror(r));
 			break;
+		}
+		if (m.flags & RGAPS_MSG_GAP) { /* no payload: messages lost upstream */
+			gaps += m.gap;
+			continue;
 		}
 		if (received == 0) {
 			cudaPointerAttributes a;
@@ -137,8 +190,21 @@ int main(int argc, char **argv)
 		gaps += m.gap;
 		if (m.size < PATTERN_HDR) {
 			mismatched++;
+		} else if (async) {
+			/* Verify on s, release after the kernel on s, and only then wait for the verdict. */
+			pattern_verify_launch(m.data, m.size, d_res, h_res, s);
+			if (!hold) {
+				r = rgaps_subscriber_release_async(sub, &m, s);
+				if (r) {
+					fprintf(stderr, "gpu-sub: release_async: %s\n", rgaps_strerror(r));
+					mismatched++;
+				}
+			}
+			CK(cudaStreamSynchronize(s));
 		} else {
 			pattern_verify(m.data, m.size, d_res, h_res, s);
+		}
+		if (m.size >= PATTERN_HDR) {
 			/* A publisher numbers messages base + i: seq and counter move together. */
 			if (have_prev && m.gap == 0 && h_res->counter >> 32 == prev_counter >> 32 &&
 			    h_res->counter - prev_counter != m.seq - prev_seq)
@@ -158,7 +224,7 @@ int main(int argc, char **argv)
 		}
 		prev_seq = m.seq;
 		have_prev = 1;
-		if (!hold)
+		if (!hold && !async)
 			rgaps_subscriber_release(sub, &m);
 	}
 	rgaps_subscriber_info(sub, &info);

@@ -66,14 +66,14 @@ static cJSON *topic_of(const char *type, const char *topic, cJSON **reply_p)
 
 int gpu_topic_subscribers(const char *topic)
 {
-	cJSON *reply = NULL, *t = topic_of("topics", topic, &reply), *v;
+	cJSON *reply = NULL, *t = topic_of("stats", topic, &reply), *s;
 	int n = 0;
 
 	if (!t)
 		return 0; /* not created yet: nobody attached */
-	v = cJSON_GetObjectItemCaseSensitive(t, "subscribers");
-	if (cJSON_IsNumber(v))
-		n = (int)v->valuedouble;
+	/* Client subscribers only: rgapsd's forwarder and replicators are subscribers too. */
+	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "subscriber_slots"))
+		n += !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "daemon"));
 	cJSON_Delete(reply);
 	return n;
 }

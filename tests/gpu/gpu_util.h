@@ -19,7 +19,7 @@ uint64_t gpu_ref_pattern_word(uint64_t counter, uint64_t k);
 int64_t gpu_ref_pattern_check(const void *buf, size_t size, uint64_t *counter_p);
 /* "4MiB", "1GiB", "4096" -> bytes; 0 on success. */
 int gpu_parse_size(const char *s, uint64_t *v_p);
-/* Subscribers attached to topic, from rgapsd's "topics" reply; negative errno on failure. */
+/* Client subscribers attached to topic (rgapsd's own excluded), from its "stats" reply. */
 int gpu_topic_subscribers(const char *topic);
 /* Pool bytes in use on topic ("stats"), or a negative errno. */
 int64_t gpu_topic_pool_used(const char *topic);

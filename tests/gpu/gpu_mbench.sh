@@ -1,0 +1,50 @@
+#!/bin/bash
+# The issue 8 benchmarks against their own rgapsd (docs/BENCHMARKS.md, "Several
+# GPUs and stream order"): gpu-mbench --fanout (peer, replica, per-subscriber
+# copies, against one GPU) over G = 1, 2, 4 GPUs as there are, then NCCL
+# broadcast to the same GPUs (tests/gpu/nccl_bcast.py, PyTorch), then
+# gpu-mbench --stream-order. Pools on GPU 0 take messages up to 1 GiB.
+# Environment: MBENCH_GPUS (1,2,4), MBENCH_SIZES, MBENCH_REPS, MBENCH_PARTS
+# (fanout,nccl,stream). Skips (77) without a GPU.
+# Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_mbench.sh
+: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+MB="$RGAPS_BUILD/tests/gpu/gpu-mbench"
+[ -x "$MB" ] || { echo "SKIP: $MB not built (no nvcc at configure time)"; exit 77; }
+"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
+GPUS=${MBENCH_GPUS:-1,2,4}
+SIZES=${MBENCH_SIZES:-4MiB,64MiB,1GiB}
+REPS=${MBENCH_REPS:-20,10,5}
+PARTS=${MBENCH_PARTS:-fanout,nccl,stream}
+. "$(dirname "$0")/../integration/lib.sh"
+
+mkdir -p "$T/topics.d"
+echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"
+for t in mbpeer:peer mbrep:replicate mbso:auto; do
+	printf '{ "memory": "cuda", "device": 0, "pool_size": "3GiB", "max_message_size": "1GiB", "queue_depth": 16, "block_timeout_ms": 20000, "gpu_fanout": "%s" }\n' \
+		"${t#*:}" >"$T/topics.d/${t%%:*}.json"
+done
+start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
+rc=0
+case ",$PARTS," in *,fanout,*)
+	timeout -k 5 "${FANOUT_TIMEOUT:-300}" "$MB" --fanout --topic-peer mbpeer --topic-rep mbrep \
+		--gpus "$GPUS" --sizes "$SIZES" --reps "$REPS" || rc=$?
+	grep -h "topic 'mb.*': GPU\|replicator for GPU" "$T/rgapsd.log" | sed 's/^.*info: /rgapsd: /'
+	;;
+esac
+case ",$PARTS," in *,nccl,*)
+	if command -v python3 >/dev/null; then
+		NCCL_NVLS_ENABLE=0 timeout -k 5 "${NCCL_TIMEOUT:-240}" python3 "$(dirname "$0")/nccl_bcast.py" \
+			--gpus "$GPUS" --sizes "$SIZES" --reps "$REPS"
+		r=$?; [ $r = 0 ] || [ $r = 77 ] || rc=$r
+	else
+		echo "SKIP nccl: no python3"
+	fi
+	;;
+esac
+case ",$PARTS," in *,stream,*)
+	timeout -k 5 "${STREAM_TIMEOUT:-180}" "$MB" --stream-order --topic mbso --sizes 4MiB,64MiB \
+		--reps 60,40 || rc=$?
+	;;
+esac
+stop_daemon
+exit $rc
