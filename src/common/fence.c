@@ -117,6 +117,13 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	return 0;
 }
 
+enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, bool live)
+{
+	if (__atomic_load_n(&r->fences_retired, __ATOMIC_ACQUIRE))
+		return RGAPS_FENCE_DONE;
+	return live ? RGAPS_FENCE_USE : RGAPS_FENCE_LOST;
+}
+
 int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
 			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg)
 {

@@ -36,6 +36,17 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
 
 /*
+ * What a reader does with a fenced message of stream r (live: its publisher is
+ * still attached). Publishers that detach cleanly wait for their copies and
+ * set fences_retired before they destroy their fences; a crashed one leaves
+ * fences whose copies never end, and which no one may touch (the driver freed
+ * them). RGAPS_FENCE_USE: wait for the fence; _DONE: complete, do not touch
+ * it; _LOST: its copy never completed (a crashed publisher).
+ */
+enum rgaps_fence_verdict { RGAPS_FENCE_USE, RGAPS_FENCE_DONE, RGAPS_FENCE_LOST };
+enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, bool live);
+
+/*
  * Wait on this thread until fence completes: a short spin, then sleeps that
  * grow to 1 ms. 0; -ETIMEDOUT at deadline_ns (CLOCK_MONOTONIC; UINT64_MAX:
  * none); -ECANCELED when give_up(arg) says so (asked every 100 ms or so); or

@@ -160,7 +160,9 @@ struct rgaps_pub_region {
 	uint64_t size;
 	/* Fence handles [0, nfences) are valid (written once each, before this grows). */
 	uint32_t nfences;
-	uint32_t pad;
+	/* Set by the publisher once every copy it queued is done and before it destroys its
+	 * fences: readers must not use them any more, and every fenced message is complete. */
+	uint32_t fences_retired;
 
 	/* The stream, written by its publisher. */
 	uint64_t head __attribute__((aligned(RGAPS_CACHELINE))); /* next seq; the commit point */

@@ -35,7 +35,6 @@
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
 #define RETRY_SLICE_MS 20		   /* room in the replica: asked again this often */
 #define BOUNCE_MAX (64ull << 20)	   /* host buffer for GPUs without peer access */
-#define DEAD_FENCE_NS (1000ull * 1000 * 1000) /* fence of a departed publisher: give up after */
 
 struct rgapsd_replicator {
 	struct rgapsd_topic *t;
@@ -166,37 +165,54 @@ static int pub_sync(void *arg)
 struct fence_watch {
 	const struct rgapsd_member *src;
 	const uint32_t *stop;
-	uint64_t since;
 };
 
+static bool src_active(const struct rgapsd_member *src)
+{
+	bool active;
+
+	/* Under the lock the loop writes it with. */
+	pthread_mutex_lock(&src->t->lock);
+	active = src->state == RGAPSD_MEMBER_ACTIVE;
+	pthread_mutex_unlock(&src->t->lock);
+	return active;
+}
+
+/* Stop waiting: rgapsd stops, or the publisher left (its fences may not be touched then). */
 static bool fence_give_up(void *arg)
 {
 	struct fence_watch *w = arg;
-	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
 
 	if (w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE))
 		return true;
-	/* Under the lock the loop writes it with; a clean detach waits for its copies first. */
-	pthread_mutex_lock(&w->src->t->lock);
-	if (w->src->state == RGAPSD_MEMBER_ACTIVE)
-		w->since = now;
-	pthread_mutex_unlock(&w->src->t->lock);
-	return now - w->since > DEAD_FENCE_NS;
+	return !src_active(w->src);
 }
 
 int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
 			   const struct rgaps_sub_msg *m, const struct rgapsd_member *src,
 			   const uint32_t *stop)
 {
-	struct fence_watch w = { src, stop, rgaps_now_ns(CLOCK_MONOTONIC) };
+	struct fence_watch w = { src, stop };
+	const struct rgaps_pub_region *r = src->map;
 	char why[160] = "";
 	void *f;
 	int e = 0;
 
+	switch (rgaps_fence_verdict(r, src_active(src))) {
+	case RGAPS_FENCE_DONE:
+		return 0;
+	case RGAPS_FENCE_LOST:
+		rgaps_warn("topic '%s': stream %llu message %llu: its publisher left before its copy "
+			   "completed: lost", t->cfg.name, (unsigned long long)m->stream,
+			   (unsigned long long)m->seq);
+		return -ECANCELED;
+	case RGAPS_FENCE_USE:
+		break;
+	}
 	if (!*fc_p)
 		e = rgaps_fence_cache_create(&t->lim, &t->mem->ops.memory, t->mem->ctx, fc_p);
 	if (!e)
-		e = rgaps_fence_cache_get(*fc_p, m->slot, m->stream, src->map, m->fence, &f, why,
+		e = rgaps_fence_cache_get(*fc_p, m->slot, m->stream, r, m->fence, &f, why,
 					  sizeof(why));
 	if (e) {
 		rgaps_warn("topic '%s': stream %llu message %llu: %s: not copied (lost)",
@@ -206,10 +222,13 @@ int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc
 	}
 	e = rgaps_fence_wait_host(&t->mem->ops.memory, t->mem->ctx, f, UINT64_MAX, fence_give_up,
 				  &w);
-	if (e == -ECANCELED && !(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
+	if (e == -ECANCELED && !(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE))) {
+		if (rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
+			return 0;
 		rgaps_warn("topic '%s': stream %llu message %llu: its publisher left before its copy "
 			   "completed: lost", t->cfg.name, (unsigned long long)m->stream,
 			   (unsigned long long)m->seq);
+	}
 	return e;
 }
 
@@ -240,6 +259,25 @@ static void wait_messages(struct rgapsd_replicator *r)
 	rgaps_sub_sleeping(r->sub, -1);
 }
 
+/* The host buffer of copies without peer access (made at start, or when a pool refused). */
+static int bounce_get(struct rgapsd_replicator *r)
+{
+	struct rgapsd_topic *t = r->t;
+
+	if (r->bounce)
+		return 0;
+	r->bounce_len = RGAPS_MIN(BOUNCE_MAX, t->lim.max_message_size);
+	r->bounce = mmap(NULL, r->bounce_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+	if (r->bounce == MAP_FAILED) {
+		r->bounce = NULL;
+		return -ENOMEM;
+	}
+	r->bounce_pinned = t->mem->ops.memory.host_register(t->mem->ctx, r->bounce,
+							    r->bounce_len) == 0;
+	return 0;
+}
+
 /* Copy size bytes from an original pool into our replica's block. */
 static int copy_message(struct rgapsd_replicator *r, uint8_t *dst, const uint8_t *src,
 			uint64_t size)
@@ -250,6 +288,9 @@ static int copy_message(struct rgapsd_replicator *r, uint8_t *dst, const uint8_t
 
 	if (r->peer)
 		return ops->copy(ctx, dst, src, size, RGAPS_COPY_TO_POOL);
+	e = bounce_get(r);
+	if (e)
+		return e;
 	for (uint64_t off = 0; off < size; off += r->bounce_len) {
 		uint64_t n = RGAPS_MIN(r->bounce_len, size - off);
 
@@ -262,11 +303,24 @@ static int copy_message(struct rgapsd_replicator *r, uint8_t *dst, const uint8_t
 	return 0;
 }
 
-/* The replica has no room within the topic's wait: the message is lost for GPU g. */
+/*
+ * Tell g's subscribers of losses now, with a gap-only message (no later message
+ * may come to carry them); kept for later when the replica's queue is full.
+ */
+static void flush_gap(struct rgapsd_replicator *r)
+{
+	if (r->pending_gap &&
+	    rgaps_pub_gap(r->pub, (uint32_t)RGAPS_MIN(r->pending_gap, UINT32_MAX),
+			  rgaps_now_ns(CLOCK_REALTIME)) == 0)
+		r->pending_gap = 0;
+}
+
+/* The message is lost for GPU g (no room in time, a failed copy, a copy that never ended). */
 static void lose(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m, const char *why)
 {
 	__atomic_fetch_add(&r->lost, 1, __ATOMIC_RELAXED);
 	r->pending_gap += 1 + m->gap;
+	flush_gap(r);
 	if (!r->warned)
 		rgaps_warn("topic '%s': the replica on GPU %d lost message %llu of stream %llu (%s); "
 			   "its subscribers see a gap (warned once)", r->t->cfg.name, (int)r->gpu,
@@ -356,6 +410,7 @@ static void *replicator_main(void *arg)
 		int e = rgaps_sub_take(r->sub, 0, 0, &m);
 
 		if (e == -EAGAIN) {
+			flush_gap(r);
 			wait_messages(r);
 			continue;
 		}
@@ -442,19 +497,11 @@ int rgapsd__replicator_start(struct rgapsd_topic *t, int32_t gpu, struct rgapsd_
 		e = -ENOMEM;
 		goto err;
 	}
-	if (!r->peer) {
-		r->bounce_len = RGAPS_MIN(BOUNCE_MAX, t->lim.max_message_size);
-		r->bounce = mmap(NULL, r->bounce_len, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (r->bounce == MAP_FAILED) {
-			r->bounce = NULL;
-			snprintf(err, errlen, "no host memory for a %llu-byte copy buffer",
-				 (unsigned long long)r->bounce_len);
-			e = -ENOMEM;
-			goto err;
-		}
-		r->bounce_pinned = t->mem->ops.memory.host_register(t->mem->ctx, r->bounce,
-								    r->bounce_len) == 0;
+	if (!r->peer && bounce_get(r)) {
+		snprintf(err, errlen, "no host memory for a %llu-byte copy buffer",
+			 (unsigned long long)RGAPS_MIN(BOUNCE_MAX, t->lim.max_message_size));
+		e = -ENOMEM;
+		goto err;
 	}
 	/* The replica stream first: its pool on our GPU is what can fail (GPU memory). */
 	e = rgapsd__member_create_spec(t, &pub_spec, &r->pub_m, why, sizeof(why));

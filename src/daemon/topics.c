@@ -367,8 +367,8 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 		cJSON_AddStringToObject(o, "role", role_name(gp->role));
 		cJSON_AddStringToObject(o, "why", gp->why);
 		cJSON_AddStringToObject(o, "link", link_name(t->topo->link[g][t->cfg.device].kind));
-		cJSON_AddNumberToObject(o, "subscribers", nsub);
-		cJSON_AddNumberToObject(o, "publishers", npub);
+		cJSON_AddNumberToObject(o, "sub_count", nsub); /* not "subscribers": greppable tools */
+		cJSON_AddNumberToObject(o, "pub_count", npub);
 		if (gp->rep) {
 			struct rgapsd_replicator_stats st;
 

@@ -570,21 +570,40 @@ static void fence_free(void *arg, uint32_t k)
 	}
 }
 
+/*
+ * A publisher going away: every copy it queued must end before its pool is
+ * unmapped and before its fences go. Then it says so in its region
+ * (fences_retired: every fenced message is complete, readers stop using the
+ * fences), and destroys them a moment later, so that a reader that looked
+ * just before is done with them (a CUDA IPC event may not be used once its
+ * exporter destroyed it).
+ */
 static void fences_fini(struct rgaps__attach *a)
 {
 	struct rgaps__fences *fs = &a->fences;
+	bool timed_out = false;
 
 	for (uint32_t k = 0; k < fs->made; k++) {
 		if (!fs->f[k])
 			continue;
-		/* A copy still queued into our pool must end before the pool is unmapped. */
 		if (rgaps_fence_wait_host(&a->mem->ops.memory, a->mem->ctx, fs->f[k],
 					  rgaps_now_ns(CLOCK_MONOTONIC) + 30000000000ull, NULL,
 					  NULL) == -ETIMEDOUT)
-			rgaps_warn("topic '%.64s': a stream-ordered copy was still running after 30 s; "
-				   "detaching anyway", ((const struct rgaps_topic_hdr *)a->hdr)->name);
-		a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
+			timed_out = true;
 	}
+	if (timed_out)
+		rgaps_warn("topic '%.64s': a stream-ordered copy was still running after 30 s; "
+			   "detaching anyway", ((const struct rgaps_topic_hdr *)a->hdr)->name);
+	if (fs->made && a->region && !timed_out) {
+		struct timespec grace = { 0, 50 * 1000 * 1000 };
+
+		__atomic_store_n(&((struct rgaps_pub_region *)a->region)->fences_retired, 1,
+				 __ATOMIC_SEQ_CST);
+		nanosleep(&grace, NULL);
+	}
+	for (uint32_t k = 0; k < fs->made; k++)
+		if (fs->f[k])
+			a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
 	free(fs->f);
 	free(fs->free);
 	memset(fs, 0, sizeof(*fs));

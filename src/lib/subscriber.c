@@ -32,7 +32,6 @@
 
 #define FD_THREAD_SLICE_NS (200ll * 1000 * 1000)
 #define RELEASE_SLICE_MS 1 /* takes wait in slices this long while releases are pending */
-#define DEAD_FENCE_NS (1000ull * 1000 * 1000) /* a departed publisher's fence: give up after */
 
 /* What msg_info() tells of a held message (and of the last gap-only message). */
 struct held_info {
@@ -175,15 +174,13 @@ struct fence_watch {
 	rgaps_subscriber_t *sub;
 	uint32_t slot;
 	uint64_t gen;
-	uint64_t since;
 	bool daemon_gone;
 };
 
 /*
- * While waiting for a publisher's fence on the host: give up if rgapsd is gone,
- * or if the publisher left (its stream drains) and the fence has not completed
- * a second later. A publisher that detaches cleanly waits for its copies
- * first, so such a fence is a crashed publisher's: its copy will never end.
+ * While waiting for a publisher's fence on the host: stop if rgapsd is gone,
+ * or once the publisher has left (its stream drains): from then on its fences
+ * may not be touched, and its region says whether its copies all completed.
  */
 static bool fence_give_up(void *arg)
 {
@@ -198,39 +195,52 @@ static bool fence_give_up(void *arg)
 	/* The membership may have moved while we wait here: learn whether the stream drains. */
 	if (rgaps__sync(a))
 		return false;
-	if (rgaps_sub_stream_live(a->sub, w->slot, w->gen)) {
-		w->since = rgaps_now_ns(CLOCK_MONOTONIC);
-		return false;
-	}
-	return rgaps_now_ns(CLOCK_MONOTONIC) - w->since > DEAD_FENCE_NS;
+	return !rgaps_sub_stream_live(a->sub, w->slot, w->gen);
+}
+
+static void fence_lost(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, const char *why)
+{
+	rgaps_warn("topic '%.64s': stream %llu message %llu: %s; reported lost",
+		   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name,
+		   (unsigned long long)m->stream, (unsigned long long)m->seq, why);
 }
 
 /*
- * Make message m complete for its reader: on the host (stream NULL and !async)
- * or on the caller's stream. 0; -ENOTCONN (rgapsd gone); another negative
- * errno when the message cannot be trusted (its fence is spoiled or will never
- * complete): the caller drops it as lost.
+ * Make message m complete for its reader: on the host (take) or on the
+ * caller's stream (take_async). 0; -ENOTCONN (rgapsd gone); another negative
+ * errno when the message cannot be trusted (its fence is spoiled, or its
+ * publisher crashed before the copy completed): the caller reports it lost.
  */
 static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, bool async,
 			void *stream)
 {
-	struct fence_watch w = { sub, m->slot, m->stream, rgaps_now_ns(CLOCK_MONOTONIC), false };
+	struct fence_watch w = { sub, m->slot, m->stream, false };
 	const struct rgaps_pub_region *r = rgaps__stream_region(&sub->a, m->slot, m->stream);
 	char why[160] = "stream not mapped";
 	void *f = NULL;
-	int e = r ? 0 : -ENODATA;
+	int e;
 
-	if (!e && !sub->a.fcache)
-		e = rgaps_fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx, &sub->a.fcache);
+	if (!r) {
+		fence_lost(sub, m, why);
+		return -ENODATA;
+	}
+	switch (rgaps_fence_verdict(r, rgaps_sub_stream_live(sub->a.sub, m->slot, m->stream))) {
+	case RGAPS_FENCE_DONE:
+		return 0;
+	case RGAPS_FENCE_LOST:
+		fence_lost(sub, m, "its publisher left before its copy completed");
+		return -ECANCELED;
+	case RGAPS_FENCE_USE:
+		break;
+	}
+	e = sub->a.fcache ? 0 : rgaps_fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx,
+							 &sub->a.fcache);
 	if (!e)
 		e = rgaps_fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, &f, why,
 					  sizeof(why));
 	if (e) {
 		if (!sub->warned_fence)
-			rgaps_warn("topic '%.64s': stream %llu message %llu: %s; messages whose "
-				   "fence cannot be used are reported lost",
-				   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name,
-				   (unsigned long long)m->stream, (unsigned long long)m->seq, why);
+			fence_lost(sub, m, why);
 		sub->warned_fence = true;
 		return e;
 	}
@@ -238,19 +248,18 @@ static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, 
 		e = mops(sub)->fence_query(sub->a.mem->ctx, f);
 		if (e != -EAGAIN)
 			return e; /* complete already (or failed) */
-		if (rgaps_sub_stream_live(sub->a.sub, m->slot, m->stream) &&
-		    mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
+		if (mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
 			return 0;
-		/* Its publisher left with the copy unfinished, or the wait failed: see below. */
+		/* The wait could not be queued: wait here instead. */
 	}
 	e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, f, UINT64_MAX, fence_give_up, &w);
 	if (e == -ECANCELED && w.daemon_gone)
 		return -ENOTCONN;
-	if (e == -ECANCELED)
-		rgaps_warn("topic '%.64s': stream %llu message %llu: its publisher left before its "
-			   "copy completed; reported lost",
-			   ((const struct rgaps_topic_hdr *)sub->a.hdr)->name,
-			   (unsigned long long)m->stream, (unsigned long long)m->seq);
+	if (e == -ECANCELED) { /* the publisher left meanwhile: its region tells */
+		if (rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
+			return 0;
+		fence_lost(sub, m, "its publisher left before its copy completed");
+	}
 	return e;
 }
 
@@ -346,7 +355,8 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 				rgaps_sub_release(sub->a.sub, m.token);
 				if (r == -ENOTCONN)
 					return r;
-				rgaps_sub_add_gap(sub->a.sub, m.slot, m.stream, 1);
+				/* It carried the gap before it: pass both on */
+				rgaps_sub_add_gap(sub->a.sub, m.slot, m.stream, 1 + m.gap);
 				continue;
 			}
 		}

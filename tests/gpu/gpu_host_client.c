@@ -5,12 +5,15 @@
  * are the rgaps payload pattern, checked byte for byte on the CPU.
  *
  *   gpu-host-client pub TOPIC N SIZE [--device D] [--async] [--loan] [--wait-subs K]
+ *                   [--linger S]
  *   gpu-host-client sub TOPIC N [--device D] [--async] [--path local|peer|replica]
- *                   [--hold K] [--timeout S]
+ *                   [--hold K] [--timeout S] [--expect-gaps G]
  *   gpu-host-client attach pub|sub TOPIC --device D   (exit 0 attached, 3 refused: errno printed)
  *
  * sub prints "received R verified V mismatched M gaps G" and exits 0 when
- * R == N, M == 0, G == 0 and the handle's GPU path is the one asked for.
+ * R == N, M == 0, G == 0 (or G == --expect-gaps, waited for) and the handle's GPU
+ * path is the one asked for. pub --linger S: stay attached S seconds after the
+ * last publish (to be killed with copies in flight).
  * --async: push_async / commit_async (pub), take_async + release_async (sub),
  * on the default stream (NULL). --hold K: take K, print "holding K", sleep.
  */
@@ -65,7 +68,7 @@ static int subscribers(const char *topic)
 }
 
 static int do_pub(const char *topic, uint64_t n, uint64_t size, const rgaps_attach_opts_t *o,
-		  int async, int loan, int wait_subs)
+		  int async, int loan, int wait_subs, double linger)
 {
 	rgaps_publisher_t *pub = rgaps_publisher_init_ex(topic, o);
 	uint8_t *buf = malloc(size);
@@ -107,13 +110,16 @@ static int do_pub(const char *topic, uint64_t n, uint64_t size, const rgaps_atta
 		}
 	}
 	printf("published %llu failures %d\n", (unsigned long long)n, failures);
+	fflush(stdout);
+	if (linger > 0)
+		usleep((useconds_t)(linger * 1e6));
 	rgaps_publisher_destroy(pub);
 	free(buf);
 	return failures ? 1 : 0;
 }
 
 static int do_sub(const char *topic, uint64_t n, const rgaps_attach_opts_t *o, int async,
-		  const char *want_path, uint64_t hold, double timeout)
+		  const char *want_path, uint64_t hold, double timeout, uint64_t want_gaps)
 {
 	rgaps_subscriber_t *sub = rgaps_subscriber_init_ex(topic, o);
 	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
@@ -135,7 +141,7 @@ static int do_sub(const char *topic, uint64_t n, const rgaps_attach_opts_t *o, i
 		rgaps_subscriber_destroy(sub);
 		return 1;
 	}
-	while (received < n && now_ns() < deadline) {
+	while ((received < n || gaps < want_gaps) && now_ns() < deadline) {
 		rgaps_msg_t m;
 		uint64_t ctr;
 		int r = async ? rgaps_subscriber_take_async(sub, &m, 200, NULL) :
@@ -168,7 +174,7 @@ static int do_sub(const char *topic, uint64_t n, const rgaps_attach_opts_t *o, i
 	       (unsigned long long)received, (unsigned long long)verified,
 	       (unsigned long long)mismatched, (unsigned long long)gaps);
 	fflush(stdout);
-	rc = received == n && !mismatched && !gaps ? 0 : 1;
+	rc = received == n && !mismatched && gaps == want_gaps ? 0 : 1;
 	if (hold && !rc) {
 		printf("holding %llu\n", (unsigned long long)hold);
 		fflush(stdout);
@@ -199,13 +205,15 @@ int main(int argc, char **argv)
 		{ "path", required_argument, NULL, 'p' },
 		{ "hold", required_argument, NULL, 'H' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "linger", required_argument, NULL, 'L' },
+		{ "expect-gaps", required_argument, NULL, 'G' },
 		{ NULL, 0, NULL, 0 },
 	};
 	rgaps_attach_opts_t o = { .struct_size = sizeof(o), .device = -1 };
 	const char *path = NULL;
 	int async = 0, loan = 0, wait_subs = 0, c;
-	uint64_t hold = 0;
-	double timeout = 60;
+	uint64_t hold = 0, want_gaps = 0;
+	double timeout = 60, linger = 0;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -230,6 +238,12 @@ int main(int argc, char **argv)
 		case 't':
 			timeout = atof(optarg);
 			break;
+		case 'L':
+			linger = atof(optarg);
+			break;
+		case 'G':
+			want_gaps = strtoull(optarg, NULL, 10);
+			break;
 		default:
 			usage();
 		}
@@ -242,11 +256,11 @@ int main(int argc, char **argv)
 		if (rgaps_parse_size(argv[3], &size) || size < RGAPS_PATTERN_HDR)
 			usage();
 		return do_pub(argv[1], strtoull(argv[2], NULL, 10), size, &o, async, loan,
-			      wait_subs);
+			      wait_subs, linger);
 	}
 	if (argc == 3 && strcmp(argv[0], "sub") == 0)
 		return do_sub(argv[1], hold ? hold : strtoull(argv[2], NULL, 10), &o, async, path,
-			      hold, timeout);
+			      hold, timeout, want_gaps);
 	if (argc == 3 && strcmp(argv[0], "attach") == 0) {
 		int sub = strcmp(argv[1], "sub") == 0;
 		void *h = sub ? (void *)rgaps_subscriber_init_ex(argv[2], &o) :

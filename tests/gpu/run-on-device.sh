@@ -76,6 +76,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 START=$(date +%s)
 DEADLINE=$((START + ${RUN_BUDGET:-530}))
 LOGS=$(mktemp -d /tmp/rgaps-device.XXXXXX)
+BEFORE=$(ls -d /tmp/rgaps-itest.* 2>/dev/null) # the tests' own folders of this run are kept
 SUMMARY="$OUT/summary.txt"
 RESULTS="$OUT/results.txt"
 : >"$SUMMARY"
@@ -132,8 +133,9 @@ table7() {
 	BENCH_TIMEOUT=$(($1 - 10)) bash tests/gpu/gpu_bench.sh --schemes rgaps,rgaps-loan \
 		--subs 1,8,16,32 --reps 20,10,5
 }
+export -f machine dp1 table7 # timeout runs programs, not functions: bash -c runs these
 
-part machine 40 machine
+part machine 40 bash -c machine
 G=$("$RGAPS_BUILD/tests/gpu/gpu-pub" --gpus 2>/dev/null || echo 1)
 part selftest 40 "$RGAPS_BUILD/tests/gpu/gpu-pub" --selftest
 part suite 150 bash tests/gpu/gpu_suite.sh
@@ -141,10 +143,10 @@ part multi 180 bash tests/gpu/gpu_multi.sh
 part stream 200 bash tests/gpu/gpu_stream.sh
 part remote 120 bash tests/gpu/gpu_remote.sh
 part mbench 240 bash tests/gpu/gpu_mbench.sh
-part dp1-run1 60 dp1
-part dp1-run2 60 dp1
-part dp1-run3 60 dp1
-part table7 150 table7 150
+part dp1-run1 60 bash -c dp1
+part dp1-run2 60 bash -c dp1
+part dp1-run3 60 bash -c dp1
+part table7 150 bash -c "table7 150"
 
 # ---------------------------------------------------------------- results and targets
 
@@ -192,8 +194,8 @@ for (v, m, s), xs in sorted(dp.items()):
 PY
 } >>"$SUMMARY"
 
-tar czf "$OUT/logs.tar.gz" --warning=no-file-ignored -C / "${LOGS#/}" \
-	$(cd / && ls -d tmp/rgaps-itest.* 2>/dev/null) 2>/dev/null
+NEW=$(comm -13 <(echo "$BEFORE" | sort) <(ls -d /tmp/rgaps-itest.* 2>/dev/null | sort) | sed 's|^/||')
+tar czf "$OUT/logs.tar.gz" --warning=no-file-ignored -C / "${LOGS#/}" $NEW 2>/dev/null
 ls -la "$OUT" | sed 's/^/out: /'
 echo
 echo "================ summary ($(($(date +%s) - START)) s)"

@@ -132,7 +132,7 @@ static int settle(struct rt_local_sub *s, const struct rgaps_sub_msg *msg)
 		return 0;
 	pthread_mutex_lock(&s->lock);
 	rgaps_sub_release(s->sub, msg->token);
-	rgaps_sub_add_gap(s->sub, msg->slot, msg->stream, 1);
+	rgaps_sub_add_gap(s->sub, msg->slot, msg->stream, 1 + msg->gap);
 	pthread_mutex_unlock(&s->lock);
 	return -EAGAIN;
 }
