@@ -798,6 +798,11 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 			goto err_fds;
 		a->have_pool = true;
 		/* A publisher on another GPU: its kernels may write loans once let in. */
+		if (!grant_rw && a->my_device >= 0 && a->my_device != a->device)
+			rgaps_warn("topic '%s': GPU %d has no peer access to its pool on GPU %d: push "
+				   "works (the driver copies through host memory), but kernels on GPU "
+				   "%d cannot write loans", topic, (int)a->my_device, (int)a->device,
+				   (int)a->my_device);
 		if (grant_rw && a->my_device >= 0 && a->my_device != a->device) {
 			r = a->mem->ops.memory.pool_grant(a->mem->ctx, &a->pool, a->my_device,
 							  RGAPS_MEM_GRANT_READ |
