@@ -56,6 +56,7 @@ struct rgapsd_replicator {
 	uint64_t bounce_len;
 	bool bounce_pinned;
 	uint64_t pending_gap; /* lost here, told with the next replicated message */
+	uint32_t dir_seen;    /* the topic's dir_gen at the last idle membership look */
 	/* the thread */
 	pthread_t thread;
 	bool started;
@@ -410,7 +411,17 @@ static void *replicator_main(void *arg)
 		int e = rgaps_sub_take(r->sub, 0, 0, &m);
 
 		if (e == -EAGAIN) {
+			uint32_t dir = __atomic_load_n(&r->t->hdr->dir_gen, __ATOMIC_ACQUIRE);
+
 			flush_gap(r);
+			if (dir != r->dir_seen) {
+				/* Members came or went while nothing was published: a departed
+				 * reader's holds stop pinning the replica's blocks now, not at
+				 * the next message. */
+				r->dir_seen = dir;
+				pub_sync(r);
+				rgaps_pub_reclaim(r->pub);
+			}
 			wait_messages(r);
 			continue;
 		}

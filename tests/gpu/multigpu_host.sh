@@ -104,17 +104,22 @@ ok "refusals at attach: no peer access under peer, outside devices, no such GPU 
 # 4. SIGKILL of a replica reader holding messages
 BG_TIMEOUT=60 bg holder "$CLIENT" sub hkill 0 --device 2 --hold 8 --timeout 50
 bg steady "$CLIENT" sub hkill 40 --device 2
-wait_until 10 subs_are hkill 3 || fail "subscribers did not attach to hkill"
+BG_TIMEOUT=60 bg keep "$CLIENT" sub hkill 1000 --device 2 --timeout 50 # keeps the replicator up
+wait_until 10 subs_are hkill 4 || fail "subscribers did not attach to hkill"
 "$CLIENT" pub hkill 40 256KiB --device 0 >"$T/kpub.out" 2>&1 || fail "pub: $(cat "$T/kpub.out")"
 wait_until 10 grep -q "holding 8" "$T/holder.out" || fail "holder: $(cat "$T/holder.out")"
 wait_ok steady
 used=$(pool_used hkill)
 [ "$used" -ge $((8 * 262144)) ] || fail "the replica should hold 8 messages, pools hold $used"
 kill9 holder
+# The replicator publishes nothing more, yet must see the reader go and free its blocks.
 wait_until 10 pool_is hkill 0 || fail "pools not idle after SIGKILL: $(pool_used hkill)"
+grep -q "topic 'hkill': replicator for GPU 2 stopped" "$T/rgapsd.log" &&
+	fail "the replicator stopped while a subscriber was still on its GPU"
+kill9 keep
 wait_until 10 grep -q "topic 'hkill': replicator for GPU 2 stopped after 40 copies" "$T/rgapsd.log" ||
 	fail "the replicator did not stop: $(grep hkill "$T/rgapsd.log" | tail -3)"
-ok "SIGKILLed replica reader: its 8 messages ($used bytes) reclaimed, pools idle, replicator stopped"
+ok "SIGKILLed replica reader: its 8 messages ($used bytes) reclaimed by the idle replicator, pools idle; the replicator stopped once its GPU had no subscriber"
 
 # 5. stream order, with fences that complete 3 ms after their record
 stop_daemon
