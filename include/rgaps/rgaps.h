@@ -291,7 +291,8 @@ rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic, const rgaps_atta
  * rgaps_subscriber_take_async() order their kernels after it on the GPU; those
  * that use rgaps_subscriber_take() get it once the copy is done. The source
  * may be reused once @p stream has passed this call. Waits for room as
- * rgaps_publisher_push() does. The stream must belong to this handle's GPU.
+ * rgaps_publisher_push() does. The stream should belong to this handle's GPU:
+ * with a stream of another GPU the call waits for the stream on the host.
  * @return as rgaps_publisher_push(); the copy's own errors surface at the
  * stream's next synchronisation, as for any CUDA work.
  */
