@@ -199,26 +199,12 @@ static int child_main(enum child_mode mode, const char *topic, uint64_t max_size
 
 /* ---------------------------------------------------------------- publisher side */
 
-struct child {
-	pid_t pid;
-	int fd; /* read end of its record pipe */
-};
+typedef bench_child child;
 
 static void read_rec(const child &c, rec *r)
 {
-	size_t got = 0;
-
-	while (got < sizeof(*r)) {
-		struct pollfd p = { c.fd, POLLIN, 0 };
-		ssize_t n;
-
-		if (poll(&p, 1, 120000) <= 0)
-			die("%s", "a subscriber sent nothing for 120 s");
-		n = read(c.fd, (char *)r + got, sizeof(*r) - got);
-		if (n <= 0)
-			die("%s", "a subscriber exited");
-		got += (size_t)n;
-	}
+	if (!bench_read_full(c.fd, r, sizeof(*r), 120000))
+		die("%s", "a subscriber sent nothing for 120 s, or exited");
 	if (r->status)
 		die("subscriber take failed: %s", rgaps_strerror((int)r->status));
 }
@@ -236,20 +222,11 @@ static std::vector<child> spawn_children(const char *self, const scheme &sc, con
 	else
 		unsetenv("RGAPS_SPIN_US");
 	for (int i = 0; i < n; i++) {
-		posix_spawn_file_actions_t fa;
 		char *argv[] = { (char *)self, (char *)"--child", mode, (char *)topic, maxs, NULL };
-		int pfd[2];
 		child c;
 
-		if (pipe2(pfd, O_CLOEXEC))
-			die("%s", "pipe2 failed");
-		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_adddup2(&fa, pfd[1], CHILD_FD);
-		if (posix_spawn(&c.pid, "/proc/self/exe", &fa, NULL, argv, environ))
-			die("%s", "posix_spawn failed");
-		posix_spawn_file_actions_destroy(&fa);
-		close(pfd[1]);
-		c.fd = pfd[0];
+		if (!bench_spawn_self(argv, CHILD_FD, &c))
+			die("%s", "cannot start a subscriber process");
 		kids.push_back(c);
 	}
 	unsetenv("RGAPS_SPIN_US");
@@ -265,13 +242,7 @@ static std::vector<child> spawn_children(const char *self, const scheme &sc, con
 
 static void reap_children(std::vector<child> &kids)
 {
-	for (const child &c : kids)
-		kill(c.pid, SIGTERM);
-	for (const child &c : kids) {
-		bench_wait_or_kill(c.pid);
-		close(c.fd);
-	}
-	kids.clear();
+	bench_reap(kids);
 }
 
 struct cell {
@@ -283,14 +254,7 @@ struct cell {
 
 static void print_header(void)
 {
-	struct bench_machine m;
-
-	bench_machine_get(&m);
-	printf("gpu-bench: %s (sm_%d%d, %d SMs, %.1f GiB), driver %s (CUDA %d.%d), runtime %d.%d\n",
-	       m.p.name, m.p.major, m.p.minor, m.p.multiProcessorCount,
-	       m.p.totalGlobalMem / (double)(1ull << 30), m.drv, m.dv / 1000, m.dv % 1000 / 10,
-	       m.rv / 1000, m.rv % 1000 / 10);
-	printf("gpu-bench: %s, host %s, %ld CPUs\n", m.date, m.host, sysconf(_SC_NPROCESSORS_ONLN));
+	bench_print_machine("gpu-bench");
 }
 
 int main(int argc, char **argv)

@@ -7,7 +7,10 @@
 #ifndef RGAPS_TESTS_GPU_BENCH_UTIL_CUH
 #define RGAPS_TESTS_GPU_BENCH_UTIL_CUH
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +125,66 @@ static inline void bench_driver_version(char *drv, size_t len)
 	fclose(f);
 }
 
+/*
+ * Subscriber processes of the benchmarks: this program again (/proc/self/exe)
+ * with argv, its records written to fd rec_fd, read here from .fd.
+ */
+struct bench_child {
+	pid_t pid;
+	int fd; /* read end of its record pipe */
+};
+
+static inline bool bench_spawn_self(char *const argv[], int rec_fd, bench_child *c_p)
+{
+	extern char **environ;
+	posix_spawn_file_actions_t fa;
+	int pfd[2];
+	bool ok;
+
+	if (pipe2(pfd, O_CLOEXEC))
+		return false;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], rec_fd);
+	ok = posix_spawn(&c_p->pid, "/proc/self/exe", &fa, NULL, argv, environ) == 0;
+	posix_spawn_file_actions_destroy(&fa);
+	close(pfd[1]);
+	if (!ok)
+		close(pfd[0]);
+	c_p->fd = pfd[0];
+	return ok;
+}
+
+/* Read exactly n bytes of a child's records, waiting at most timeout_ms for each part. */
+static inline bool bench_read_full(int fd, void *p, size_t n, int timeout_ms)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		ssize_t k;
+
+		if (poll(&pf, 1, timeout_ms) <= 0)
+			return false;
+		k = read(fd, (char *)p + got, n - got);
+		if (k <= 0)
+			return false;
+		got += (size_t)k;
+	}
+	return true;
+}
+
+/* Stop every child (SIGTERM, then SIGKILL after 5 s), reap it, close its pipe. */
+static inline void bench_reap(std::vector<bench_child> &kids)
+{
+	for (const bench_child &c : kids)
+		kill(c.pid, SIGTERM);
+	for (const bench_child &c : kids) {
+		bench_wait_or_kill(c.pid);
+		close(c.fd);
+	}
+	kids.clear();
+}
+
 /* What a table's header line says about the machine and the run. */
 struct bench_machine {
 	cudaDeviceProp p;	     /* device 0 */
@@ -142,6 +205,19 @@ static inline void bench_machine_get(struct bench_machine *m)
 	strftime(m->date, sizeof(m->date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
 	snprintf(m->host, sizeof(m->host), "?");
 	gethostname(m->host, sizeof(m->host) - 1);
+}
+
+/* The two header lines of a benchmark's output: the card and the run. */
+static inline void bench_print_machine(const char *prog)
+{
+	struct bench_machine m;
+
+	bench_machine_get(&m);
+	printf("%s: %s (sm_%d%d, %d SMs, %.1f GiB), driver %s (CUDA %d.%d), runtime %d.%d\n", prog,
+	       m.p.name, m.p.major, m.p.minor, m.p.multiProcessorCount,
+	       m.p.totalGlobalMem / (double)(1ull << 30), m.drv, m.dv / 1000, m.dv % 1000 / 10,
+	       m.rv / 1000, m.rv % 1000 / 10);
+	printf("%s: %s, host %s, %ld CPUs\n", prog, m.date, m.host, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 #endif

@@ -534,6 +534,27 @@ static double hf2_run(cudaStream_t cs, cudaStream_t cbs, std::vector<cudaEvent_t
 	return (gpu_now_ns() - t0) / 1e6;
 }
 
+/*
+ * The plugin's staging of n bytes, in copies of step bytes queued back to back
+ * (what stage_pump does), until every completion reached the eventfd: ms.
+ */
+static double plugin_stage(const struct rgaps_memory_ops *ops, void *ctx, dp1_sig *sig,
+			   uint8_t *dst, const uint8_t *src, uint64_t n, uint64_t step)
+{
+	uint64_t want = 0, got, t0 = gpu_now_ns();
+
+	for (uint64_t off = 0; off < n; off += step, want++)
+		if (ops->copy_async(ctx, dst + off, (uint8_t *)src + off, std::min(step, n - off),
+				    RGAPS_COPY_FROM_POOL, dp1_done, sig))
+			die("DP1", "copy_async refused");
+	while (want) {
+		if (read(sig->efd, &got, sizeof(got)) != sizeof(got))
+			die("DP1", "eventfd read");
+		want -= std::min(want, got);
+	}
+	return (gpu_now_ns() - t0) / 1e6;
+}
+
 static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint64_t> &reps)
 {
 	const char *dir = getenv("RGAPS_PLUGIN_DIR");
@@ -612,7 +633,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 		std::vector<double> t[9];
 
 		for (uint64_t rep = 0; rep < reps[i] + 1; rep++) {
-			uint64_t t0, got;
+			uint64_t t0;
 
 			t0 = gpu_now_ns();
 			CK(cudaMemcpy(stg, region.base, n, cudaMemcpyDeviceToHost));
@@ -632,24 +653,11 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 				t[1].push_back((gpu_now_ns() - t0) / 1e6);
 
 			for (int mode = 0; mode < 2; mode++) {
-				uint64_t k_n = mode ? nchunks : 1, want = k_n;
+				double ms = plugin_stage(ops, ctx, &sig, stg, (uint8_t *)region.base, n,
+							 mode ? CHUNK : n);
 
-				t0 = gpu_now_ns();
-				for (uint64_t k = 0; k < k_n; k++) {
-					uint64_t off = mode ? k * CHUNK : 0;
-					uint64_t len = mode ? std::min(CHUNK, n - off) : n;
-
-					if (ops->copy_async(ctx, stg + off, (uint8_t *)region.base + off,
-							    len, RGAPS_COPY_FROM_POOL, dp1_done, &sig))
-						die("DP1", "copy_async refused");
-				}
-				while (want) {
-					if (read(sig.efd, &got, sizeof(got)) != sizeof(got))
-						die("DP1", "eventfd read");
-					want -= std::min(want, got);
-				}
 				if (rep)
-					t[2 + mode].push_back((gpu_now_ns() - t0) / 1e6);
+					t[2 + mode].push_back(ms);
 			}
 			{
 				double a = evq_run(&eq[0], s, evs[0], stg, (uint8_t *)region.base, n, n);
@@ -721,25 +729,16 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 					if (ch && ch >= n && ch != CHUNK)
 						continue; /* one chunk: the same as whole */
 					for (uint64_t rep = 0; rep < reps[i] + 1; rep++) {
-						uint64_t t0 = gpu_now_ns(), got, want = 0;
+						uint64_t t0 = gpu_now_ns();
+						double ms;
 
 						CK(cudaMemcpy(stg, region.base, n, cudaMemcpyDeviceToHost));
 						if (rep)
 							raw.push_back((gpu_now_ns() - t0) / 1e6);
-						t0 = gpu_now_ns();
-						for (uint64_t off = 0; off < n; off += step, want++)
-							if (ops->copy_async(vctx, stg + off,
-									    (uint8_t *)region.base + off,
-									    std::min(step, n - off),
-									    RGAPS_COPY_FROM_POOL, dp1_done, &sig))
-								die("DP1", "copy_async refused");
-						while (want) {
-							if (read(sig.efd, &got, sizeof(got)) != sizeof(got))
-								die("DP1", "eventfd read");
-							want -= std::min(want, got);
-						}
+						ms = plugin_stage(ops, vctx, &sig, stg,
+								  (uint8_t *)region.base, n, step);
 						if (rep)
-							pl.push_back((gpu_now_ns() - t0) / 1e6);
+							pl.push_back(ms);
 					}
 					printf("RESULT dp1 variant=%s mode=%s size=%s raw_ms=%.4f ms=%.4f "
 					       "ratio=%.4f\n", v.name,

@@ -196,27 +196,11 @@ static int child_main(enum child_mode mode, const char *topic, int device, uint6
 
 /* ---------------------------------------------------------------- the publisher side */
 
-struct child {
-	pid_t pid;
-	int fd;
-};
+typedef bench_child child;
 
 static bool read_rec(const child &c, rec *r)
 {
-	size_t got = 0;
-
-	while (got < sizeof(*r)) {
-		struct pollfd p = { c.fd, POLLIN, 0 };
-		ssize_t n;
-
-		if (poll(&p, 1, REC_TIMEOUT_MS) <= 0)
-			return false;
-		n = read(c.fd, (char *)r + got, sizeof(*r) - got);
-		if (n <= 0)
-			return false;
-		got += (size_t)n;
-	}
-	return r->status == 0;
+	return bench_read_full(c.fd, r, sizeof(*r), REC_TIMEOUT_MS) && r->status == 0;
 }
 
 static std::vector<child> spawn(enum child_mode mode, const char *topic, const std::vector<int> &devs,
@@ -228,23 +212,14 @@ static std::vector<child> spawn(enum child_mode mode, const char *topic, const s
 	snprintf(modes, sizeof(modes), "%d", (int)mode);
 	snprintf(maxs, sizeof(maxs), "%llu", (unsigned long long)max_size);
 	for (int dev : devs) {
-		posix_spawn_file_actions_t fa;
 		char devs_s[16];
 		char *argv[] = { (char *)"gpu-mbench", (char *)"--child", modes, (char *)topic,
 				 devs_s, maxs, NULL };
-		int pfd[2];
 		child c;
 
 		snprintf(devs_s, sizeof(devs_s), "%d", dev);
-		if (pipe2(pfd, O_CLOEXEC))
-			die("pipe2", strerror(errno));
-		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_adddup2(&fa, pfd[1], REC_FD);
-		if (posix_spawn(&c.pid, "/proc/self/exe", &fa, NULL, argv, environ))
+		if (!bench_spawn_self(argv, REC_FD, &c))
 			die("posix_spawn", strerror(errno));
-		posix_spawn_file_actions_destroy(&fa);
-		close(pfd[1]);
-		c.fd = pfd[0];
 		kids.push_back(c);
 	}
 	for (const child &c : kids) {
@@ -258,13 +233,7 @@ static std::vector<child> spawn(enum child_mode mode, const char *topic, const s
 
 static void reap(std::vector<child> &kids)
 {
-	for (const child &c : kids)
-		kill(c.pid, SIGTERM);
-	for (const child &c : kids) {
-		bench_wait_or_kill(c.pid);
-		close(c.fd);
-	}
-	kids.clear();
+	bench_reap(kids);
 }
 
 static rgaps_publisher_t *attach_pub(const char *topic, uint64_t max_size)
@@ -287,17 +256,11 @@ static rgaps_publisher_t *attach_pub(const char *topic, uint64_t max_size)
 
 static void print_header(void)
 {
-	struct bench_machine m;
 	int n = 0;
 
-	bench_machine_get(&m);
+	bench_print_machine("gpu-mbench");
 	cudaGetDeviceCount(&n);
-	printf("gpu-mbench: %d x %s (sm_%d%d, %d SMs, %.1f GiB), driver %s (CUDA %d.%d), "
-	       "runtime %d.%d\n",
-	       n, m.p.name, m.p.major, m.p.minor, m.p.multiProcessorCount,
-	       m.p.totalGlobalMem / (double)(1ull << 30), m.drv, m.dv / 1000, m.dv % 1000 / 10,
-	       m.rv / 1000, m.rv % 1000 / 10);
-	printf("gpu-mbench: %s, host %s, %ld CPUs\n", m.date, m.host, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("gpu-mbench: %d GPUs\n", n);
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < n; j++) {
 			int can = 0, rank = -1, atom = 0;
