@@ -6,6 +6,7 @@
 #include "fence.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,71 @@
 
 struct fence_stream {
 	uint64_t gen;
-	void **open; /* [nfences], NULL until used */
+	void **open;	 /* [nfences], NULL until used */
+	uint8_t *borrowed; /* [nfences]: open[k] is this process's own fence, not ours to destroy */
 };
+
+/* ---------------------------------------------------------------- this process's own fences */
+
+struct local_fence {
+	struct local_fence *next;
+	uint8_t handle[RGAPS_FENCE_BYTES];
+	void *fence;
+};
+
+static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct local_fence *local_fences;
+
+static bool handle_empty(const uint8_t *h)
+{
+	for (uint32_t i = 0; i < RGAPS_FENCE_BYTES; i++)
+		if (h[i])
+			return false;
+	return true;
+}
+
+void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence)
+{
+	struct local_fence *l;
+
+	if (handle_empty(handle) || !(l = calloc(1, sizeof(*l))))
+		return; /* nothing to match it by, or no memory: readers here open it (and may fail) */
+	memcpy(l->handle, handle, RGAPS_FENCE_BYTES);
+	l->fence = fence;
+	pthread_mutex_lock(&local_lock);
+	l->next = local_fences;
+	local_fences = l;
+	pthread_mutex_unlock(&local_lock);
+}
+
+void rgaps_fence_local_remove(void *fence)
+{
+	pthread_mutex_lock(&local_lock);
+	for (struct local_fence **lp = &local_fences; *lp; lp = &(*lp)->next) {
+		if ((*lp)->fence == fence) {
+			struct local_fence *l = *lp;
+
+			*lp = l->next;
+			free(l);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&local_lock);
+}
+
+static void *local_find(const uint8_t *handle)
+{
+	void *f = NULL;
+
+	if (handle_empty(handle))
+		return NULL;
+	pthread_mutex_lock(&local_lock);
+	for (struct local_fence *l = local_fences; l && !f; l = l->next)
+		if (memcmp(l->handle, handle, RGAPS_FENCE_BYTES) == 0)
+			f = l->fence;
+	pthread_mutex_unlock(&local_lock);
+	return f;
+}
 
 struct rgaps_fence_cache {
 	const struct rgaps_memory_ops *ops;
@@ -56,11 +120,13 @@ void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot)
 	fs = &fc->streams[slot];
 	if (fs->open) {
 		for (uint32_t k = 0; k < fc->nfences; k++)
-			if (fs->open[k])
+			if (fs->open[k] && !fs->borrowed[k])
 				fc->ops->fence_destroy(fc->ctx, fs->open[k]);
 		free(fs->open);
+		free(fs->borrowed);
 	}
 	fs->open = NULL;
+	fs->borrowed = NULL;
 	fs->gen = 0;
 }
 
@@ -102,11 +168,23 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	}
 	if (!fs->open) {
 		fs->open = calloc(fc->nfences, sizeof(*fs->open));
-		if (!fs->open)
+		fs->borrowed = calloc(fc->nfences, 1);
+		if (!fs->open || !fs->borrowed) {
+			free(fs->open);
+			free(fs->borrowed);
+			fs->open = NULL;
+			fs->borrowed = NULL;
 			return -ENOMEM;
+		}
 		fs->gen = gen;
 	}
 	memcpy(handle, rgaps_pub_fence_handle(&fc->lim, r, k), sizeof(handle));
+	fs->open[k] = local_find(handle);
+	if (fs->open[k]) { /* a publisher of this very process */
+		fs->borrowed[k] = 1;
+		*fence_p = fs->open[k];
+		return 0;
+	}
 	e = fc->ops->fence_open(fc->ctx, handle, &fs->open[k]);
 	if (e) {
 		fs->open[k] = NULL;

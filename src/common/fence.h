@@ -32,6 +32,15 @@ void rgaps_fence_cache_destroy(struct rgaps_fence_cache *fc);
 int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
 			  const struct rgaps_pub_region *r, uint32_t k, void **fence_p, char *why,
 			  size_t whylen);
+/*
+ * Fences this process made and shared (its publishers'). CUDA refuses to open
+ * an IPC handle in the process that made it, so a reader in the same process
+ * borrows the fence itself: add when made, remove before it is destroyed.
+ * All-zero handles (a backend with nothing to share) are never matched.
+ */
+void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence);
+void rgaps_fence_local_remove(void *fence);
+
 /* Stream slot went away: close what was opened of it (waits queued on them stay valid). */
 void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
 

@@ -601,9 +601,12 @@ static void fences_fini(struct rgaps__attach *a)
 				 __ATOMIC_SEQ_CST);
 		nanosleep(&grace, NULL);
 	}
-	for (uint32_t k = 0; k < fs->made; k++)
-		if (fs->f[k])
-			a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
+	for (uint32_t k = 0; k < fs->made; k++) {
+		if (!fs->f[k])
+			continue;
+		rgaps_fence_local_remove(fs->f[k]);
+		a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
+	}
 	free(fs->f);
 	free(fs->free);
 	memset(fs, 0, sizeof(*fs));
@@ -642,6 +645,7 @@ int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p)
 		fs->f[k] = NULL;
 		return e;
 	}
+	rgaps_fence_local_add(rgaps_pub_fence_handle(&a->lim, r, k), fs->f[k]);
 	/* The handle first, then the count that makes readers trust it (fence.h). */
 	fs->made = k + 1;
 	__atomic_store_n(&r->nfences, fs->made, __ATOMIC_RELEASE);

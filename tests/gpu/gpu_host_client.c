@@ -9,6 +9,8 @@
  *   gpu-host-client sub TOPIC N [--device D] [--async] [--path local|peer|replica]
  *                   [--hold K] [--timeout S] [--expect-gaps G]
  *   gpu-host-client attach pub|sub TOPIC --device D   (exit 0 attached, 3 refused: errno printed)
+ *   gpu-host-client local TOPIC N [--device D]  publisher and subscriber in this one process:
+ *                   N messages by push_async, taken with take_async and take in turn
  *
  * sub prints "received R verified V mismatched M gaps G" and exits 0 when
  * R == N, M == 0, G == 0 (or G == --expect-gaps, waited for) and the handle's GPU
@@ -185,6 +187,44 @@ static int do_sub(const char *topic, uint64_t n, const rgaps_attach_opts_t *o, i
 	return rc;
 }
 
+/* A publisher and a subscriber of one process: the subscriber borrows the publisher's fences. */
+static int do_local(const char *topic, uint64_t n, const rgaps_attach_opts_t *o)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init_ex(topic, o);
+	rgaps_publisher_t *pub = rgaps_publisher_init_ex(topic, o);
+	uint8_t buf[4096];
+	uint64_t ok = 0;
+
+	if (!sub || !pub) {
+		fprintf(stderr, "local: cannot attach: %s\n", strerror(errno));
+		return 1;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		rgaps_msg_t m;
+		uint64_t ctr;
+		int r;
+
+		rgaps_pattern_fill(buf, sizeof(buf), i);
+		r = rgaps_publisher_push_async(pub, sizeof(buf), buf, NULL);
+		if (r) {
+			fprintf(stderr, "local: push_async: %s\n", rgaps_strerror(r));
+			break;
+		}
+		r = i % 2 ? rgaps_subscriber_take_async(sub, &m, 5000, NULL) :
+			    rgaps_subscriber_take(sub, &m, 5000);
+		if (r) {
+			fprintf(stderr, "local: take: %s\n", rgaps_strerror(r));
+			break;
+		}
+		ok += rgaps_pattern_check(m.data, m.size, &ctr) < 0 && ctr == i;
+		rgaps_subscriber_release_async(sub, &m, NULL);
+	}
+	printf("local: %llu of %llu verified\n", (unsigned long long)ok, (unsigned long long)n);
+	rgaps_publisher_destroy(pub);
+	rgaps_subscriber_destroy(sub);
+	return ok == n ? 0 : 1;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: gpu-host-client pub TOPIC N SIZE [--device D] [--async] [--loan] "
@@ -261,6 +301,8 @@ int main(int argc, char **argv)
 	if (argc == 3 && strcmp(argv[0], "sub") == 0)
 		return do_sub(argv[1], hold ? hold : strtoull(argv[2], NULL, 10), &o, async, path,
 			      hold, timeout, want_gaps);
+	if (argc == 3 && strcmp(argv[0], "local") == 0)
+		return do_local(argv[1], strtoull(argv[2], NULL, 10), &o);
 	if (argc == 3 && strcmp(argv[0], "attach") == 0) {
 		int sub = strcmp(argv[1], "sub") == 0;
 		void *h = sub ? (void *)rgaps_subscriber_init_ex(argv[2], &o) :

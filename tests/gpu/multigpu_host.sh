@@ -13,7 +13,10 @@
 #  4. SIGKILL of a subscriber holding replica messages: every pool back to idle,
 #     the replicator stops once its GPU has no subscriber left.
 #  5. Stream order with slow emulated fences: push_async and commit_async, read
-#     by take (waits on the host) and take_async + release_async, on every path.
+#     by take (waits on the host) and take_async + release_async, on every path;
+#     a publisher and a subscriber in one process (the subscriber borrows the
+#     publisher's fences: CUDA does not open an IPC handle in its own process).
+#  6. A publisher killed with copies in flight: its messages reported lost.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/multigpu_host.sh
 . "$(dirname "$0")/../integration/lib.sh"
 CLIENT="$RGAPS_BUILD/tests/gpu/gpu-host-client"
@@ -140,8 +143,10 @@ for i in 0 1 2 3; do
 done
 fenced=$("$RGAPS" stats hauto --json | flat | grep -o '"fenced":[0-9]*' | head -1 | cut -d: -f2)
 [ "$fenced" = "$M" ] || fail "$fenced messages published with a fence, expected $M"
+"$CLIENT" local hlocal 40 --device 0 >"$T/local.out" 2>&1 || fail "same-process: $(cat "$T/local.out")"
+grep -q "local: 40 of 40 verified" "$T/local.out" || fail "same-process: $(cat "$T/local.out")"
 wait_until 10 pool_is hauto 0 || fail "pools not idle after the stream-ordered run: $(pool_used hauto)"
-ok "stream order: $M fenced messages (push_async, commit_async) verified by take and take_async + release_async on the pool, peer and replica paths"
+ok "stream order: $M fenced messages (push_async, commit_async) verified by take and take_async + release_async on the pool, peer and replica paths; a publisher and a subscriber in one process too"
 
 # 6. a publisher killed while its copies are still queued (fences 60 s late): the readers
 #    neither hang nor touch its fences once it is gone; its messages are reported lost
