@@ -1,7 +1,8 @@
 /*
  * Fences of other processes as a reader keeps them (fence.h). Slots are opened
  * lazily: a stream that never publishes stream-ordered costs nothing, and one
- * that does costs one open per fence slot it uses, not one per message.
+ * that does costs one open per fence slot it uses, not one per message - and
+ * one per process, whatever number of readers it has (the table below).
  */
 #include "fence.h"
 
@@ -16,20 +17,28 @@
 
 struct fence_stream {
 	uint64_t gen;
-	void **open;	 /* [nfences], NULL until used */
-	uint8_t *borrowed; /* [nfences]: open[k] is this process's own fence, not ours to destroy */
+	void **open;   /* [nfences], NULL until used */
+	uint8_t *own;  /* [nfences]: open[k] is this process's own fence (borrowed, never ours
+			  to destroy); else one we opened (the table counts its readers) */
 };
 
-/* ---------------------------------------------------------------- this process's own fences */
-
-struct local_fence {
-	struct local_fence *next;
+/*
+ * The process's fences by handle: its own publishers' (own: borrowed, never
+ * destroyed here), and the other processes' it opened, shared by every reader
+ * of the process (rgapsd's forwarder and replicators, several subscriber
+ * handles of one application) with a count, because CUDA opens an IPC event
+ * handle in a process once, and never in the process that made it.
+ */
+struct shared_fence {
+	struct shared_fence *next;
 	uint8_t handle[RGAPS_FENCE_BYTES];
 	void *fence;
+	uint32_t refs; /* readers' caches that use it (opened ones) */
+	bool own;
 };
 
-static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct local_fence *local_fences;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_fence *table;
 
 static bool handle_empty(const uint8_t *h)
 {
@@ -39,47 +48,127 @@ static bool handle_empty(const uint8_t *h)
 	return true;
 }
 
+/* Called with table_lock held. */
+static struct shared_fence *table_find(const uint8_t *handle)
+{
+	for (struct shared_fence *l = table; l; l = l->next)
+		if (memcmp(l->handle, handle, RGAPS_FENCE_BYTES) == 0)
+			return l;
+	return NULL;
+}
+
 void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence)
 {
-	struct local_fence *l;
+	struct shared_fence *l;
 
 	if (handle_empty(handle) || !(l = calloc(1, sizeof(*l))))
 		return; /* nothing to match it by, or no memory: readers here open it (and may fail) */
 	memcpy(l->handle, handle, RGAPS_FENCE_BYTES);
 	l->fence = fence;
-	pthread_mutex_lock(&local_lock);
-	l->next = local_fences;
-	local_fences = l;
-	pthread_mutex_unlock(&local_lock);
+	l->own = true;
+	pthread_mutex_lock(&table_lock);
+	l->next = table;
+	table = l;
+	pthread_mutex_unlock(&table_lock);
 }
 
 void rgaps_fence_local_remove(void *fence)
 {
-	pthread_mutex_lock(&local_lock);
-	for (struct local_fence **lp = &local_fences; *lp; lp = &(*lp)->next) {
-		if ((*lp)->fence == fence) {
-			struct local_fence *l = *lp;
+	pthread_mutex_lock(&table_lock);
+	for (struct shared_fence **lp = &table; *lp; lp = &(*lp)->next) {
+		if ((*lp)->own && (*lp)->fence == fence) {
+			struct shared_fence *l = *lp;
 
 			*lp = l->next;
 			free(l);
 			break;
 		}
 	}
-	pthread_mutex_unlock(&local_lock);
+	pthread_mutex_unlock(&table_lock);
 }
 
-static void *local_find(const uint8_t *handle)
+/* A reader is done with a fence it opened: the last one destroys it. */
+static void table_put(const struct rgaps_memory_ops *ops, void *ctx, void *fence)
 {
-	void *f = NULL;
+	void *destroy = fence; /* not in the table (a handle-less fence): only ours */
 
-	if (handle_empty(handle))
-		return NULL;
-	pthread_mutex_lock(&local_lock);
-	for (struct local_fence *l = local_fences; l && !f; l = l->next)
-		if (memcmp(l->handle, handle, RGAPS_FENCE_BYTES) == 0)
-			f = l->fence;
-	pthread_mutex_unlock(&local_lock);
-	return f;
+	pthread_mutex_lock(&table_lock);
+	for (struct shared_fence **lp = &table; *lp; lp = &(*lp)->next) {
+		struct shared_fence *l = *lp;
+
+		if (l->fence != fence || l->own)
+			continue;
+		destroy = NULL;
+		if (--l->refs == 0) {
+			*lp = l->next;
+			destroy = l->fence;
+			free(l);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&table_lock);
+	if (destroy)
+		ops->fence_destroy(ctx, destroy);
+}
+
+/*
+ * The fence of handle: this process's own (*own_p true), or opened once per
+ * process and counted. 0 or the backend's error.
+ */
+static int table_get(const struct rgaps_memory_ops *ops, void *ctx, const uint8_t *handle,
+		     void **fence_p, bool *own_p)
+{
+	struct shared_fence *l;
+	void *f = NULL;
+	int e;
+
+	*own_p = false;
+	pthread_mutex_lock(&table_lock);
+	l = handle_empty(handle) ? NULL : table_find(handle);
+	if (l) {
+		if (!l->own)
+			l->refs++;
+		*own_p = l->own;
+		*fence_p = l->fence;
+		pthread_mutex_unlock(&table_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&table_lock);
+	e = ops->fence_open(ctx, handle, &f);
+	if (e)
+		return e;
+	if (handle_empty(handle)) { /* a backend whose fences carry no handle: not shared */
+		*fence_p = f;
+		return 0;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		ops->fence_destroy(ctx, f);
+		return -ENOMEM;
+	}
+	memcpy(l->handle, handle, RGAPS_FENCE_BYTES);
+	l->fence = f;
+	l->refs = 1;
+	pthread_mutex_lock(&table_lock);
+	{
+		struct shared_fence *other = table_find(handle);
+
+		if (other) { /* another reader opened it meanwhile: use that one */
+			if (!other->own)
+				other->refs++;
+			*own_p = other->own;
+			*fence_p = other->fence;
+			pthread_mutex_unlock(&table_lock);
+			ops->fence_destroy(ctx, f);
+			free(l);
+			return 0;
+		}
+	}
+	l->next = table;
+	table = l;
+	pthread_mutex_unlock(&table_lock);
+	*fence_p = f;
+	return 0;
 }
 
 struct rgaps_fence_cache {
@@ -120,13 +209,13 @@ void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot)
 	fs = &fc->streams[slot];
 	if (fs->open) {
 		for (uint32_t k = 0; k < fc->nfences; k++)
-			if (fs->open[k] && !fs->borrowed[k])
-				fc->ops->fence_destroy(fc->ctx, fs->open[k]);
+			if (fs->open[k] && !fs->own[k])
+				table_put(fc->ops, fc->ctx, fs->open[k]);
 		free(fs->open);
-		free(fs->borrowed);
+		free(fs->own);
 	}
 	fs->open = NULL;
-	fs->borrowed = NULL;
+	fs->own = NULL;
 	fs->gen = 0;
 }
 
@@ -147,6 +236,7 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	uint8_t handle[RGAPS_FENCE_BYTES];
 	struct fence_stream *fs;
 	uint32_t published;
+	bool own;
 	int e;
 
 	if (slot >= fc->lim.max_publishers || k >= fc->nfences) {
@@ -168,24 +258,19 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	}
 	if (!fs->open) {
 		fs->open = calloc(fc->nfences, sizeof(*fs->open));
-		fs->borrowed = calloc(fc->nfences, 1);
-		if (!fs->open || !fs->borrowed) {
+		fs->own = calloc(fc->nfences, 1);
+		if (!fs->open || !fs->own) {
 			free(fs->open);
-			free(fs->borrowed);
+			free(fs->own);
 			fs->open = NULL;
-			fs->borrowed = NULL;
+			fs->own = NULL;
 			return -ENOMEM;
 		}
 		fs->gen = gen;
 	}
 	memcpy(handle, rgaps_pub_fence_handle(&fc->lim, r, k), sizeof(handle));
-	fs->open[k] = local_find(handle);
-	if (fs->open[k]) { /* a publisher of this very process */
-		fs->borrowed[k] = 1;
-		*fence_p = fs->open[k];
-		return 0;
-	}
-	e = fc->ops->fence_open(fc->ctx, handle, &fs->open[k]);
+	e = table_get(fc->ops, fc->ctx, handle, &fs->open[k], &own);
+	fs->own[k] = own;
 	if (e) {
 		fs->open[k] = NULL;
 		snprintf(why, whylen, "fence slot %u cannot be opened: %s", k, strerror(-e));
