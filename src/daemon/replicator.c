@@ -240,24 +240,20 @@ static bool stopping(struct rgapsd_replicator *r)
 	return __atomic_load_n(&r->stop, __ATOMIC_ACQUIRE);
 }
 
-/* Sleep until an original stream rings, the membership moves, or stop. */
+static bool stop_asked(void *arg)
+{
+	return stopping(arg);
+}
+
+/* Sleep until an original stream rings, the membership moves, or stop (our wake word). */
 static void wait_messages(struct rgapsd_replicator *r)
 {
-	struct futex_waitv wv[RGAPS_WAITV_MAX];
-	uint32_t wake = __atomic_load_n(&r->wake, __ATOMIC_SEQ_CST), n;
-	int e;
+	struct futex_waitv own;
 
-	rgaps_sub_sleeping(r->sub, 1);
-	n = rgaps_sub_wait_words(r->sub, wv, RGAPS_WAITV_MAX - 1);
-	rgaps_waitv_set(&wv[n], &r->wake, wake);
-	wv[n++].flags |= FUTEX_PRIVATE_FLAG;
-	if (!rgaps_sub_ready(r->sub) && !stopping(r)) {
-		e = rgaps_futex_waitv(wv, n, WAIT_SLICE_NS);
-		if (e == -ENOSYS)
-			rgaps_futex_wait((const uint32_t *)(uintptr_t)wv[0].uaddr, (uint32_t)wv[0].val,
-					 2000000ll);
-	}
-	rgaps_sub_sleeping(r->sub, -1);
+	rgaps_waitv_set(&own, &r->wake, __atomic_load_n(&r->wake, __ATOMIC_SEQ_CST));
+	own.flags |= FUTEX_PRIVATE_FLAG;
+	/* No lock: the sync callbacks that change the mappings run on this thread. */
+	rgaps_sub_sleep(r->sub, NULL, &own, 1, stop_asked, r, WAIT_SLICE_NS);
 }
 
 /* The host buffer of copies without peer access (made at start, or when a pool refused). */
