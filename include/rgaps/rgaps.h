@@ -135,6 +135,13 @@ typedef struct rgaps_pub_opts {
 	const void *attrs;  /**< attribute block sent with the message, or NULL */
 	size_t attr_len;    /**< its bytes, at most RGAPS_ATTR_MAX */
 	int timeout_ms;	    /**< wait for room: 0 none, -1 the topic's block timeout, >0 ms */
+	/**
+	 * A CUDA stream (cudaStream_t): publish in stream order, as
+	 * rgaps_publisher_push_async() / rgaps_publisher_commit_async() do, with the
+	 * attribute block. NULL: not stream-ordered (pass cudaStreamLegacy, 0x1, to
+	 * order on the legacy default stream). Since librgaps 0.2.
+	 */
+	void *stream;
 } rgaps_pub_opts_t;
 
 /** A loaned block of the pool, written by the publisher in place (rgaps_publisher_loan()). */
@@ -161,7 +168,7 @@ typedef struct rgaps_topic_info {
 	size_t max_message_size; /**< largest accepted message */
 	uint32_t queue_depth;	 /**< message queue entries */
 	uint64_t drops;		 /**< subscriber: messages skipped by drop_oldest */
-	/* librgaps 0.3 (read them only if struct_size covers them): */
+	/* librgaps 0.2 (read them only if struct_size covers them): */
 	int handle_device; /**< the GPU this handle was attached for, as rgapsd numbers them
 				(-1: none, host memory, or unknown) */
 	int gpu_path;	   /**< how it reaches the messages: RGAPS_GPU_PATH_* */
@@ -250,7 +257,7 @@ int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info);
 int rgaps_subscriber_info(rgaps_subscriber_t *sub, rgaps_topic_info_t *info);
 
 /* ------------------------------------------------------------------ */
-/* Several GPUs, and stream order (librgaps 0.3)                       */
+/* Several GPUs, and stream order (librgaps 0.2)                       */
 /* ------------------------------------------------------------------ */
 
 /** Options of rgaps_publisher_init_ex() and rgaps_subscriber_init_ex(). */
@@ -316,6 +323,15 @@ int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan, siz
  */
 int rgaps_subscriber_take_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms,
 				void *stream);
+
+/**
+ * Order the work queued on @p stream after this call behind the bytes of a
+ * message the handle holds: nothing to do for a message taken with
+ * rgaps_subscriber_take() (its bytes were complete when it returned), the GPU
+ * wait of rgaps_subscriber_take_async() again otherwise (e.g. for another
+ * stream). @return 0, or -EINVAL if @p msg is not held.
+ */
+int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, void *stream);
 
 /**
  * Release a message once the work queued on @p stream so far is done: this

@@ -89,9 +89,16 @@ RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int t
 	return 0;
 }
 
+static int commit_fenced(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
+			 const rgaps_pub_opts_t *o, uint64_t ts, int timeout_ms);
+static int push_in_order(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
+			 const rgaps_pub_opts_t *o);
+
 static int commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size, uint64_t ts,
 		  const rgaps_pub_opts_t *o, int timeout_ms)
 {
+	if (o->stream)
+		return commit_fenced(pub, loan, size, o, ts, timeout_ms);
 	struct rgaps_pub_commit c = {
 		.ts_ns = ts,
 		.attrs = o->attrs,
@@ -113,6 +120,9 @@ RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t 
 	if (!r && size > loan->size)
 		r = -EINVAL;
 	if (r) {
+		/* The caller's kernels may still write it: wait for them before it is freed. */
+		if (opts && opts->struct_size >= sizeof(*opts) && opts->stream)
+			pub->a.mem->ops.memory.stream_sync(pub->a.mem->ctx, opts->stream);
 		rgaps_pub_cancel(pub->a.pub, loan->token);
 		return r;
 	}
@@ -145,6 +155,8 @@ RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 	r = read_opts(opts, &o);
 	if (r)
 		return r;
+	if (o.stream)
+		return push_in_order(pub, size, device_ptr, &o);
 	t = effective_timeout(pub, o.timeout_ms);
 	start = rgaps_now_ns(CLOCK_MONOTONIC);
 	r = rgaps_publisher_loan(pub, size, t, &loan);
@@ -197,11 +209,16 @@ static int remaining_ms(int t, uint64_t start)
  * first: then too the fence is waited for here.
  */
 static int commit_fenced(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
-			 void *stream, uint64_t ts, int timeout_ms)
+			 const rgaps_pub_opts_t *o, uint64_t ts, int timeout_ms)
 {
 	const struct rgaps_memory_ops *ops = &pub->a.mem->ops.memory;
 	void *mctx = pub->a.mem->ctx;
-	struct rgaps_pub_commit c = { .ts_ns = ts };
+	void *stream = o->stream;
+	struct rgaps_pub_commit c = {
+		.ts_ns = ts,
+		.attrs = o->attrs,
+		.attr_len = (uint32_t)o->attr_len,
+	};
 	uint32_t k;
 	int r;
 
@@ -237,41 +254,48 @@ static int commit_fenced(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size
 	return r;
 }
 
-RGAPS_EXPORT int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size,
-					    const void *device_ptr, void *stream)
+/* push_ex with a stream: the copy queued on it, the message published with a fence. */
+static int push_in_order(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
+			 const rgaps_pub_opts_t *o)
 {
 	uint64_t ts = rgaps_now_ns(CLOCK_REALTIME), start = rgaps_now_ns(CLOCK_MONOTONIC);
 	rgaps_loan_t loan;
 	int r, t;
 
-	if (!pub || !device_ptr)
-		return -EINVAL;
-	t = effective_timeout(pub, -1);
+	t = effective_timeout(pub, o->timeout_ms);
 	r = rgaps_publisher_loan(pub, size, t, &loan);
 	if (r)
 		return r;
 	r = pub->a.mem->ops.memory.copy_stream(pub->a.mem->ctx, loan.data, device_ptr, size,
-					       stream);
+					       o->stream);
 	if (r) { /* nothing was queued */
 		rgaps_pub_cancel(pub->a.pub, loan.token);
 		return r;
 	}
-	return commit_fenced(pub, &loan, size, stream, ts, remaining_ms(t, start));
+	return commit_fenced(pub, &loan, size, o, ts, remaining_ms(t, start));
+}
+
+RGAPS_EXPORT int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size,
+					    const void *device_ptr, void *stream)
+{
+	rgaps_pub_opts_t o = { .struct_size = sizeof(o), .timeout_ms = -1, .stream = stream };
+
+	if (!pub || !device_ptr)
+		return -EINVAL;
+	/* The legacy default stream is NULL here; in the options NULL means "none". */
+	if (!o.stream)
+		o.stream = (void *)(uintptr_t)1; /* cudaStreamLegacy */
+	return push_in_order(pub, size, device_ptr, &o);
 }
 
 RGAPS_EXPORT int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan,
 					      size_t size, void *stream)
 {
-	if (!pub || !loan)
-		return -EINVAL;
-	if (size > loan->size) {
-		/* The caller's kernels may still write it: wait for them before it is freed. */
-		pub->a.mem->ops.memory.stream_sync(pub->a.mem->ctx, stream);
-		rgaps_pub_cancel(pub->a.pub, loan->token);
-		return -EINVAL;
-	}
-	return commit_fenced(pub, loan, size, stream, rgaps_now_ns(CLOCK_REALTIME),
-			     effective_timeout(pub, -1));
+	rgaps_pub_opts_t o = { .struct_size = sizeof(o), .timeout_ms = -1, .stream = stream };
+
+	if (!o.stream)
+		o.stream = (void *)(uintptr_t)1; /* cudaStreamLegacy */
+	return rgaps_publisher_commit_ex(pub, loan, size, &o);
 }
 
 RGAPS_EXPORT int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info)

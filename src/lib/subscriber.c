@@ -38,6 +38,9 @@ struct held_info {
 	uint64_t seq, stream, origin_stream, origin_seq;
 	const void *attrs;
 	uint32_t attr_len;
+	/* A fenced message taken with take_async: rgaps_msg_wait() waits on its fence again. */
+	bool pending_fence;
+	uint32_t slot, fence;
 };
 
 struct rgaps_subscriber {
@@ -375,6 +378,9 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 		.origin_seq = m.origin_seq,
 		.attrs = m.attrs,
 		.attr_len = m.attr_len,
+		.pending_fence = async && (m.flags & RGAPS_ENTRY_FENCE) && m.token != UINT32_MAX,
+		.slot = m.slot,
+		.fence = m.fence,
 	};
 	msg_p->data = (void *)m.data;
 	msg_p->size = m.size;
@@ -403,6 +409,29 @@ static bool holds(const rgaps_subscriber_t *sub, const rgaps_msg_t *msg)
 {
 	return msg->token < sub->a.lim.max_holds && sub->held[msg->token].seq == msg->seq &&
 	       !__atomic_load_n(&sub->releasing[msg->token], __ATOMIC_ACQUIRE);
+}
+
+RGAPS_EXPORT int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, void *stream)
+{
+	const struct held_info *hi;
+	struct rgaps_sub_msg m = { 0 };
+
+	if (!sub || !msg)
+		return -EINVAL;
+	if (msg->token == UINT32_MAX && (msg->flags & RGAPS_MSG_GAP))
+		return 0; /* no bytes to wait for */
+	if (!holds(sub, msg))
+		return -EINVAL;
+	hi = &sub->held[msg->token];
+	if (!hi->pending_fence)
+		return 0; /* complete when take() returned */
+	m.seq = hi->seq;
+	m.stream = hi->stream;
+	m.slot = hi->slot;
+	m.fence = hi->fence;
+	m.token = msg->token;
+	m.flags = RGAPS_ENTRY_FENCE;
+	return settle_fence(sub, &m, true, stream ? stream : (void *)(uintptr_t)1);
 }
 
 RGAPS_EXPORT int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg,
