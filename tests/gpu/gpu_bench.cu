@@ -107,11 +107,12 @@ static void die(const char *fmt, const char *a)
 /*
  * The host pool of a host-memory topic as mapped here: rgaps hands out only
  * message pointers, so find the mapping of its shm object in /proc/self/maps
- * (named /dev/shm/rgaps-INSTANCE-TOPIC-pool by rgapsd).
+ * (each publisher's: /dev/shm/rgaps-INSTANCE-TOPIC-pSLOT.GEN-pool, made by rgapsd).
  */
 static int find_pool_mapping(const char *topic, void **base_p, size_t *len_p)
 {
-	std::string suffix = std::string("-") + topic + "-pool";
+	/* Each publisher has its own pool: /dev/shm/rgaps-INSTANCE-TOPIC-pSLOT.GEN-pool. */
+	std::string mid = std::string("-") + topic + "-p", suffix = "-pool";
 	char line[1024];
 	FILE *f = fopen("/proc/self/maps", "r");
 	int found = -1;
@@ -128,6 +129,7 @@ static int find_pool_mapping(const char *topic, void **base_p, size_t *len_p)
 		n = strcspn(path, "\n");
 		path[n] = 0;
 		if (strncmp(path, "/dev/shm/rgaps-", 15) != 0 || n < suffix.size() ||
+		    !strstr(path, mid.c_str()) ||
 		    strcmp(path + n - suffix.size(), suffix.c_str()) != 0)
 			continue;
 		*base_p = (void *)lo;
@@ -164,7 +166,9 @@ static int child_main(enum child_mode mode, const char *topic, uint64_t max_size
 	if (mode == CH_H2D_PINNED) {
 		if (find_pool_mapping(topic, &pool, &pool_len))
 			die("child: no shared-memory pool mapping for '%s'", topic);
-		CK(cudaHostRegister(pool, pool_len, cudaHostRegisterPortable));
+		/* Subscribers map publishers' pools read-only (docs/SHM-LAYOUT.md). */
+		CK(cudaHostRegister(pool, pool_len,
+				    cudaHostRegisterPortable | cudaHostRegisterReadOnly));
 	}
 	if (write(CHILD_FD, &r, sizeof(r)) != (ssize_t)sizeof(r))
 		return 1;

@@ -24,10 +24,15 @@
  * start. async: push_async on the producer's stream and take_async on the
  * subscriber's (nothing waits on the host); sync: the producer synchronises
  * its stream, push(), the subscriber take()s and then launches.
+ * --work-us W (default 0): the producer's stream first runs a kernel that
+ * busies the GPU for W us, as a pipeline's real kernels would. Stream order
+ * pays where that work outlasts the host's round trip (notify, wake, take,
+ * launch): the subscriber's kernel is then queued before the producer's work
+ * ends. With W = 0 both schemes are bound by that round trip.
  *
  *   gpu-mbench --fanout --topic-peer T --topic-rep T [--gpus 1,2,4] [--subs-per-gpu K]
  *              [--sizes 4MiB,64MiB,1GiB] [--reps 20,10,5]
- *   gpu-mbench --stream-order --topic T [--sizes 4MiB,64MiB] [--reps 50,30]
+ *   gpu-mbench --stream-order --topic T [--sizes 4MiB,64MiB] [--reps 50,30] [--work-us W]
  * Needs a running rgapsd (tests/gpu/gpu_mbench.sh sets it up).
  */
 #include <errno.h>
@@ -98,6 +103,15 @@ __device__ static uint64_t globaltimer(void)
 
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
+}
+
+/* The producer's own work: keep one SM busy for us microseconds. */
+__global__ static void busy_kernel(uint64_t us)
+{
+	uint64_t end = globaltimer() + us * 1000;
+
+	while (globaltimer() < end)
+		;
 }
 
 /* The producer's last kernel: the time its work ended, into the message's first word. */
@@ -363,7 +377,7 @@ static void fanout(const char *tpeer, const char *trep, const std::vector<uint64
 /* ---------------------------------------------------------------- --stream-order */
 
 static void stream_order(const char *topic, const std::vector<uint64_t> &sizes,
-			 const std::vector<uint64_t> &reps)
+			 const std::vector<uint64_t> &reps, uint64_t work_us)
 {
 	uint64_t max = *std::max_element(sizes.begin(), sizes.end());
 	rgaps_publisher_t *pub = attach_pub(topic, max);
@@ -390,6 +404,10 @@ static void stream_order(const char *topic, const std::vector<uint64_t> &sizes,
 				rec rr;
 				int r;
 
+				if (work_us) {
+					busy_kernel<<<1, 1, 0, s>>>(work_us);
+					CK_LAUNCH();
+				}
 				pattern_fill(dbuf, sizes[zi], rep, s);
 				stamp_kernel<<<1, 1, 0, s>>>((uint64_t *)dbuf);
 				CK_LAUNCH();
@@ -411,15 +429,16 @@ static void stream_order(const char *topic, const std::vector<uint64_t> &sizes,
 			}
 			CK(cudaStreamSynchronize(s));
 			med[async] = bench_median(v);
-			printf("RESULT stream scheme=%s size=%s gpu_us=%.1f publish_call_us=%.1f "
-			       "msgs=%zu\n",
+			printf("RESULT stream scheme=%s size=%s work_us=%llu gpu_us=%.1f "
+			       "publish_call_us=%.1f msgs=%zu\n",
 			       async ? "push_async" : "push+sync", bench_size_str(sizes[zi], sb, sizeof(sb)),
-			       med[async], bench_median(call), v.size());
+			       (unsigned long long)work_us, med[async], bench_median(call), v.size());
 			fflush(stdout);
 			reap(kids);
 		}
-		printf("RESULT stream ratio size=%s async_over_sync=%.3f (target <= 0.5)\n",
-		       bench_size_str(sizes[zi], sb, sizeof(sb)), med[0] > 0 ? med[1] / med[0] : 0);
+		printf("RESULT stream ratio size=%s work_us=%llu async_over_sync=%.3f (target <= 0.5)\n",
+		       bench_size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)work_us,
+		       med[0] > 0 ? med[1] / med[0] : 0);
 	}
 	rgaps_publisher_destroy(pub);
 	CK(cudaFree(dbuf));
@@ -438,6 +457,7 @@ int main(int argc, char **argv)
 		{ "subs-per-gpu", required_argument, NULL, 'k' },
 		{ "sizes", required_argument, NULL, 's' },
 		{ "reps", required_argument, NULL, 'n' },
+		{ "work-us", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *topic = NULL, *tpeer = NULL, *trep = NULL;
@@ -445,6 +465,7 @@ int main(int argc, char **argv)
 	std::string bad;
 	bool do_fanout = false, do_stream = false;
 	int per_gpu = 2, o;
+	uint64_t work_us = 0;
 
 	if (argc == 6 && strcmp(argv[1], "--child") == 0) {
 		gpu_require("gpu-mbench child");
@@ -483,6 +504,11 @@ int main(int argc, char **argv)
 			if (!bench_parse_list(optarg, false, &reps, &bad))
 				die("bad --reps item", bad.c_str());
 			break;
+		case 'w':
+			work_us = strtoull(optarg, NULL, 10);
+			if (work_us > 100000)
+				die("bad --work-us", "at most 100000");
+			break;
 		default:
 			fprintf(stderr, "usage: see the comment at the top of gpu_mbench.cu\n");
 			return 2;
@@ -506,6 +532,6 @@ int main(int argc, char **argv)
 	if (do_fanout)
 		fanout(tpeer, trep, gpus, per_gpu, sizes, reps);
 	else
-		stream_order(topic, sizes, reps);
+		stream_order(topic, sizes, reps, work_us);
 	return 0;
 }

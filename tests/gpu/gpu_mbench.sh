@@ -42,8 +42,11 @@ case ",$PARTS," in *,nccl,*)
 	;;
 esac
 case ",$PARTS," in *,stream,*)
-	timeout -k 5 "${STREAM_TIMEOUT:-180}" "$MB" --stream-order --topic mbso --sizes 4MiB,64MiB \
-		--reps 60,40 || rc=$?
+	# Without producer work (bound by the host round trip), then with 1 ms of it.
+	for w in 0 1000; do
+		timeout -k 5 "${STREAM_TIMEOUT:-180}" "$MB" --stream-order --topic mbso \
+			--sizes 4MiB,64MiB --reps 60,40 --work-us $w || rc=$?
+	done
 	;;
 esac
 stop_daemon

@@ -15,7 +15,8 @@
 #                   then the targets, computed from the RESULT lines
 #     results.txt   every RESULT line and the benchmark tables
 #     logs.tar.gz   every log: the parts' outputs, rgapsd logs, client outputs
-#   and prints summary.txt at the end.
+#   and prints summary.txt at the end. RUN_PARTS="machine table7 ..." runs only
+#   the parts named.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -88,6 +89,8 @@ echo "rgaps GPU run, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git -C "$ROOT
 part() {
 	local name=$1 max=$2 left rc t0 t1 status why
 	shift 2
+	# RUN_PARTS="machine table7 ...": only those (a second call for what changed).
+	case " ${RUN_PARTS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
 	left=$((DEADLINE - $(date +%s)))
 	if [ "$left" -lt 25 ]; then
 		printf '%-16s SKIP    (time budget spent: %d s left)\n' "$name" "$left" | tee -a "$SUMMARY"
@@ -181,7 +184,8 @@ for r in fan:
 for r in rows:
     if r["kind"] == "stream" and "async_over_sync" in r:
         v = float(r["async_over_sync"])
-        print(f"stream order {r['size']:6}: push_async / push+sync = {v:.3f} "
+        print(f"stream order {r['size']:6} producer work {r.get('work_us', '0'):>5} us: "
+              f"push_async / push+sync = {v:.3f} "
               f"(target <= 0.5: {'met' if 0 < v <= 0.5 else 'NOT MET'})")
 dp = {}
 for r in rows:
