@@ -920,7 +920,9 @@ static int cmp_peer_rows(const void *a, const void *b)
 /* States no message leaves: their count is a total, not messages in flight. */
 static bool final_state(const char *s)
 {
-	static const char *const names[] = { "released", "dropped", "freed", "failed", "retired" };
+	/* "sent" ends a chunk; a message leaves it for "released" (then it has an out count). */
+	static const char *const names[] = { "released", "dropped", "freed", "failed", "retired",
+					     "sent" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(s, names[i]) == 0)

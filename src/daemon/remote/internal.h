@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <uv.h>
 
 #include "../../common/futex.h"
@@ -121,16 +122,36 @@ void rt_local_pub_close(struct rt_local_pub *p);
 
 /* ---------------------------------------------------------------- state machines */
 
-/* A message on the sender side (one per locally published message). */
+/*
+ * A message on the sender side (one per locally published message). Its state
+ * follows its chunks: it is SENT (or DROPPED) when the last of them is.
+ */
 enum rt_out_state {
 	OUT_TAKEN,    /* held from the topic by the forwarder's subscriber slot */
-	OUT_QUEUED,   /* chunks queued on the ring of every interested peer */
+	OUT_QUEUED,   /* cut into chunks, queued on the ring of every interested peer */
 	OUT_SENT,     /* every record left the source memory */
 	OUT_RELEASED, /* hold released: the pool block may be freed */
 	OUT_DROPPED,  /* a destination went away before all was sent (counted) */
 	OUT_NUM_STATES
 };
 extern const char *const rt_out_state_names[OUT_NUM_STATES];
+
+/*
+ * A chunk of a message on its way to one peer's ring (one per chunk and
+ * interested ring). The sender's driver (out_drive in sender.c) moves the
+ * chunks of a ring strictly in queue order, since ring space is taken in order.
+ */
+enum rt_chunk_state {
+	CHUNK_QUEUED,	/* in its ring's queue; earlier chunks of the ring go first */
+	CHUNK_STAGING,	/* reached; its D2H copy into a staging slot runs (device pools) */
+	CHUNK_STAGED,	/* its bytes are where the transport reads them (host pool or slot) */
+	CHUNK_RESERVED, /* ring space taken, header written; waits for send credits */
+	CHUNK_POSTED,	/* handed to the transport; the source may still be read */
+	CHUNK_SENT,	/* record_sent: out of the source memory */
+	CHUNK_DROPPED,	/* never sent (ring closed, link lost, no room) or failed in flight */
+	CHUNK_NUM_STATES
+};
+extern const char *const rt_chunk_state_names[CHUNK_NUM_STATES];
 
 /* A record on the receiver side (one per landed chunk). */
 enum rt_in_state {
@@ -188,7 +209,7 @@ struct rt_omsg {
  */
 struct rt_stage {
 	struct rgapsd_job job; /* worker fallback; job.done is the completion message */
-	struct rt_stage *next;
+	STAILQ_ENTRY(rt_stage) link; /* tt->stage_q, while waiting for a slot */
 	struct rt_topic *tt;
 	struct rt_omsg *m;
 	uint64_t off, len;
@@ -199,16 +220,17 @@ struct rt_stage {
 };
 
 struct rt_chunk {
-	struct rt_chunk *next;
+	STAILQ_ENTRY(rt_chunk) link; /* o->queue until POSTED, then o->inflight */
+	enum rt_chunk_state state;
 	struct rt_omsg *m;
 	struct rt_stage *stage; /* NULL: sent straight from the (host) pool */
 	struct rt_out *o;
 	uint64_t off, len;
 	uint32_t flags;
-	uint32_t hdr_slot;
-	bool reserved; /* ring space taken (a post refused for credits keeps it) */
-	struct rgaps_ring_slot slot;
+	uint32_t hdr_slot;	     /* RESERVED and later */
+	struct rgaps_ring_slot slot; /* RESERVED and later */
 };
+STAILQ_HEAD(rt_chunk_q, rt_chunk);
 
 struct rt_out {
 	struct rt_peer *p;
@@ -223,8 +245,8 @@ struct rt_out {
 	uint8_t *hdrs;
 	void *hdrs_mr;
 	uint32_t hdr_head, hdr_used;
-	struct rt_chunk *q_head, *q_tail; /* waiting for ring space or credits */
-	struct rt_chunk *inflight_head, *inflight_tail;
+	struct rt_chunk_q queue;    /* QUEUED .. RESERVED, in order */
+	struct rt_chunk_q inflight; /* POSTED, in posting order */
 	uint64_t record_seq;
 	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs;
 };
@@ -333,7 +355,7 @@ struct rt_topic {
 	uint32_t *stg_free;
 	bool stg_pinned;
 	void *stg_mr[TR_NUM];
-	struct rt_stage *stage_head, *stage_tail; /* waiting for a slot */
+	STAILQ_HEAD(, rt_stage) stage_q; /* waiting for a slot */
 	void (*stage_ready)(struct rt_stage *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
 };
@@ -378,6 +400,7 @@ struct rgapsd_remote {
 	uint8_t key[RGAPSD_PEER_KEY_MAX];
 	size_t keylen;
 	uint64_t out_trans[OUT_NUM_STATES][OUT_NUM_STATES];
+	uint64_t chunk_trans[CHUNK_NUM_STATES][CHUNK_NUM_STATES];
 	uint64_t in_trans[IN_NUM_STATES][IN_NUM_STATES];
 	uint64_t unknown_tokens;
 	bool mem_async_missing; /* the memory plugin has no copy_async: use the worker */

@@ -18,7 +18,11 @@ const char *const rt_out_state_names[OUT_NUM_STATES] = {
 	"taken", "queued", "sent", "released", "dropped",
 };
 
-static void out_pump(struct rt_out *o);
+const char *const rt_chunk_state_names[CHUNK_NUM_STATES] = {
+	"queued", "staging", "staged", "reserved", "posted", "sent", "dropped",
+};
+
+static void out_drive(struct rt_out *o);
 static void out_finish(struct rt_out *o);
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg);
 static void stage_ready(struct rt_stage *st);
@@ -43,6 +47,7 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 		return NULL;
 	tt->rt = rt;
 	tt->t = t;
+	STAILQ_INIT(&tt->stage_q);
 	tt->fwd_deliver = on_forwarded;
 	tt->stage_ready = stage_ready;
 	tt->next = rt->topics;
@@ -89,9 +94,17 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 }
 
 
-static void chunk_free(struct rgapsd_remote *rt, struct rt_chunk *c, bool dropped)
+static void chunk_set(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chunk_state s)
 {
-	if (dropped)
+	rt->chunk_trans[c->state][s]++;
+	c->state = s;
+}
+
+/* A chunk reached SENT or DROPPED (off every queue): drop what it holds. */
+static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chunk_state s)
+{
+	chunk_set(rt, c, s);
+	if (s == CHUNK_DROPPED)
 		c->m->dropped = true;
 	if (c->stage) {
 		struct rt_omsg *m = rt_stage_put(c->stage);
@@ -110,14 +123,15 @@ static void stage_ready(struct rt_stage *st)
 	struct rt_omsg *m;
 
 	if (st->status) {
-		/* Ring space is reserved for it already: restart the sessions, never send garbage. */
+		/* Ring space may be reserved for it already: restart the sessions, never
+		 * send garbage (the chunk stays STAGING until its ring goes). */
 		rgaps_error("topic '%s': staging copy failed: %s; restarting its peer sessions",
 			    tt->t->cfg.name, strerror(-st->status));
 		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
 			rgapsd_peer_disconnect(o->p->peer, "local staging copy failed");
 	} else {
 		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
-			out_pump(o);
+			out_drive(o);
 	}
 	m = rt_stage_put(st); /* the copy's reference */
 	if (m)
@@ -147,134 +161,182 @@ static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
 	return src->pool_mr[o->tr];
 }
 
-static void out_pump(struct rt_out *o)
+/* Fault injection (RGAPSD_FAULT, tests only): corrupt this record as asked. */
+static void fault_corrupt(struct rt_out *o, struct rt_chunk *c, struct rgaps_record_hdr *h)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+
+	if (!rt->fault || rt->fault >= FAULT_LATE_ACCEPT || o->records < rt->fault_after)
+		return;
+	rgaps_warn("fault injection: corrupting record %llu to %s",
+		   (unsigned long long)h->record_seq, rgapsd_peer_name(o->p->peer));
+	switch (rt->fault) {
+	case FAULT_MAGIC:
+		h->magic ^= 0xff;
+		break;
+	case FAULT_OVERSIZE:
+		h->msg_size = UINT64_MAX / 2;
+		break;
+	case FAULT_OFFSET:
+		c->slot.off = (c->slot.off + 4096) % o->geom.size;
+		break;
+	case FAULT_ORDER:
+		h->record_seq++;
+		break;
+	case FAULT_OUTSIDE:
+		c->slot.off = o->geom.size - 64;
+		break;
+	case FAULT_NONE:
+	case FAULT_LATE_ACCEPT:
+		break;
+	}
+	rt->fault = FAULT_NONE;
+}
+
+/* STAGED -> RESERVED: ring space (the Exceed check) and a header slot. -EAGAIN: no room now. */
+static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
+{
+	struct rgaps_record_hdr *h;
+	int r;
+
+	if (o->hdr_used == RT_HDR_SLOTS)
+		return -EAGAIN; /* resumes on the next record_sent */
+	r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len, &c->slot);
+	if (r == -EAGAIN) {
+		o->ring_stalls++; /* resumes on the next head_update */
+		return r;
+	}
+	if (r) {
+		rgaps_error("topic '%s' ring %u to %s: cannot place a %llu-byte record: %s",
+			    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer),
+			    (unsigned long long)c->len, strerror(-r));
+		return r;
+	}
+	c->hdr_slot = (o->hdr_head + o->hdr_used) % RT_HDR_SLOTS;
+	h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
+	memset(h, 0, sizeof(*h));
+	h->magic = RGAPS_RECORD_MAGIC;
+	h->flags = c->flags;
+	h->msg_seq = c->m->msg.fwd_seq;
+	h->msg_size = c->m->msg.size;
+	h->chunk_off = c->off;
+	h->chunk_len = (uint32_t)c->len;
+	h->ring_id = o->id;
+	h->ts_ns = c->m->msg.ts_ns;
+	h->record_seq = (uint32_t)o->record_seq++;
+	h->origin_stream = (uint32_t)c->m->msg.origin_stream;
+	h->origin_seq = c->m->msg.origin_seq;
+	o->hdr_used++;
+	fault_corrupt(o, c, h);
+	return 0;
+}
+
+/* RESERVED -> POSTED: hand header and bytes to the transport. -EAGAIN: no send credits. */
+static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_transport *tr = &rt->tr[o->tr];
+	struct rgaps_sg sg[2];
+	int r;
+
+	sg[0] = (struct rgaps_sg){
+		.mr = o->hdrs_mr,
+		.addr = o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR,
+		.len = RGAPS_RECORD_HDR,
+	};
+	if (c->stage)
+		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
+					   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
+					   .len = c->len };
+	else
+		sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
+					   .addr = (void *)(c->m->msg.data + c->off),
+					   .len = c->len };
+	if (!sg[1].mr)
+		return -EINVAL; /* logged by pool_mr: the session restarts */
+	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
+					      sg, 2, (uint64_t)(uintptr_t)c);
+	if (r == -EAGAIN)
+		o->credit_stalls++; /* resumes on the next record_sent */
+	else if (r && r != -ENOTCONN)
+		/* The transport refused what we asked: our state is wrong, start over. */
+		rgaps_error("topic '%s' ring %u to %s: the transport refused a record: %s; "
+			    "restarting the session",
+			    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer), strerror(-r));
+	return r;
+}
+
+/*
+ * The sender's driver: move the chunks of one ring along their states, in
+ * queue order (ring space is taken in order, so a chunk that cannot move holds
+ * the ones behind it). Called whenever something a chunk waits for happened:
+ * a new message, a staging copy done, a Head update, a record_sent.
+ */
+static void out_drive(struct rt_out *o)
+{
+	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_link *l = &o->p->links[o->tr];
-	bool posted = false;
+	bool posted = false, stop = false;
+	struct rt_chunk *c;
 
 	if (o->state != OUT_RING_READY || l->state != LINK_UP)
 		return;
-	while (o->q_head) {
-		struct rt_chunk *c = o->q_head;
-		struct rgaps_record_hdr *h;
-		struct rgaps_sg sg[2];
+	while (!stop && (c = STAILQ_FIRST(&o->queue))) {
+		enum rt_chunk_state prev;
 		int r;
 
-		if (o->hdr_used == RT_HDR_SLOTS)
-			break;
-		if (c->stage && (!c->stage->ready || c->stage->status))
-			break; /* D2H of this chunk still running: resumes in stage_done */
-		if (!c->reserved) {
-			r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len, &c->slot);
-			if (r == -EAGAIN) {
-				o->ring_stalls++; /* resumes on the next head_update */
+		do {
+			prev = c->state;
+			switch (c->state) {
+			case CHUNK_QUEUED:
+				chunk_set(rt, c, c->stage ? CHUNK_STAGING : CHUNK_STAGED);
 				break;
-			}
-			if (r) {
-				rgaps_error("topic '%s' ring %u to %s: cannot place a %llu-byte record: %s",
-					    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer),
-					    (unsigned long long)c->len, strerror(-r));
-				o->q_head = c->next;
-				if (!o->q_head)
-					o->q_tail = NULL;
-				o->dropped_msgs++;
-				chunk_free(rt, c, true);
-				continue;
-			}
-			c->reserved = true;
-			c->hdr_slot = (o->hdr_head + o->hdr_used) % RT_HDR_SLOTS;
-			h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
-			memset(h, 0, sizeof(*h));
-			h->magic = RGAPS_RECORD_MAGIC;
-			h->flags = c->flags;
-			h->msg_seq = c->m->msg.fwd_seq;
-			h->msg_size = c->m->msg.size;
-			h->chunk_off = c->off;
-			h->chunk_len = (uint32_t)c->len;
-			h->ring_id = o->id;
-			h->ts_ns = c->m->msg.ts_ns;
-			h->record_seq = (uint32_t)o->record_seq++;
-			h->origin_stream = (uint32_t)c->m->msg.origin_stream;
-			h->origin_seq = c->m->msg.origin_seq;
-			o->hdr_used++;
-			if (rt->fault && rt->fault < FAULT_LATE_ACCEPT &&
-			    o->records >= rt->fault_after) {
-				rgaps_warn("fault injection: corrupting record %llu to %s",
-					   (unsigned long long)h->record_seq,
-					   rgapsd_peer_name(o->p->peer));
-				switch (rt->fault) {
-				case FAULT_MAGIC:
-					h->magic ^= 0xff;
-					break;
-				case FAULT_OVERSIZE:
-					h->msg_size = UINT64_MAX / 2;
-					break;
-				case FAULT_OFFSET:
-					c->slot.off = (c->slot.off + 4096) % o->geom.size;
-					break;
-				case FAULT_ORDER:
-					h->record_seq++;
-					break;
-				case FAULT_OUTSIDE:
-					c->slot.off = o->geom.size - 64;
-					break;
-				case FAULT_NONE:
-				case FAULT_LATE_ACCEPT:
-					break;
+			case CHUNK_STAGING:
+				if (c->stage->ready && !c->stage->status)
+					chunk_set(rt, c, CHUNK_STAGED);
+				else
+					stop = true; /* resumes in stage_ready */
+				break;
+			case CHUNK_STAGED:
+				r = chunk_reserve(o, c);
+				if (r == 0) {
+					chunk_set(rt, c, CHUNK_RESERVED);
+				} else if (r == -EAGAIN) {
+					stop = true;
+				} else {
+					STAILQ_REMOVE_HEAD(&o->queue, link);
+					o->dropped_msgs++;
+					chunk_end(rt, c, CHUNK_DROPPED);
+					c = NULL;
 				}
-				rt->fault = FAULT_NONE;
-			}
-		}
-		h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
-		sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = h, .len = RGAPS_RECORD_HDR };
-		if (c->stage) {
-			sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
-						   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
-						   .len = c->len };
-		} else {
-			sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
-						   .addr = (void *)(c->m->msg.data + c->off),
-						   .len = c->len };
-			if (!sg[1].mr) {
-				rgapsd_peer_disconnect(o->p->peer, "cannot register a pool");
+				break;
+			case CHUNK_RESERVED:
+				r = chunk_post(o, c);
+				if (r == 0) {
+					STAILQ_REMOVE_HEAD(&o->queue, link);
+					STAILQ_INSERT_TAIL(&o->inflight, c, link);
+					chunk_set(rt, c, CHUNK_POSTED);
+					o->records++;
+					o->bytes += c->len;
+					posted = true;
+				} else {
+					stop = true; /* -ENOTCONN: link_down follows */
+					if (r != -EAGAIN && r != -ENOTCONN)
+						rgapsd_peer_disconnect(o->p->peer,
+								       "transport refused a record");
+				}
+				break;
+			case CHUNK_POSTED:  /* in o->inflight: record_sent moves it on */
+			case CHUNK_SENT:    /* final */
+			case CHUNK_DROPPED: /* final */
+			case CHUNK_NUM_STATES:
 				break;
 			}
-		}
-		r = tr->lp->ops.transport.post_record(tr->ctx, l->link, o->id, c->slot.off, sg, 2,
-						      (uint64_t)(uintptr_t)c);
-		if (r == -EAGAIN) {
-			o->credit_stalls++; /* resumes on the next record_sent */
-			break;
-		}
-		if (r == -ENOTCONN)
-			break; /* the link is going down: link_down follows */
-		if (r) {
-			/* The transport refused what we asked: our state is wrong, start over. */
-			rgaps_error("topic '%s' ring %u to %s: the transport refused a record: %s; "
-				    "restarting the session",
-				    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer), strerror(-r));
-			rgapsd_peer_disconnect(o->p->peer, "transport refused a record");
-			break;
-		}
-		o->q_head = c->next;
-		if (!o->q_head)
-			o->q_tail = NULL;
-		c->next = NULL;
-		if (o->inflight_tail)
-			o->inflight_tail->next = c;
-		else
-			o->inflight_head = c;
-		o->inflight_tail = c;
-		o->records++;
-		o->bytes += c->len;
-		posted = true;
+		} while (c && !stop && c->state != prev && c->state != CHUNK_POSTED);
 	}
 	if (posted)
-		tr->lp->ops.transport.flush(tr->ctx, l->link);
+		rt->tr[o->tr].lp->ops.transport.flush(rt->tr[o->tr].ctx, l->link);
 }
-
 
 /*
  * Retire an out ring. Records already posted may still be read by the NIC from
@@ -294,16 +356,15 @@ void rt_out_free(struct rt_out *o, bool tell_peer)
 			break;
 		}
 	}
-	while ((c = o->q_head)) {
-		o->q_head = c->next;
-		chunk_free(rt, c, true);
+	while ((c = STAILQ_FIRST(&o->queue))) {
+		STAILQ_REMOVE_HEAD(&o->queue, link);
+		chunk_end(rt, c, CHUNK_DROPPED);
 	}
-	o->q_tail = NULL;
 	o->tell_peer = tell_peer;
 	o->state = OUT_RING_CLOSING;
 	rt_waiters_check(o->tt, false);
-	if (o->inflight_head && o->p->links[o->tr].state == LINK_UP)
-		return; /* on_record_sent finishes it */
+	if (!STAILQ_EMPTY(&o->inflight) && o->p->links[o->tr].state == LINK_UP)
+		return; /* rt_on_record_sent finishes it */
 	out_finish(o);
 }
 
@@ -315,9 +376,9 @@ static void out_finish(struct rt_out *o)
 	bool tell_peer = o->tell_peer;
 
 	o->p->out[o->id] = NULL;
-	while ((c = o->inflight_head)) {
-		o->inflight_head = c->next;
-		chunk_free(rt, c, true);
+	while ((c = STAILQ_FIRST(&o->inflight))) {
+		STAILQ_REMOVE_HEAD(&o->inflight, link);
+		chunk_end(rt, c, CHUNK_DROPPED);
 	}
 	if (o->p->links[o->tr].state == LINK_UP) {
 		tr->lp->ops.transport.ring_detach(tr->ctx, o->p->links[o->tr].link, o->id);
@@ -389,6 +450,8 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	o->id = id;
 	o->tr = tr_idx;
 	o->state = OUT_RING_PREPARING;
+	STAILQ_INIT(&o->queue);
+	STAILQ_INIT(&o->inflight);
 	o->hdrs = aligned_alloc(4096, (size_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR);
 	if (!o->hdrs ||
 	    tr->lp->ops.transport.reg_local(tr->ctx, o->hdrs, (uint64_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR,
@@ -462,6 +525,71 @@ void rt_reconcile_all(struct rgapsd_remote *rt)
 		rt_reconcile_topic(rt, t);
 }
 
+/* One D2H staging copy per chunk of m, shared by every ring that sends the chunk. */
+static struct rt_stage **stages_new(struct rt_topic *tt, struct rt_omsg *m, uint64_t chunk,
+				    uint64_t *n_p)
+{
+	uint64_t n = (m->msg.size + chunk - 1) / chunk;
+	struct rt_stage **st = calloc(n, sizeof(*st));
+
+	for (uint64_t k = 0; st && k < n; k++) {
+		st[k] = calloc(1, sizeof(**st));
+		if (!st[k]) {
+			while (k--)
+				free(st[k]);
+			free(st);
+			return NULL;
+		}
+		st[k]->tt = tt;
+		st[k]->m = m;
+		st[k]->off = k * chunk;
+		st[k]->len = RGAPS_MIN(chunk, m->msg.size - k * chunk);
+		st[k]->slot = UINT32_MAX;
+	}
+	*n_p = n;
+	return st;
+}
+
+/*
+ * Cut m into chunks queued on ring o (QUEUED), all of them or none: a message
+ * cut short would break the receiver's landing order. false: out of memory.
+ */
+static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk,
+			 struct rt_stage **stages)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	struct rt_chunk_q q = STAILQ_HEAD_INITIALIZER(q);
+	struct rt_chunk *c;
+
+	for (uint64_t off = 0, k = 0; off < m->msg.size; off += chunk, k++) {
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			while ((c = STAILQ_FIRST(&q))) {
+				STAILQ_REMOVE_HEAD(&q, link);
+				free(c);
+			}
+			return false;
+		}
+		c->stage = stages ? stages[k] : NULL;
+		c->m = m;
+		c->o = o;
+		c->off = off;
+		c->len = RGAPS_MIN(chunk, m->msg.size - off);
+		c->flags = (off == 0 ? RGAPS_RECORD_FIRST : 0) |
+			   (off + c->len == m->msg.size ? RGAPS_RECORD_LAST : 0);
+		c->state = CHUNK_QUEUED;
+		STAILQ_INSERT_TAIL(&q, c, link);
+	}
+	STAILQ_FOREACH(c, &q, link) {
+		rt->chunk_trans[CHUNK_QUEUED][CHUNK_QUEUED]++;
+		m->refs++;
+		if (c->stage)
+			c->stage->refs++;
+	}
+	STAILQ_CONCAT(&o->queue, &q);
+	return true;
+}
+
 /* A locally published message reached the loop from the forwarder thread. */
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 {
@@ -482,6 +610,11 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	m->state = OUT_TAKEN;
 	rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
 	tt->forwarded++;
+	if (tt->staged && tt->outs) {
+		stages = stages_new(tt, m, chunk, &nstages);
+		if (!stages)
+			m->dropped = true;
+	}
 	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic) {
 		if (RGAPS_RECORD_HDR + RGAPS_MIN(chunk, m->msg.size) > o->geom.max_record &&
 		    o->state == OUT_RING_READY) {
@@ -491,81 +624,33 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 			m->dropped = true;
 			continue;
 		}
-		for (uint64_t off = 0, k = 0; off < m->msg.size; off += chunk, k++) {
-			struct rt_chunk *c = calloc(1, sizeof(*c));
-
-			if (!c) {
-				m->dropped = true;
-				break;
-			}
-			if (tt->staged) {
-				/* One D2H per chunk, shared by every ring that sends it. */
-				if (k >= nstages) {
-					struct rt_stage **ns = realloc(stages, (k + 1) * sizeof(*ns));
-
-					if (!ns) {
-						free(c);
-						m->dropped = true;
-						break;
-					}
-					stages = ns;
-					stages[k] = calloc(1, sizeof(**stages));
-					if (!stages[k]) {
-						free(c);
-						m->dropped = true;
-						break;
-					}
-					stages[k]->tt = tt;
-					stages[k]->m = m;
-					stages[k]->off = off;
-					stages[k]->len = RGAPS_MIN(chunk, m->msg.size - off);
-					stages[k]->slot = UINT32_MAX;
-					m->refs++;
-					nstages = k + 1;
-				}
-				c->stage = stages[k];
-				c->stage->refs++;
-			}
-			c->m = m;
-			c->o = o;
-			c->off = off;
-			c->len = RGAPS_MIN(chunk, m->msg.size - off);
-			c->flags = (off == 0 ? RGAPS_RECORD_FIRST : 0) |
-				   (off + c->len == m->msg.size ? RGAPS_RECORD_LAST : 0);
-			m->refs++;
-			if (o->q_tail)
-				o->q_tail->next = c;
-			else
-				o->q_head = c;
-			o->q_tail = c;
-		}
 		rings++;
+		if ((tt->staged && !stages) || !msg_queue_on(o, m, chunk, stages)) {
+			rgaps_warn("topic '%s': out of memory: message %llu not sent to %s",
+				   tt->t->cfg.name, (unsigned long long)m->msg.seq,
+				   rgapsd_peer_name(o->p->peer));
+			o->dropped_msgs++;
+			m->dropped = true;
+		}
 	}
 	if (!rings)
 		tt->unsent_no_peer++;
 	for (uint64_t k = 0; k < nstages; k++) {
-		struct rt_stage *st = stages[k];
-
-		if (!st->refs) { /* no ring took it (allocation failure) */
-			omsg_put(rt, m);
-			free(st);
+		if (!stages[k]->refs) { /* no ring took it */
+			free(stages[k]);
 			continue;
 		}
-		rt_stage_queue(st);
+		m->refs++; /* dropped by the stage's last put */
+		rt_stage_queue(stages[k]);
 	}
 	free(stages);
 	rt_stage_pump(tt);
 	out_set(rt, m, OUT_QUEUED);
 	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
-		out_pump(o);
+		out_drive(o);
 	omsg_put(rt, m);
 }
 
-/*
- * One per topic that has interested peers: a subscriber of the topic like any
- * other, so back-pressure and drop policies apply to the remote path too.
- * Messages that came from a peer are not forwarded again.
- */
 void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status)
 {
 	struct rt_transport *tr = arg;
@@ -573,19 +658,17 @@ void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int 
 	struct rt_out *o = c->o;
 
 	/* Completions come in posting order per ring. */
-	rgaps_require(o->inflight_head == c);
-	o->inflight_head = c->next;
-	if (!o->inflight_head)
-		o->inflight_tail = NULL;
+	rgaps_require(STAILQ_FIRST(&o->inflight) == c);
+	STAILQ_REMOVE_HEAD(&o->inflight, link);
 	o->hdr_head = (o->hdr_head + 1) % RT_HDR_SLOTS;
 	o->hdr_used--;
-	chunk_free(tr->rt, c, status != 0);
+	chunk_end(tr->rt, c, status ? CHUNK_DROPPED : CHUNK_SENT);
 	if (o->state == OUT_RING_CLOSING) {
-		if (!o->inflight_head)
+		if (STAILQ_EMPTY(&o->inflight))
 			out_finish(o);
 		return;
 	}
-	out_pump(o);
+	out_drive(o);
 }
 
 void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head)
@@ -608,7 +691,7 @@ void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 			(unsigned long long)head);
 		return;
 	}
-	out_pump(o);
+	out_drive(o);
 }
 
 void rt_on_topic_ready(struct rt_peer *p, const cJSON *m)
@@ -647,7 +730,7 @@ void rt_on_topic_ready(struct rt_peer *p, const cJSON *m)
 	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
 		   rgapsd_peer_name(p->peer));
 	rt_waiters_check(o->tt, false);
-	out_pump(o);
+	out_drive(o);
 }
 
 void rt_on_topic_refused(struct rt_peer *p, const cJSON *m)

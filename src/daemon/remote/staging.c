@@ -37,12 +37,10 @@ static void stage_done(struct rgapsd_msg *m)
 
 void rt_stage_pump(struct rt_topic *tt)
 {
-	while (tt->stage_head && tt->stg_nfree) {
-		struct rt_stage *st = tt->stage_head;
+	while (!STAILQ_EMPTY(&tt->stage_q) && tt->stg_nfree) {
+		struct rt_stage *st = STAILQ_FIRST(&tt->stage_q);
 
-		tt->stage_head = st->next;
-		if (!tt->stage_head)
-			tt->stage_tail = NULL;
+		STAILQ_REMOVE_HEAD(&tt->stage_q, link);
 		st->slot = tt->stg_free[--tt->stg_nfree];
 		st->refs++; /* held by the copy until stage_done */
 		st->job.run = stage_run;
@@ -58,12 +56,7 @@ void rt_stage_queue(struct rt_stage *st)
 	struct rt_topic *tt = st->tt;
 
 	st->slot = UINT32_MAX;
-	st->next = NULL;
-	if (tt->stage_tail)
-		tt->stage_tail->next = st;
-	else
-		tt->stage_head = st;
-	tt->stage_tail = st;
+	STAILQ_INSERT_TAIL(&tt->stage_q, st, link);
 }
 
 struct rt_omsg *rt_stage_put(struct rt_stage *st)
@@ -75,15 +68,7 @@ struct rt_omsg *rt_stage_put(struct rt_stage *st)
 		return NULL;
 	if (st->slot == UINT32_MAX) {
 		/* Never started: take it off the queue. */
-		for (struct rt_stage **sp = &tt->stage_head; *sp; sp = &(*sp)->next) {
-			if (*sp == st) {
-				*sp = st->next;
-				break;
-			}
-		}
-		tt->stage_tail = NULL;
-		for (struct rt_stage *x = tt->stage_head; x; x = x->next)
-			tt->stage_tail = x;
+		STAILQ_REMOVE(&tt->stage_q, st, rt_stage, link);
 	} else {
 		tt->stg_free[tt->stg_nfree++] = st->slot;
 	}

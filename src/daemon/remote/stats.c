@@ -90,6 +90,9 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	sm = cJSON_AddObjectToObject(peers, "state_machine");
 	cJSON_AddItemToObject(sm, "sender", transitions(&rt->out_trans[0][0], OUT_NUM_STATES,
 						       rt_out_state_names));
+	cJSON_AddItemToObject(sm, "sender_chunks",
+			      transitions(&rt->chunk_trans[0][0], CHUNK_NUM_STATES,
+					  rt_chunk_state_names));
 	cJSON_AddItemToObject(sm, "receiver", transitions(&rt->in_trans[0][0], IN_NUM_STATES,
 							 rt_in_state_names));
 
