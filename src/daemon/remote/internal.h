@@ -17,7 +17,7 @@
  *   copies.c      copies between pools and host memory off the loop; NUMA placement
  *   peer.c        one peer as the core sees it: lookup, sending, refusing a hostile one
  *   local.c       the remote path's view of the local topic (the only user of ../../common/topic.h)
- *   wire.c        pure codecs: hex, control-message helpers
+ *   wire.c        pure codecs: control messages, the record header check (wire.h)
  *
  * Everything runs on the loop thread except the forwarder threads and the copy
  * worker, which reach the loop only through the mailbox (../worker.h).
@@ -25,7 +25,6 @@
 #ifndef RGAPSD_REMOTE_INTERNAL_H
 #define RGAPSD_REMOTE_INTERNAL_H
 
-#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,8 +39,8 @@
 #include "../peers.h"
 #include "../remote.h"
 #include "../worker.h"
+#include "wire.h"
 
-#define RT_RINGS 128		 /* ring ids per direction of a peer pair (immediate: 7 bits) */
 #define RT_HDR_SLOTS 512	 /* record headers in flight per out ring */
 #define RT_SETUP_TIMEOUT_MS 5000 /* a publisher's attach waits at most this for peers */
 #define RT_TICK_MS 500
@@ -253,7 +252,7 @@ struct rt_out {
 
 struct rt_rec {
 	struct rgapsd_job job;
-	struct rt_rec *next;
+	STAILQ_ENTRY(rt_rec) link; /* in->recs, in landing order */
 	struct rt_in *in;
 	struct rgaps_ring_slot slot;
 	struct rgaps_record_hdr h;
@@ -262,6 +261,12 @@ struct rt_rec {
 	uint8_t *loan_dst;
 	uint32_t gap; /* upstream gap before this message (first chunk) */
 	int copy_status;
+};
+
+/* A topic_setup that waits for the data link it names. */
+struct rt_deferred {
+	STAILQ_ENTRY(rt_deferred) link;
+	struct rt_wire_msg m;
 };
 
 struct rt_in {
@@ -274,17 +279,14 @@ struct rt_in {
 	struct rgaps_ring_geom geom;
 	struct rgaps_ring_receiver ring;
 	struct rt_local_pub pub;
-	/* landing-order checks */
-	uint64_t next_record_seq;
-	bool land_in_msg;
-	uint64_t land_msg_seq, land_msg_size, land_next_off;
+	struct rt_landing landing; /* what the next record must be (wire.h) */
 	bool have_last_seq;
 	uint64_t last_msg_seq;
 	/* processing */
 	bool asm_open; /* a loan is open for the message being assembled */
 	uint32_t asm_token;
 	uint8_t *asm_dst;
-	struct rt_rec *q_head, *q_tail;
+	STAILQ_HEAD(, rt_rec) recs; /* landed, not yet released */
 	uint32_t jobs; /* records with the worker */
 	struct rt_rec *drive_from; /* first record not yet handed to the worker */
 	bool blocked;
@@ -318,7 +320,8 @@ struct rt_peer {
 	uint32_t nseen;
 	/* Receiver: set-ups that arrived before the data link they name (its connect
 	 * and the set-up race on two sockets); run when the link comes up. */
-	cJSON *deferred[TR_NUM];
+	STAILQ_HEAD(, rt_deferred) deferred[TR_NUM];
+	uint32_t ndeferred[TR_NUM];
 	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
 	uint64_t resetup_at_ns;
 	uint32_t resetup_ms;
@@ -406,17 +409,6 @@ struct rgapsd_remote {
 	bool mem_async_missing; /* the memory plugin has no copy_async: use the worker */
 };
 
-/* ---------------------------------------------------------------- wire.c */
-
-/* Lower-case hex of n bytes into out (2n + 1 bytes). */
-void rt_hex(const uint8_t *b, size_t n, char *out);
-/* Hex text s into at most max bytes. 0, or -EINVAL (NULL, odd length, too long, not hex). */
-int rt_unhex(const char *s, uint8_t *b, size_t max, size_t *n_p);
-const char *rt_jstr(const cJSON *o, const char *k);
-bool rt_jnum(const cJSON *o, const char *k, double *v);
-/* A control message {"type": type}; the caller adds its fields. */
-cJSON *rt_msg_new(const char *type);
-
 /* ---------------------------------------------------------------- peer.c */
 
 /* The core's state for peer (created on first use; NULL when out of memory). */
@@ -424,8 +416,8 @@ struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer);
 /* The peer whose data link of transport tr is link, or NULL. */
 struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link);
 bool rt_peer_subscribes(const struct rt_peer *p, const char *topic);
-/* Send a control message (consumes o). */
-void rt_peer_send(struct rt_peer *p, cJSON *o);
+/* Send a control message (a failure is logged: the session is going down then). */
+void rt_peer_send(struct rt_peer *p, const struct rt_wire_msg *m);
 /* A peer broke the protocol: log why, drop the session; nothing it sent goes further. */
 void rt_hostile(struct rt_peer *p, const char *fmt, ...) RGAPS_PRINTF(2, 3);
 /* Transport index of a name, or -1. */
@@ -483,8 +475,8 @@ void rt_reconcile_all(struct rgapsd_remote *rt);
 void rt_waiters_check(struct rt_topic *tt, bool force);
 /* Retire an out ring (tell_peer: send topic_teardown once its records are back). */
 void rt_out_free(struct rt_out *o, bool tell_peer);
-void rt_on_topic_ready(struct rt_peer *p, const cJSON *m);
-void rt_on_topic_refused(struct rt_peer *p, const cJSON *m);
+void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m);
+void rt_on_topic_refused(struct rt_peer *p, const struct rt_wire_msg *m);
 void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status);
 void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head);
 /* The topic goes: its out rings, forwarder, registrations and staging. */
@@ -494,8 +486,10 @@ void rt_sender_topic_gone(struct rt_topic *tt);
 
 void rt_in_free(struct rt_in *in);
 void rt_in_teardown(struct rt_in *in);
-void rt_on_topic_setup(struct rt_peer *p, const cJSON *m);
-void rt_on_topic_teardown(struct rt_peer *p, const cJSON *m);
+void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m);
+void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m);
+/* Drop the set-ups that wait for the data link of transport tr. */
+void rt_deferred_drop(struct rt_peer *p, int tr);
 /* The data link that deferred set-ups wait for is up: answer them in arrival order. */
 void rt_run_deferred(struct rt_peer *p, int tr);
 void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
@@ -506,9 +500,9 @@ void rt_on_retry(uv_timer_t *t);
 
 /* Offer a data link of every usable transport the peer lacks (session initiator only). */
 void rt_offer_links(struct rt_peer *p);
-void rt_on_link_offer(struct rt_peer *p, const cJSON *m);
-void rt_on_link_accept(struct rt_peer *p, const cJSON *m);
-void rt_on_link_refuse(struct rt_peer *p, const cJSON *m);
+void rt_on_link_offer(struct rt_peer *p, const struct rt_wire_msg *m);
+void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m);
+void rt_on_link_refuse(struct rt_peer *p, const struct rt_wire_msg *m);
 /* The link of transport tr is gone: rings over it go, set-ups waiting for it too. */
 void rt_link_lost(struct rt_peer *p, int tr);
 void rt_on_link_accepted(void *arg, struct rgaps_link *link,

@@ -7,6 +7,7 @@
  * if one is up.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,7 @@ void rt_link_lost(struct rt_peer *p, int tr_idx)
 	/* Rings over this link go first (the transport already dropped the link). */
 	l->state = LINK_NONE;
 	l->link = NULL;
-	cJSON_Delete(p->deferred[tr_idx]); /* their sender drops its rings over this link too */
-	p->deferred[tr_idx] = NULL;
+	rt_deferred_drop(p, tr_idx); /* their sender drops its rings over this link too */
 	for (uint32_t i = 0; i < RT_RINGS; i++) {
 		if (p->out[i] && p->out[i]->tr == tr_idx)
 			rt_out_free(p->out[i], false);
@@ -133,56 +133,48 @@ void rt_offer_links(struct rt_peer *p)
 	if (!p->initiator || !rgapsd_peer_is_up(p->peer))
 		return;
 	for (int i = 0; i < TR_NUM; i++) {
+		struct rt_wire_msg m = { .type = RT_MSG_LINK_OFFER };
 		struct rt_link *l = &p->links[i];
-		char hex[2 * RGAPS_LINK_TOKEN_LEN + 1];
-		cJSON *m;
 
 		if (!rt->tr[i].usable || l->state != LINK_NONE)
 			continue;
 		randombytes_buf(l->token, sizeof(l->token));
-		rt_hex(l->token, sizeof(l->token), hex);
 		l->state = LINK_OFFERED; /* until the peer accepts: then we connect */
-		m = rt_msg_new("link_offer");
-		cJSON_AddStringToObject(m, "transport", rt_tr_names[i]);
-		cJSON_AddStringToObject(m, "token", hex);
-		rt_peer_send(p, m);
+		snprintf(m.transport, sizeof(m.transport), "%s", rt_tr_names[i]);
+		memcpy(m.token, l->token, sizeof(m.token));
+		rt_peer_send(p, &m);
 	}
 }
 
-void rt_on_link_offer(struct rt_peer *p, const cJSON *m)
+void rt_on_link_offer(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rgapsd_remote *rt = p->rt;
-	int i = rt_tr_index(rt_jstr(m, "transport"));
-	size_t n = 0;
-	cJSON *r;
+	int i = rt_tr_index(m->transport);
+	struct rt_wire_msg r = { .type = RT_MSG_LINK_REFUSE };
 
-	if (i < 0 || rt_unhex(rt_jstr(m, "token"), p->links[i].token, RGAPS_LINK_TOKEN_LEN, &n) ||
-	    n != RGAPS_LINK_TOKEN_LEN) {
-		rt_hostile(p, "bad link_offer");
-		return;
-	}
-	r = rt_msg_new(rt->tr[i].usable ? "link_accept" : "link_refuse");
-	cJSON_AddStringToObject(r, "transport", rt_tr_names[i]);
-	if (rt->tr[i].usable) {
+	snprintf(r.transport, sizeof(r.transport), "%s", m->transport);
+	if (i >= 0 && rt->tr[i].usable) {
+		r.type = RT_MSG_LINK_ACCEPT;
 		if (p->links[i].state != LINK_NONE)
 			rt_link_lost(p, i); /* a new offer replaces the old link and what waited for it */
+		memcpy(p->links[i].token, m->token, sizeof(p->links[i].token));
 		p->links[i].state = LINK_OFFERED;
 		p->links[i].link = NULL;
 	}
-	rt_peer_send(p, r);
+	rt_peer_send(p, &r); /* a transport this host lacks is refused, not hostile */
 }
 
-void rt_on_link_accept(struct rt_peer *p, const cJSON *m)
+void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rgapsd_remote *rt = p->rt;
-	int i = rt_tr_index(rt_jstr(m, "transport"));
+	int i = rt_tr_index(m->transport);
 	char host[256];
 	uint16_t port;
 	struct rgaps_link *link = NULL;
 	int e;
 
 	if (i < 0 || p->links[i].state != LINK_OFFERED) {
-		rt_hostile(p, "unexpected link_accept");
+		rt_hostile(p, "link_accept for %s, which we did not offer", m->transport);
 		return;
 	}
 	if (rgapsd_parse_hostport(rgapsd_peer_name(p->peer), host, sizeof(host), &port) != 0)
@@ -200,9 +192,9 @@ void rt_on_link_accept(struct rt_peer *p, const cJSON *m)
 	p->links[i].state = LINK_CONNECTING;
 }
 
-void rt_on_link_refuse(struct rt_peer *p, const cJSON *m)
+void rt_on_link_refuse(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	int i = rt_tr_index(rt_jstr(m, "transport"));
+	int i = rt_tr_index(m->transport);
 
 	if (i >= 0 && p->links[i].state == LINK_OFFERED)
 		p->links[i].state = LINK_NONE;

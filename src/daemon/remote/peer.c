@@ -3,6 +3,7 @@
  * session object of ../peers.c): finding it, sending it a control message,
  * and dropping it when it breaks the protocol. Every room above uses these.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 		return NULL;
 	p->rt = rt;
 	p->peer = peer;
+	for (int i = 0; i < TR_NUM; i++)
+		STAILQ_INIT(&p->deferred[i]);
 	p->next = rt->peers;
 	rt->peers = p;
 	rgapsd_peer_set_data(peer, p);
@@ -47,15 +50,15 @@ bool rt_peer_subscribes(const struct rt_peer *p, const char *topic)
 	return false;
 }
 
-void rt_peer_send(struct rt_peer *p, cJSON *o)
+void rt_peer_send(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	char *text = cJSON_PrintUnformatted(o);
+	char *text = rt_wire_encode(m);
+	int e = text ? rgapsd_peer_send(p->peer, text, strlen(text)) : -ENOMEM;
 
-	if (text && rgapsd_peer_send(p->peer, text, strlen(text)) != 0)
-		rgaps_warn("peer %s: control message dropped (session going down)",
-			   rgapsd_peer_name(p->peer));
+	if (e)
+		rgaps_warn("peer %s: %s message dropped: %s", rgapsd_peer_name(p->peer),
+			   rt_wire_type_name(m->type), strerror(-e));
 	free(text);
-	cJSON_Delete(o);
 }
 
 void rt_hostile(struct rt_peer *p, const char *fmt, ...)

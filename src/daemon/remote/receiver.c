@@ -88,7 +88,7 @@ static void in_drive(struct rt_in *in)
 again:
 	progress = false;
 	in->blocked = false;
-	for (struct rt_rec *r = in->drive_from; r; r = r->next) {
+	for (struct rt_rec *r = in->drive_from; r; r = STAILQ_NEXT(r, link)) {
 		enum rt_in_state prev;
 		bool stop = false;
 
@@ -159,12 +159,12 @@ again:
 		} while (r->state != prev && !stop);
 		if (stop)
 			break;
-		in->drive_from = r->next; /* r is with the worker, or dropped */
+		in->drive_from = STAILQ_NEXT(r, link); /* r is with the worker, or dropped */
 	}
 
 	/* In order at the head: publish last chunks, give ring space back. */
-	while (in->q_head) {
-		struct rt_rec *r = in->q_head;
+	while (!STAILQ_EMPTY(&in->recs)) {
+		struct rt_rec *r = STAILQ_FIRST(&in->recs);
 
 		if (r->state == IN_COPIED && (r->h.flags & RGAPS_RECORD_LAST)) {
 			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
@@ -196,9 +196,7 @@ again:
 		in_set(rt, r, IN_RELEASED);
 		released = true;
 		progress = true;
-		in->q_head = r->next;
-		if (!in->q_head)
-			in->q_tail = NULL;
+		STAILQ_REMOVE_HEAD(&in->recs, link);
 		free(r);
 	}
 	/* A publish returned loans: records that waited for one may go on now. */
@@ -250,8 +248,8 @@ void rt_in_free(struct rt_in *in)
 		in->p->in[in->id] = NULL;
 	if (in->jobs)
 		return; /* copy_done finishes the job */
-	while ((r = in->q_head)) {
-		in->q_head = r->next;
+	while ((r = STAILQ_FIRST(&in->recs))) {
+		STAILQ_REMOVE_HEAD(&in->recs, link);
 		/* Copied chunks of an unfinished message own its loan: give it back once. */
 		if ((r->h.flags & RGAPS_RECORD_LAST) &&
 		    (r->state == IN_ALLOCATED || r->state == IN_COPIED))
@@ -279,7 +277,7 @@ void rt_in_teardown(struct rt_in *in)
 }
 
 void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
-			     uint64_t len)
+			 uint64_t len)
 {
 	struct rt_transport *tr = arg;
 	struct rgapsd_remote *rt = tr->rt;
@@ -288,7 +286,7 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	struct rgaps_record_hdr h;
 	struct rt_in *in;
 	struct rt_rec *r;
-	uint64_t need;
+	char why[256];
 	int e;
 
 	if (!p)
@@ -301,72 +299,22 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	if (off != UINT64_MAX) {
 		e = rgaps_ring_receiver_verify(&in->ring, off, len);
 		if (e) {
-			rt_hostile(p, "ring %u: record of %llu bytes at %llu, expected elsewhere", ring_id,
-				(unsigned long long)len, (unsigned long long)off);
+			rt_hostile(p, "ring %u: record of %llu bytes at %llu, expected elsewhere",
+				   ring_id, (unsigned long long)len, (unsigned long long)off);
 			return;
 		}
 	}
 	e = rgaps_ring_receiver_land(&in->ring, len, &slot);
 	if (e) {
 		rt_hostile(p, "ring %u: a %llu-byte record cannot be where the sender put it (%s)",
-			ring_id, (unsigned long long)len, strerror(-e));
+			   ring_id, (unsigned long long)len, strerror(-e));
 		return;
 	}
-	if (len < RGAPS_RECORD_HDR) {
-		rt_hostile(p, "ring %u: record of %llu bytes has no header", ring_id,
-			(unsigned long long)len);
+	if (rt_record_check(in->mem + slot.off, len, ring_id, in->topic->cfg.max_message_size,
+			    &in->landing, &h, why, sizeof(why))) {
+		rt_hostile(p, "%s", why);
 		return;
 	}
-	memcpy(&h, in->mem + slot.off, sizeof(h));
-	need = RGAPS_RECORD_HDR + (uint64_t)h.chunk_len;
-	if (h.magic != RGAPS_RECORD_MAGIC || h.ring_id != ring_id) {
-		rt_hostile(p, "ring %u: bad record header", ring_id);
-		return;
-	}
-	if (h.record_seq != (uint32_t)in->next_record_seq) {
-		rt_hostile(p, "ring %u: record %llu arrived, %llu expected", ring_id,
-			(unsigned long long)h.record_seq,
-			(unsigned long long)in->next_record_seq);
-		return;
-	}
-	if (need > len || RGAPS_ALIGN_UP(need, 64) != RGAPS_ALIGN_UP(len, 64)) {
-		rt_hostile(p, "ring %u: chunk of %u bytes in a %llu-byte record", ring_id,
-			h.chunk_len, (unsigned long long)len);
-		return;
-	}
-	if (h.msg_size == 0 || h.chunk_len == 0 || h.chunk_off > h.msg_size ||
-	    h.chunk_len > h.msg_size - h.chunk_off) {
-		rt_hostile(p, "ring %u: chunk [%llu, +%u) outside a %llu-byte message", ring_id,
-			(unsigned long long)h.chunk_off, h.chunk_len,
-			(unsigned long long)h.msg_size);
-		return;
-	}
-	if (h.msg_size > in->topic->cfg.max_message_size) {
-		rt_hostile(p, "ring %u: message of %llu bytes over topic '%s' maximum %llu",
-			ring_id, (unsigned long long)h.msg_size, in->topic->cfg.name,
-			(unsigned long long)in->topic->cfg.max_message_size);
-		return;
-	}
-	if (h.flags & RGAPS_RECORD_FIRST) {
-		if (in->land_in_msg || h.chunk_off != 0) {
-			rt_hostile(p, "ring %u: a message starts before the last one ended",
-				ring_id);
-			return;
-		}
-	} else if (!in->land_in_msg || h.msg_seq != in->land_msg_seq ||
-		   h.msg_size != in->land_msg_size || h.chunk_off != in->land_next_off) {
-		rt_hostile(p, "ring %u: chunk out of order", ring_id);
-		return;
-	}
-	if ((h.flags & RGAPS_RECORD_LAST) != 0 && h.chunk_off + h.chunk_len != h.msg_size) {
-		rt_hostile(p, "ring %u: last chunk ends before the message", ring_id);
-		return;
-	}
-	if (!(h.flags & RGAPS_RECORD_LAST) && h.chunk_off + h.chunk_len == h.msg_size) {
-		rt_hostile(p, "ring %u: message complete without a last chunk", ring_id);
-		return;
-	}
-
 	r = calloc(1, sizeof(*r));
 	if (!r) {
 		rt_hostile(p, "out of memory");
@@ -391,18 +339,10 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 		in->have_last_seq = true;
 		in->last_msg_seq = h.msg_seq;
 	}
-	in->next_record_seq++;
-	in->land_in_msg = !(h.flags & RGAPS_RECORD_LAST);
-	in->land_msg_seq = h.msg_seq;
-	in->land_msg_size = h.msg_size;
-	in->land_next_off = h.chunk_off + h.chunk_len;
+	rt_record_advance(&in->landing, &h);
 	in->records++;
 	in->bytes += h.chunk_len;
-	if (in->q_tail)
-		in->q_tail->next = r;
-	else
-		in->q_head = r;
-	in->q_tail = r;
+	STAILQ_INSERT_TAIL(&in->recs, r, link);
 	if (!in->drive_from)
 		in->drive_from = r;
 	in_drive(in);
@@ -428,62 +368,147 @@ static void arm_retry(struct rgapsd_remote *rt)
 }
 
 
-void rt_run_deferred(struct rt_peer *p, int tr_idx)
+void rt_deferred_drop(struct rt_peer *p, int tr)
 {
-	cJSON *list = p->deferred[tr_idx], *m;
+	struct rt_deferred *x;
 
-	p->deferred[tr_idx] = NULL;
-	cJSON_ArrayForEach(m, list)
-	{
-		if (p->links[tr_idx].state != LINK_UP)
-			break; /* the peer went away meanwhile: its sender forgot these rings */
-		rt_on_topic_setup(p, m);
+	while ((x = STAILQ_FIRST(&p->deferred[tr]))) {
+		STAILQ_REMOVE_HEAD(&p->deferred[tr], link);
+		free(x);
 	}
-	cJSON_Delete(list);
+	p->ndeferred[tr] = 0;
 }
 
-static void refuse_setup(struct rt_peer *p, double ring_id, const char *fmt, ...)
+void rt_run_deferred(struct rt_peer *p, int tr)
+{
+	struct rt_deferred *x;
+
+	while ((x = STAILQ_FIRST(&p->deferred[tr]))) {
+		STAILQ_REMOVE_HEAD(&p->deferred[tr], link);
+		p->ndeferred[tr]--;
+		/* The peer may go away meanwhile: its sender forgot these rings then. */
+		if (p->links[tr].state == LINK_UP)
+			rt_on_topic_setup(p, &x->m);
+		free(x);
+	}
+}
+
+static void refuse_setup(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
 	RGAPS_PRINTF(3, 4);
 
-static void refuse_setup(struct rt_peer *p, double ring_id, const char *fmt, ...)
+static void refuse_setup(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
 {
-	char why[512];
+	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_REFUSED, .ring_id = ring_id };
 	va_list ap;
-	cJSON *r = rt_msg_new("topic_refused");
 
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
+	vsnprintf(r.reason, sizeof(r.reason), fmt, ap);
 	va_end(ap);
-	rgaps_warn("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer), why);
-	cJSON_AddNumberToObject(r, "ring_id", ring_id);
-	cJSON_AddStringToObject(r, "reason", why);
-	rt_peer_send(p, r);
+	rgaps_warn("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer), r.reason);
+	rt_peer_send(p, &r);
+}
+
+/* A set-up that arrived before the data link it names: held until it comes up. */
+static void defer_setup(struct rt_peer *p, int tr, const struct rt_wire_msg *m)
+{
+	struct rt_deferred *x = NULL;
+
+	if (p->ndeferred[tr] >= RT_DEFERRED_MAX || !(x = malloc(sizeof(*x)))) {
+		refuse_setup(p, m->ring_id, "too many set-ups wait for the %s data link",
+			     rt_tr_names[tr]);
+		return;
+	}
+	x->m = *m;
+	x->m.subs = NULL; /* a set-up has no list; never share one */
+	STAILQ_INSERT_TAIL(&p->deferred[tr], x, link);
+	p->ndeferred[tr]++;
+	p->setups_deferred++;
+	rgaps_debug("peer %s: topic '%s' set-up waits for the %s data link",
+		    rgapsd_peer_name(p->peer), m->topic, rt_tr_names[tr]);
+}
+
+/* A new in ring: its memory, its publisher slot, attached to the transport. */
+static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr_idx,
+			       const struct rt_wire_msg *m, uint8_t *desc, size_t *dlen)
+{
+	struct rt_transport *tr = &p->rt->tr[tr_idx];
+	struct rt_in *in = calloc(1, sizeof(*in));
+	int e;
+
+	if (!in) {
+		refuse_setup(p, m->ring_id, "out of memory");
+		return NULL;
+	}
+	in->p = p;
+	in->topic = t;
+	in->id = m->ring_id;
+	in->tr = tr_idx;
+	in->size = t->cfg.ring_size;
+	STAILQ_INIT(&in->recs);
+	e = rgaps_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
+				 &in->geom);
+	if (!e)
+		e = rgaps_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
+	if (e) {
+		free(in);
+		refuse_setup(p, m->ring_id, "topic '%s': ring of %llu bytes refused", m->topic,
+			     (unsigned long long)t->cfg.ring_size);
+		return NULL;
+	}
+	in->mem = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (in->mem == MAP_FAILED) {
+		in->mem = NULL;
+		free(in);
+		refuse_setup(p, m->ring_id, "cannot allocate a %llu-byte ring",
+			     (unsigned long long)t->cfg.ring_size);
+		return NULL;
+	}
+	if (t->lim.mem_kind != RGAPS_MEM_HOST) {
+		/* DP3 copies ring -> GPU pool: a pinned ring next to the GPU runs at full speed. */
+		rt_place_near_device(t, in->mem, in->size, "receive ring");
+		in->pinned = t->mem->ops.memory.host_register(t->mem->ctx, in->mem, in->size) == 0;
+		if (!in->pinned)
+			rgaps_warn("topic '%s': receive ring not pinned: H2D copies run slower",
+				   m->topic);
+	}
+	e = rt_local_pub_open(t, &in->pub);
+	if (e) {
+		rt_in_free(in);
+		refuse_setup(p, m->ring_id, "topic '%s': no publisher slot", m->topic);
+		return NULL;
+	}
+	e = tr->lp->ops.transport.receiver_ring_attach(tr->ctx, p->links[tr_idx].link, in->id,
+						       in->mem, in->size, m->desc, m->desc_len,
+						       desc, dlen);
+	if (e) {
+		rt_in_free(in);
+		refuse_setup(p, m->ring_id, "%s cannot attach the ring: %s", rt_tr_names[tr_idx],
+			     strerror(-e));
+		return NULL;
+	}
+	return in;
 }
 
 /* Receiver side of the topic initialisation sequence (DESIGN.md section 7). */
-void rt_on_topic_setup(struct rt_peer *p, const cJSON *m)
+void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	struct rgapsd_remote *rt = p->rt;
-	const char *name = rt_jstr(m, "topic");
-	int i = rt_tr_index(rt_jstr(m, "transport"));
-	uint8_t peer_desc[RGAPS_RING_DESC_MAX], desc[RGAPS_RING_DESC_MAX];
-	char hex[2 * RGAPS_RING_DESC_MAX + 1], err[512];
-	size_t pdlen = 0, dlen = sizeof(desc);
-	struct rt_transport *tr;
+	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_READY, .ring_id = m->ring_id };
+	int i = rt_tr_index(m->transport);
 	struct rgapsd_topic *t;
+	struct rt_seen *sn;
 	struct rt_in *in;
-	double id;
-	cJSON *r;
+	char err[512];
 	int e;
 
-	if (!name || !rgaps_topic_name_valid(name) || i < 0 || !rt_jnum(m, "ring_id", &id) || id < 0 ||
-	    id >= RT_RINGS || id != (uint32_t)id ||
-	    (id < RT_RINGS / 2) == p->initiator /* the sender's half is the other one */ ||
-	    rt_unhex(rt_jstr(m, "head_desc"), peer_desc, sizeof(peer_desc), &pdlen)) {
-		rt_hostile(p, "bad topic_setup");
+	if ((m->ring_id < RT_RINGS / 2) == p->initiator) { /* the sender's half is the other one */
+		rt_hostile(p, "topic_setup for ring %u, in this host's half of the ring ids",
+			   m->ring_id);
 		return;
 	}
-	tr = &rt->tr[i];
+	if (i < 0) {
+		refuse_setup(p, m->ring_id, "no transport '%s' on this host", m->transport);
+		return;
+	}
 	/*
 	 * The listener end of a data link is up at link_accepted, which for verbs comes at
 	 * the connect request, before the connector's link_connected: a sender that
@@ -494,126 +519,57 @@ void rt_on_topic_setup(struct rt_peer *p, const cJSON *m)
 	 * The other way round, a sender that connected sends its set-up on the control
 	 * session as soon as its connect completes; this end may read that before it
 	 * accepts the data link (two sockets, no order between them). The set-up then
-	 * waits for the link it names (run_deferred), and is dropped with it.
+	 * waits for the link it names (rt_run_deferred), and is dropped with it.
 	 */
 	if (p->links[i].state == LINK_OFFERED) {
-		cJSON *copy;
-
-		if (!p->deferred[i])
-			p->deferred[i] = cJSON_CreateArray();
-		if (!p->deferred[i] || cJSON_GetArraySize(p->deferred[i]) >= RT_DEFERRED_MAX ||
-		    !(copy = cJSON_Duplicate(m, true))) {
-			refuse_setup(p, id, "too many set-ups wait for the %s data link",
-				     rt_tr_names[i]);
-			return;
-		}
-		cJSON_AddItemToArray(p->deferred[i], copy);
-		p->setups_deferred++;
-		rgaps_debug("peer %s: topic '%s' set-up waits for the %s data link",
-			    rgapsd_peer_name(p->peer), name, rt_tr_names[i]);
+		defer_setup(p, i, m);
 		return;
 	}
 	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING) {
-		refuse_setup(p, id, "no %s data link", rt_tr_names[i]);
+		refuse_setup(p, m->ring_id, "no %s data link", rt_tr_names[i]);
 		return;
 	}
-	if (p->in[(uint32_t)id])
-		rt_in_teardown(p->in[(uint32_t)id]); /* the sender re-uses an id it gave up */
+	if (p->in[m->ring_id])
+		rt_in_teardown(p->in[m->ring_id]); /* the sender re-uses an id it gave up */
 	/* First arrival: the topic is created here if nobody used it yet. */
-	e = rgapsd__topic_get(rt->d, name, &t, err, sizeof(err));
+	e = rgapsd__topic_get(p->rt->d, m->topic, &t, err, sizeof(err));
 	if (e) {
-		refuse_setup(p, id, "topic '%s': %s", name, err);
+		refuse_setup(p, m->ring_id, "topic '%s': %s", m->topic, err);
 		return;
 	}
-	in = calloc(1, sizeof(*in));
-	if (!in) {
-		refuse_setup(p, id, "out of memory");
+	r.desc_len = sizeof(r.desc);
+	in = in_create(p, t, i, m, r.desc, &r.desc_len);
+	if (!in)
 		return;
-	}
-	in->p = p;
-	in->topic = t;
-	in->id = (uint32_t)id;
-	in->tr = i;
-	in->size = t->cfg.ring_size;
-	e = rgaps_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
-				 &in->geom);
-	if (!e)
-		e = rgaps_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
-	if (e) {
-		free(in);
-		refuse_setup(p, id, "topic '%s': ring of %llu bytes refused", name,
-			     (unsigned long long)t->cfg.ring_size);
-		return;
-	}
-	in->mem = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (in->mem == MAP_FAILED) {
-		in->mem = NULL;
-		free(in);
-		refuse_setup(p, id, "cannot allocate a %llu-byte ring",
-			     (unsigned long long)t->cfg.ring_size);
-		return;
-	}
-	if (t->lim.mem_kind != RGAPS_MEM_HOST) {
-		/* DP3 copies ring -> GPU pool: a pinned ring next to the GPU runs at full speed. */
-		rt_place_near_device(t, in->mem, in->size, "receive ring");
-		in->pinned = t->mem->ops.memory.host_register(t->mem->ctx, in->mem, in->size) == 0;
-		if (!in->pinned)
-			rgaps_warn("topic '%s': receive ring not pinned: H2D copies run slower", name);
-	}
-	e = rt_local_pub_open(t, &in->pub);
-	if (e) {
-		munmap(in->mem, in->size);
-		free(in);
-		refuse_setup(p, id, "topic '%s': no publisher slot", name);
-		return;
-	}
-	e = tr->lp->ops.transport.receiver_ring_attach(tr->ctx, p->links[i].link, in->id, in->mem,
-						       in->size, peer_desc, pdlen, desc, &dlen);
-	if (e) {
-		rt_in_free(in);
-		refuse_setup(p, id, "%s cannot attach the ring: %s", rt_tr_names[i],
-			     strerror(-e));
-		return;
-	}
 	p->in[in->id] = in;
-	{
-		struct rt_seen *sn = seen_of(p, name, false);
-
-		if (sn) { /* a ring for this topic existed before: continue its sequence */
-			in->have_last_seq = true;
-			in->last_msg_seq = sn->last_seq;
-		}
+	sn = seen_of(p, m->topic, false);
+	if (sn) { /* a ring for this topic existed before: continue its sequence */
+		in->have_last_seq = true;
+		in->last_msg_seq = sn->last_seq;
 	}
-	rt_hex(desc, dlen, hex);
-	r = rt_msg_new("topic_ready");
-	cJSON_AddNumberToObject(r, "ring_id", in->id);
-	cJSON_AddStringToObject(r, "ring_desc", hex);
-	cJSON_AddNumberToObject(r, "ring_size", (double)in->size);
-	rt_peer_send(p, r);
-	rgaps_info("topic '%s': ring %u from %s ready (%s, %llu bytes)", name, in->id,
+	r.ring_size = in->size;
+	rt_peer_send(p, &r);
+	rgaps_info("topic '%s': ring %u from %s ready (%s, %llu bytes)", m->topic, in->id,
 		   rgapsd_peer_name(p->peer), rt_tr_names[i], (unsigned long long)in->size);
 }
 
-void rt_on_topic_teardown(struct rt_peer *p, const cJSON *m)
+void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	double id;
+	struct rt_in *in = p->in[m->ring_id];
 
-	if (!rt_jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
-		rt_hostile(p, "bad topic_teardown");
-		return;
-	}
 	for (int i = 0; i < TR_NUM; i++) { /* given up before its data link came */
-		cJSON *it = p->deferred[i] ? p->deferred[i]->child : NULL, *next;
-		double did;
+		struct rt_deferred *x, *next;
 
-		for (; it; it = next) {
-			next = it->next;
-			if (rt_jnum(it, "ring_id", &did) && did == id)
-				cJSON_Delete(cJSON_DetachItemViaPointer(p->deferred[i], it));
+		for (x = STAILQ_FIRST(&p->deferred[i]); x; x = next) {
+			next = STAILQ_NEXT(x, link);
+			if (x->m.ring_id == m->ring_id) {
+				STAILQ_REMOVE(&p->deferred[i], x, rt_deferred, link);
+				p->ndeferred[i]--;
+				free(x);
+			}
 		}
 	}
-	if (p->in[(uint32_t)id]) {
-		struct rt_in *in = p->in[(uint32_t)id];
+	if (in) {
 		struct rt_seen *sn = seen_of(p, in->topic->cfg.name, false);
 
 		/* The sender stopped on purpose (nobody here subscribes any more): what it
@@ -624,4 +580,3 @@ void rt_on_topic_teardown(struct rt_peer *p, const cJSON *m)
 		rt_in_teardown(in);
 	}
 }
-

@@ -216,7 +216,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 
 		rt->peers = p->next;
 		for (int i = 0; i < TR_NUM; i++)
-			cJSON_Delete(p->deferred[i]);
+			rt_deferred_drop(p, i);
 		free(p->subs);
 		free(p->seen);
 		free(p);

@@ -8,6 +8,7 @@
  * wait for it at attach.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -383,10 +384,9 @@ static void out_finish(struct rt_out *o)
 	if (o->p->links[o->tr].state == LINK_UP) {
 		tr->lp->ops.transport.ring_detach(tr->ctx, o->p->links[o->tr].link, o->id);
 		if (tell_peer) {
-			cJSON *m = rt_msg_new("topic_teardown");
+			struct rt_wire_msg m = { .type = RT_MSG_TOPIC_TEARDOWN, .ring_id = o->id };
 
-			cJSON_AddNumberToObject(m, "ring_id", o->id);
-			rt_peer_send(o->p, m);
+			rt_peer_send(o->p, &m);
 		}
 	}
 	if (o->hdrs_mr)
@@ -400,12 +400,9 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	struct rgapsd_remote *rt = p->rt;
 	struct rt_transport *tr = &rt->tr[tr_idx];
 	struct rt_link *l = &p->links[tr_idx];
-	uint8_t desc[RGAPS_RING_DESC_MAX];
-	char hex[2 * RGAPS_RING_DESC_MAX + 1];
-	size_t dlen = sizeof(desc);
+	struct rt_wire_msg m = { .type = RT_MSG_TOPIC_SETUP };
 	struct rt_out *o;
 	uint32_t id;
-	cJSON *m;
 	int r;
 
 	/*
@@ -461,7 +458,8 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 		free(o);
 		return;
 	}
-	r = tr->lp->ops.transport.sender_ring_prepare(tr->ctx, l->link, id, desc, &dlen);
+	m.desc_len = sizeof(m.desc);
+	r = tr->lp->ops.transport.sender_ring_prepare(tr->ctx, l->link, id, m.desc, &m.desc_len);
 	if (r) {
 		rgaps_error("topic '%s': %s ring prepare failed: %s", tt->t->cfg.name,
 			    rt_tr_names[tr_idx], strerror(-r));
@@ -473,14 +471,11 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	p->out[id] = o;
 	o->next_in_topic = tt->outs;
 	tt->outs = o;
-	rt_hex(desc, dlen, hex);
-	m = rt_msg_new("topic_setup");
-	cJSON_AddStringToObject(m, "topic", tt->t->cfg.name);
-	cJSON_AddNumberToObject(m, "ring_id", id);
-	cJSON_AddStringToObject(m, "transport", rt_tr_names[tr_idx]);
-	cJSON_AddStringToObject(m, "head_desc", hex);
-	cJSON_AddNumberToObject(m, "chunk_size", (double)tt->t->cfg.chunk_size);
-	rt_peer_send(p, m);
+	snprintf(m.topic, sizeof(m.topic), "%s", tt->t->cfg.name);
+	m.ring_id = id;
+	snprintf(m.transport, sizeof(m.transport), "%s", rt_tr_names[tr_idx]);
+	m.chunk_size = tt->t->cfg.chunk_size;
+	rt_peer_send(p, &m);
 	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
 		   rgapsd_peer_name(p->peer), rt_tr_names[tr_idx]);
 }
@@ -694,30 +689,21 @@ void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 	out_drive(o);
 }
 
-void rt_on_topic_ready(struct rt_peer *p, const cJSON *m)
+void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rgapsd_remote *rt = p->rt;
-	uint8_t desc[RGAPS_RING_DESC_MAX];
-	size_t dlen = 0;
-	double id, size;
-	struct rt_out *o;
+	struct rt_out *o = p->out[m->ring_id];
 	struct rt_transport *tr;
 	int e;
 
-	if (!rt_jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS || !rt_jnum(m, "ring_size", &size) ||
-	    rt_unhex(rt_jstr(m, "ring_desc"), desc, sizeof(desc), &dlen)) {
-		rt_hostile(p, "bad topic_ready");
-		return;
-	}
-	o = p->out[(uint32_t)id];
 	if (!o || o->state != OUT_RING_PREPARING)
 		return; /* torn down meanwhile */
 	tr = &rt->tr[o->tr];
-	e = rgaps_ring_geom_init((uint64_t)size, (uint64_t)size / 2 - RGAPS_RING_ALIGN,
+	e = rgaps_ring_geom_init(m->ring_size, m->ring_size / 2 - RGAPS_RING_ALIGN,
 				 RGAPS_RING_ALIGN, &o->geom);
 	if (!e)
 		e = tr->lp->ops.transport.sender_ring_connect(tr->ctx, p->links[o->tr].link, o->id,
-							      desc, dlen);
+							      m->desc, m->desc_len);
 	if (e) {
 		rgaps_error("topic '%s': ring %u to %s unusable: %s", o->tt->t->cfg.name, o->id,
 			    rgapsd_peer_name(p->peer), strerror(-e));
@@ -733,16 +719,10 @@ void rt_on_topic_ready(struct rt_peer *p, const cJSON *m)
 	out_drive(o);
 }
 
-void rt_on_topic_refused(struct rt_peer *p, const cJSON *m)
+void rt_on_topic_refused(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	double id;
-	struct rt_out *o;
+	struct rt_out *o = p->out[m->ring_id];
 
-	if (!rt_jnum(m, "ring_id", &id) || id < 0 || id >= RT_RINGS) {
-		rt_hostile(p, "bad topic_refused");
-		return;
-	}
-	o = p->out[(uint32_t)id];
 	if (!o)
 		return;
 	p->setup_refusals++;
@@ -750,8 +730,7 @@ void rt_on_topic_refused(struct rt_peer *p, const cJSON *m)
 				      : RT_RESETUP_MIN_MS;
 	p->resetup_at_ns = rgaps_now_ns(CLOCK_MONOTONIC) + p->resetup_ms * 1000000ull;
 	rgaps_warn("topic '%s': %s refused the set-up: %s (asking again in %u ms)",
-		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer),
-		   rt_jstr(m, "reason") ? rt_jstr(m, "reason") : "?", p->resetup_ms);
+		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer), m->reason, p->resetup_ms);
 	rt_out_free(o, false);
 }
 

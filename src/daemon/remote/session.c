@@ -5,6 +5,7 @@
  * 4) to the rooms that handle them, and the periodic tick (link offers,
  * set-ups asked again, publishers waiting too long).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,38 +15,32 @@
 
 void rt_send_subs(struct rt_peer *p)
 {
-	struct rgapsd_remote *rt = p->rt;
-	cJSON *m = rt_msg_new("subs"), *arr = cJSON_AddArrayToObject(m, "topics");
-
-	for (struct rgapsd_topic *t = rt->d->topics; t; t = t->next)
-		if (t->local_subs)
-			cJSON_AddItemToArray(arr, cJSON_CreateString(t->cfg.name));
-	rt_peer_send(p, m);
-}
-
-static void on_subs(struct rt_peer *p, const cJSON *m)
-{
-	struct rgapsd_remote *rt = p->rt;
-	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(m, "topics"), *it;
+	struct rt_wire_msg m = { .type = RT_MSG_SUBS };
 	uint32_t n = 0;
 
-	if (!cJSON_IsArray(arr)) {
-		rt_hostile(p, "bad subs message");
+	for (struct rgapsd_topic *t = p->rt->d->topics; t; t = t->next)
+		n += t->local_subs > 0;
+	m.subs = calloc(n + 1, sizeof(*m.subs));
+	if (!m.subs) {
+		rgapsd_peer_disconnect(p->peer, "out of memory for our subscriptions");
 		return;
 	}
+	for (struct rgapsd_topic *t = p->rt->d->topics; t; t = t->next)
+		if (t->local_subs)
+			snprintf(m.subs[m.nsubs++], sizeof(m.subs[0]), "%s", t->cfg.name);
+	rt_peer_send(p, &m);
+	rt_wire_free(&m);
+}
+
+/* The peer's topics with subscribers (the list is taken from m). */
+static void on_subs(struct rt_peer *p, struct rt_wire_msg *m)
+{
 	free(p->subs);
-	p->subs = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof(*p->subs));
-	p->nsubs = 0;
-	cJSON_ArrayForEach(it, arr)
-	{
-		if (!cJSON_IsString(it) || !rgaps_topic_name_valid(it->valuestring)) {
-			rt_hostile(p, "bad topic name in subs");
-			return;
-		}
-		snprintf(p->subs[n++], sizeof(p->subs[0]), "%s", it->valuestring);
-	}
-	p->nsubs = n;
-	rt_reconcile_all(rt);
+	p->subs = m->subs;
+	p->nsubs = m->nsubs;
+	m->subs = NULL;
+	m->nsubs = 0;
+	rt_reconcile_all(p->rt);
 }
 
 static void on_peer_up(void *ctx, struct rgapsd_peer *peer, bool initiator)
@@ -89,38 +84,53 @@ static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, s
 {
 	struct rgapsd_remote *rt = ctx;
 	struct rt_peer *p = rt_peer_of(rt, peer);
-	cJSON *m = rgaps_json_nul_escape(json, len) < 0 ? cJSON_ParseWithLength(json, len) : NULL;
-	const char *type = m ? rt_jstr(m, "type") : NULL;
+	struct rt_wire_msg m;
+	char why[256];
+	int e;
 
-	if (!p) {
-		cJSON_Delete(m);
+	if (!p)
+		return;
+	e = rt_wire_decode(json, len, &m, why, sizeof(why));
+	if (e == -ENOMEM) {
+		rgapsd_peer_disconnect(peer, "out of memory for a control message");
 		return;
 	}
-	if (!type) {
-		cJSON_Delete(m);
-		rt_hostile(p, "control message without a type");
+	if (e) {
+		rt_hostile(p, "%s", why);
 		return;
 	}
-	if (strcmp(type, "subs") == 0)
-		on_subs(p, m);
-	else if (strcmp(type, "link_offer") == 0)
-		rt_on_link_offer(p, m);
-	else if (strcmp(type, "link_accept") == 0)
-		rt_on_link_accept(p, m);
-	else if (strcmp(type, "link_refuse") == 0)
-		rt_on_link_refuse(p, m);
-	else if (strcmp(type, "topic_setup") == 0)
-		rt_on_topic_setup(p, m);
-	else if (strcmp(type, "topic_ready") == 0)
-		rt_on_topic_ready(p, m);
-	else if (strcmp(type, "topic_refused") == 0)
-		rt_on_topic_refused(p, m);
-	else if (strcmp(type, "topic_teardown") == 0)
-		rt_on_topic_teardown(p, m);
-	else
-		rgaps_warn("peer %s: unknown control message '%.32s' ignored",
-			   rgapsd_peer_name(peer), type);
-	cJSON_Delete(m);
+	switch (m.type) {
+	case RT_MSG_SUBS:
+		on_subs(p, &m);
+		break;
+	case RT_MSG_LINK_OFFER:
+		rt_on_link_offer(p, &m);
+		break;
+	case RT_MSG_LINK_ACCEPT:
+		rt_on_link_accept(p, &m);
+		break;
+	case RT_MSG_LINK_REFUSE:
+		rt_on_link_refuse(p, &m);
+		break;
+	case RT_MSG_TOPIC_SETUP:
+		rt_on_topic_setup(p, &m);
+		break;
+	case RT_MSG_TOPIC_READY:
+		rt_on_topic_ready(p, &m);
+		break;
+	case RT_MSG_TOPIC_REFUSED:
+		rt_on_topic_refused(p, &m);
+		break;
+	case RT_MSG_TOPIC_TEARDOWN:
+		rt_on_topic_teardown(p, &m);
+		break;
+	case RT_MSG_UNKNOWN:
+	case RT_MSG_NUM_TYPES:
+		rgaps_warn("peer %s: unknown control message '%s' ignored", rgapsd_peer_name(peer),
+			   m.type_name);
+		break;
+	}
+	rt_wire_free(&m);
 }
 
 const struct rgapsd_peers_ops rt_peer_ops = {

@@ -4,6 +4,7 @@
  * state machines, every ring and every forwarder. Reads the state; changes
  * nothing.
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -5,6 +5,7 @@
  * port (the control port + its offset). Its callbacks are routed to the rooms
  * that handle them: links, sender and receiver.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,14 +1,40 @@
 /*
- * Pure helpers of the remote path: hex text for tokens and descriptors (the
- * control messages carry bytes as hex, docs/PROTOCOL.md section 4) and the
- * small cJSON accessors the message handlers use. No state, no I/O.
+ * Pure codecs of the remote path (wire.h): the daemon control messages and
+ * the record header check. Everything from another host is checked here for
+ * type and range before any of it is converted or used.
  */
+#include "wire.h"
+
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
 
-#include "internal.h"
+#include "../../common/util.h"
+
+static const char *const type_names[RT_MSG_NUM_TYPES] = {
+	[RT_MSG_SUBS] = "subs",
+	[RT_MSG_LINK_OFFER] = "link_offer",
+	[RT_MSG_LINK_ACCEPT] = "link_accept",
+	[RT_MSG_LINK_REFUSE] = "link_refuse",
+	[RT_MSG_TOPIC_SETUP] = "topic_setup",
+	[RT_MSG_TOPIC_READY] = "topic_ready",
+	[RT_MSG_TOPIC_REFUSED] = "topic_refused",
+	[RT_MSG_TOPIC_TEARDOWN] = "topic_teardown",
+	[RT_MSG_UNKNOWN] = "unknown",
+};
+
+const char *rt_wire_type_name(enum rt_msg_type type)
+{
+	return type < RT_MSG_NUM_TYPES ? type_names[type] : "?";
+}
+
+/* ---------------------------------------------------------------- hex */
 
 void rt_hex(const uint8_t *b, size_t n, char *out)
 {
@@ -27,27 +53,353 @@ int rt_unhex(const char *s, uint8_t *b, size_t max, size_t *n_p)
 	return 0;
 }
 
-const char *rt_jstr(const cJSON *o, const char *k)
+bool rt_wire_name_valid(const char *s)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	size_t i;
 
-	return cJSON_IsString(v) ? v->valuestring : NULL;
+	for (i = 0; s && s[i]; i++)
+		if (i + 1 >= RGAPS_CFG_NAME_MAX ||
+		    !((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		      s[i] == '-'))
+			return false;
+	return s && i > 0;
 }
 
-bool rt_jnum(const cJSON *o, const char *k, double *v)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+/* ---------------------------------------------------------------- decoding */
 
-	if (!cJSON_IsNumber(x))
-		return false;
-	*v = x->valuedouble;
-	return true;
+static int bad(char *why, size_t whylen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
+
+static int bad(char *why, size_t whylen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return -EPROTO;
 }
 
-cJSON *rt_msg_new(const char *type)
+/* Text from the wire made safe to log: printable ASCII, the rest as '?'. */
+static void printable(char *dst, size_t cap, const char *src)
 {
-	cJSON *o = cJSON_CreateObject();
+	size_t i;
 
-	cJSON_AddStringToObject(o, "type", type);
-	return o;
+	for (i = 0; src[i] && i + 1 < cap; i++)
+		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+	dst[i] = '\0';
+}
+
+struct dec {
+	const cJSON *o;
+	const char *type;
+	char *why;
+	size_t whylen;
+};
+
+static const char *get_str(struct dec *d, const char *k, int *e)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d->o, k);
+
+	if (!cJSON_IsString(v) || !v->valuestring) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is %s", d->type, k,
+			 v ? "not a string" : "missing");
+		return NULL;
+	}
+	return v->valuestring;
+}
+
+/*
+ * An integer field in [min, max], checked on the double before any conversion
+ * (a double outside the range of uint64_t converts to anything).
+ */
+static uint64_t get_uint(struct dec *d, const char *k, uint64_t min, uint64_t max, bool optional,
+			 int *e)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d->o, k);
+	double x;
+
+	if (!v && optional)
+		return 0;
+	if (!cJSON_IsNumber(v)) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is %s", d->type, k,
+			 v ? "not a number" : "missing");
+		return 0;
+	}
+	x = v->valuedouble;
+	if (!(x >= (double)min && x <= (double)max) || x != floor(x)) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is not an integer in %llu..%llu", d->type,
+			 k, (unsigned long long)min, (unsigned long long)max);
+		return 0;
+	}
+	return (uint64_t)x;
+}
+
+static void get_name(struct dec *d, const char *k, char *out, size_t cap, int *e)
+{
+	const char *s = get_str(d, k, e);
+
+	if (!s)
+		return;
+	if (!rt_wire_name_valid(s)) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is not a name (1 to %d of a-z 0-9 _ -)",
+			 d->type, k, RGAPS_CFG_NAME_MAX - 1);
+		return;
+	}
+	snprintf(out, cap, "%s", s);
+}
+
+static void get_hex(struct dec *d, const char *k, uint8_t *out, size_t max, size_t exact,
+		    size_t *n_p, int *e)
+{
+	const char *s = get_str(d, k, e);
+	size_t n = 0;
+
+	if (!s)
+		return;
+	if (rt_unhex(s, out, max, &n) != 0 || (exact && n != exact)) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is not %s%zu bytes of hex", d->type, k,
+			 exact ? "" : "at most ", exact ? exact : max);
+		return;
+	}
+	*n_p = n;
+}
+
+static int decode_subs(struct dec *d, struct rt_wire_msg *m)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(d->o, "topics"), *it;
+	int n;
+
+	if (!cJSON_IsArray(arr))
+		return bad(d->why, d->whylen, "bad subs: 'topics' is not an array");
+	n = cJSON_GetArraySize(arr);
+	if (n > RT_SUBS_MAX)
+		return bad(d->why, d->whylen, "bad subs: %d topics, at most %d", n, RT_SUBS_MAX);
+	m->subs = calloc((size_t)n + 1, sizeof(*m->subs));
+	if (!m->subs)
+		return -ENOMEM;
+	cJSON_ArrayForEach(it, arr)
+	{
+		if (!cJSON_IsString(it) || !rgaps_topic_name_valid(it->valuestring)) {
+			free(m->subs);
+			m->subs = NULL;
+			return bad(d->why, d->whylen, "bad subs: topic %u is not a topic name",
+				   m->nsubs);
+		}
+		snprintf(m->subs[m->nsubs++], sizeof(m->subs[0]), "%s", it->valuestring);
+	}
+	return 0;
+}
+
+int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *why, size_t whylen)
+{
+	struct dec d = { .why = why, .whylen = whylen };
+	const char *type, *s;
+	cJSON *o;
+	int e = 0;
+
+	memset(m, 0, sizeof(*m));
+	/* cJSON would cut a string at a "\u0000" escape: refuse such text, never guess. */
+	if (rgaps_json_nul_escape(json, len) >= 0)
+		return bad(why, whylen, "control message holds a \\u0000 escape");
+	o = cJSON_ParseWithLength(json, len);
+	if (!cJSON_IsObject(o)) {
+		cJSON_Delete(o);
+		return bad(why, whylen, "control message is not a JSON object");
+	}
+	d.o = o;
+	type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "type"));
+	if (!type) {
+		cJSON_Delete(o);
+		return bad(why, whylen, "control message without a type");
+	}
+	for (m->type = 0; m->type < RT_MSG_UNKNOWN; m->type++)
+		if (strcmp(type, type_names[m->type]) == 0)
+			break;
+	d.type = type_names[m->type];
+	switch (m->type) {
+	case RT_MSG_SUBS:
+		e = decode_subs(&d, m);
+		break;
+	case RT_MSG_LINK_OFFER: {
+		size_t n;
+
+		get_name(&d, "transport", m->transport, sizeof(m->transport), &e);
+		if (!e)
+			get_hex(&d, "token", m->token, sizeof(m->token), sizeof(m->token), &n, &e);
+		break;
+	}
+	case RT_MSG_LINK_ACCEPT:
+	case RT_MSG_LINK_REFUSE:
+		get_name(&d, "transport", m->transport, sizeof(m->transport), &e);
+		break;
+	case RT_MSG_TOPIC_SETUP:
+		s = get_str(&d, "topic", &e);
+		if (s && !rgaps_topic_name_valid(s))
+			e = bad(why, whylen, "bad topic_setup: 'topic' is not a topic name");
+		else if (s)
+			snprintf(m->topic, sizeof(m->topic), "%s", s);
+		if (!e)
+			m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
+		if (!e)
+			get_name(&d, "transport", m->transport, sizeof(m->transport), &e);
+		if (!e)
+			get_hex(&d, "head_desc", m->desc, sizeof(m->desc), 0, &m->desc_len, &e);
+		if (!e)
+			m->chunk_size = get_uint(&d, "chunk_size", 1, RT_CHUNK_SIZE_MAX, true, &e);
+		break;
+	case RT_MSG_TOPIC_READY:
+		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
+		if (!e)
+			m->ring_size = get_uint(&d, "ring_size", RT_RING_SIZE_MIN, RT_RING_SIZE_MAX,
+						false, &e);
+		if (!e)
+			get_hex(&d, "ring_desc", m->desc, sizeof(m->desc), 0, &m->desc_len, &e);
+		break;
+	case RT_MSG_TOPIC_REFUSED:
+		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
+		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "reason"));
+		printable(m->reason, sizeof(m->reason), s ? s : "no reason given");
+		break;
+	case RT_MSG_TOPIC_TEARDOWN:
+		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
+		break;
+	case RT_MSG_UNKNOWN:
+	case RT_MSG_NUM_TYPES:
+		printable(m->type_name, sizeof(m->type_name), type);
+		break;
+	}
+	cJSON_Delete(o);
+	if (e)
+		rt_wire_free(m);
+	return e;
+}
+
+void rt_wire_free(struct rt_wire_msg *m)
+{
+	free(m->subs);
+	m->subs = NULL;
+	m->nsubs = 0;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+static bool add_hex(cJSON *o, const char *k, const uint8_t *b, size_t n)
+{
+	char hex[2 * RGAPS_RING_DESC_MAX + 1];
+
+	rt_hex(b, RGAPS_MIN(n, (size_t)RGAPS_RING_DESC_MAX), hex);
+	return cJSON_AddStringToObject(o, k, hex) != NULL;
+}
+
+char *rt_wire_encode(const struct rt_wire_msg *m)
+{
+	cJSON *o = cJSON_CreateObject(), *arr;
+	bool ok = o && m->type < RT_MSG_UNKNOWN &&
+		  cJSON_AddStringToObject(o, "type", type_names[m->type]);
+	char *text = NULL;
+
+	switch (ok ? m->type : RT_MSG_UNKNOWN) {
+	case RT_MSG_SUBS:
+		arr = cJSON_AddArrayToObject(o, "topics");
+		ok = arr != NULL;
+		for (uint32_t i = 0; ok && i < m->nsubs; i++)
+			ok = cJSON_AddItemToArray(arr, cJSON_CreateString(m->subs[i]));
+		break;
+	case RT_MSG_LINK_OFFER:
+		ok = cJSON_AddStringToObject(o, "transport", m->transport) &&
+		     add_hex(o, "token", m->token, sizeof(m->token));
+		break;
+	case RT_MSG_LINK_ACCEPT:
+	case RT_MSG_LINK_REFUSE:
+		ok = cJSON_AddStringToObject(o, "transport", m->transport) != NULL;
+		break;
+	case RT_MSG_TOPIC_SETUP:
+		ok = cJSON_AddStringToObject(o, "topic", m->topic) &&
+		     cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
+		     cJSON_AddStringToObject(o, "transport", m->transport) &&
+		     add_hex(o, "head_desc", m->desc, m->desc_len) &&
+		     (!m->chunk_size ||
+		      cJSON_AddNumberToObject(o, "chunk_size", (double)m->chunk_size));
+		break;
+	case RT_MSG_TOPIC_READY:
+		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
+		     add_hex(o, "ring_desc", m->desc, m->desc_len) &&
+		     cJSON_AddNumberToObject(o, "ring_size", (double)m->ring_size);
+		break;
+	case RT_MSG_TOPIC_REFUSED:
+		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
+		     cJSON_AddStringToObject(o, "reason", m->reason);
+		break;
+	case RT_MSG_TOPIC_TEARDOWN:
+		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) != NULL;
+		break;
+	case RT_MSG_UNKNOWN:
+	case RT_MSG_NUM_TYPES:
+		break;
+	}
+	if (ok)
+		text = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return text;
+}
+
+/* ---------------------------------------------------------------- records */
+
+int rt_record_check(const void *rec, uint64_t len, uint32_t ring_id, uint64_t max_message_size,
+		    const struct rt_landing *st, struct rgaps_record_hdr *h_p, char *why,
+		    size_t whylen)
+{
+	struct rgaps_record_hdr h;
+	uint64_t need;
+
+	if (len < RGAPS_RECORD_HDR)
+		return bad(why, whylen, "ring %u: record of %llu bytes has no header", ring_id,
+			   (unsigned long long)len);
+	memcpy(&h, rec, sizeof(h));
+	need = RGAPS_RECORD_HDR + (uint64_t)h.chunk_len;
+	if (h.magic != RGAPS_RECORD_MAGIC || h.ring_id != ring_id)
+		return bad(why, whylen, "ring %u: bad record header", ring_id);
+	if (h.record_seq != (uint32_t)st->next_record_seq) /* 32 bits on the wire */
+		return bad(why, whylen, "ring %u: record %llu arrived, %llu expected", ring_id,
+			   (unsigned long long)h.record_seq,
+			   (unsigned long long)(uint32_t)st->next_record_seq);
+	if (need > len || RGAPS_ALIGN_UP(need, 64) != RGAPS_ALIGN_UP(len, 64))
+		return bad(why, whylen, "ring %u: chunk of %u bytes in a %llu-byte record", ring_id,
+			   h.chunk_len, (unsigned long long)len);
+	if (h.msg_size == 0 || h.chunk_len == 0 || h.chunk_off > h.msg_size ||
+	    h.chunk_len > h.msg_size - h.chunk_off)
+		return bad(why, whylen, "ring %u: chunk [%llu, +%u) outside a %llu-byte message",
+			   ring_id, (unsigned long long)h.chunk_off, h.chunk_len,
+			   (unsigned long long)h.msg_size);
+	if (h.msg_size > max_message_size)
+		return bad(why, whylen, "ring %u: message of %llu bytes over the topic's maximum %llu",
+			   ring_id, (unsigned long long)h.msg_size,
+			   (unsigned long long)max_message_size);
+	if (h.flags & ~(RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST))
+		return bad(why, whylen, "ring %u: unknown record flags 0x%x", ring_id, h.flags);
+	if (h.flags & RGAPS_RECORD_FIRST) {
+		if (st->in_msg || h.chunk_off != 0)
+			return bad(why, whylen, "ring %u: a message starts before the last one ended",
+				   ring_id);
+	} else if (!st->in_msg || h.msg_seq != st->msg_seq || h.msg_size != st->msg_size ||
+		   h.chunk_off != st->next_off) {
+		return bad(why, whylen, "ring %u: chunk out of order", ring_id);
+	}
+	if ((h.flags & RGAPS_RECORD_LAST) && h.chunk_off + h.chunk_len != h.msg_size)
+		return bad(why, whylen, "ring %u: last chunk ends before the message", ring_id);
+	if (!(h.flags & RGAPS_RECORD_LAST) && h.chunk_off + h.chunk_len == h.msg_size)
+		return bad(why, whylen, "ring %u: message complete without a last chunk", ring_id);
+	*h_p = h;
+	return 0;
+}
+
+void rt_record_advance(struct rt_landing *st, const struct rgaps_record_hdr *h)
+{
+	st->next_record_seq++;
+	st->in_msg = !(h->flags & RGAPS_RECORD_LAST);
+	st->msg_seq = h->msg_seq;
+	st->msg_size = h->msg_size;
+	st->next_off = h->chunk_off + h->chunk_len;
 }
