@@ -41,21 +41,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "peer_wire.h"
 #include "util.h"
 
-#define PEERS_MAGIC "RGAPSPR1"
-#define PEERS_MAGIC_LEN 8
-#define PEERS_VERSION 1
-#define PEERS_HDR 5		 /* u32 payload length + u8 type */
-#define PEERS_NONCE 32
-#define PEERS_MAC crypto_auth_hmacsha256_BYTES
-#define PEERS_NAME_MAX 255
-#define PEERS_HELLO_FIXED (PEERS_MAGIC_LEN + 2 + 2 + PEERS_NONCE + 2)
 #define PEERS_SMALL_MAX 512	 /* any frame before authentication, and all but MSG after */
 #define PEERS_REASON_MAX 200	 /* ERROR and BYE texts */
-#define PEERS_AUTH_DOMAIN "rgaps-peer-auth-v1"
-#define PEERS_ROLE_INITIATOR 1
-#define PEERS_ROLE_RESPONDER 2
 #define PEERS_HANDSHAKE_MS 3000	 /* connect + handshake */
 #define PEERS_LINGER_MS 1000	 /* a final ERROR/BYE gets this long to leave */
 #define PEERS_BACKOFF_MIN_MS 100
@@ -65,28 +55,6 @@
 #define PEERS_SENDQ_MAX (64u << 20) /* bytes libuv holds unsent, per session */
 #define PEERS_MAX_PENDING 64	    /* accepted connections not yet authenticated */
 #define PEERS_RXBUF (64 * 1024)
-
-/* Frame types (docs/PROTOCOL.md section 2, "Frames"). */
-enum peer_frame {
-	PF_HELLO = 1,
-	PF_AUTH = 2,
-	PF_AUTH_OK = 3,
-	PF_ERROR = 4,
-	PF_MSG = 5,
-	PF_PING = 6,
-	PF_PONG = 7,
-	PF_BYE = 8,
-};
-
-/* ERROR codes: why the sender refuses or ends the connection. */
-enum peer_error {
-	PE_PROTOCOL = 1,     /* malformed, oversize or unexpected frame */
-	PE_VERSION = 2,	     /* bad magic or unsupported protocol version */
-	PE_AUTH = 3,	     /* the HMAC did not verify: different keys */
-	PE_UNKNOWN_PEER = 4, /* the name is not in the receiver's peers list */
-	PE_DUPLICATE = 5,    /* the pair's other connection is kept */
-	PE_TIMEOUT = 6,	     /* handshake not completed in time */
-};
 
 enum conn_state {
 	CONN_CONNECTING, /* ours: TCP connect in flight */
@@ -181,61 +149,6 @@ static void peer_schedule(struct rgapsd_peer *p);
 static void peer_connect(struct rgapsd_peer *p);
 
 /* ---- small helpers --------------------------------------------------------------------- */
-
-static void put16(uint8_t *b, uint16_t v)
-{
-	b[0] = (uint8_t)v;
-	b[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *b, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *b, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *b)
-{
-	return (uint16_t)(b[0] | b[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *b)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | b[i];
-	return v;
-}
-
-/* Text from the wire, made safe to log: printable ASCII, the rest as '?'. */
-static void sanitize(char *dst, size_t cap, const uint8_t *src, size_t len)
-{
-	size_t n = RGAPS_MIN(len, cap - 1);
-
-	for (size_t i = 0; i < n; i++)
-		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? (char)src[i] : '?';
-	dst[n] = '\0';
-}
-
-static const char *frame_name(uint8_t type)
-{
-	static const char *const names[] = { "?",	  "HELLO", "AUTH", "AUTH_OK", "ERROR",
-					     "MSG",	  "PING",  "PONG", "BYE" };
-
-	return type < RGAPS_ARRAY_SIZE(names) ? names[type] : "unknown";
-}
 
 /* d +- 25 %, so daemons that lost each other at the same moment do not retry in step. */
 static uint32_t jitter(uint32_t d)
@@ -464,35 +377,11 @@ static void addr_format(const struct sockaddr *sa, char *buf, size_t len)
 
 /* ---- HMAC transcript ------------------------------------------------------------------------ */
 
-/*
- * MAC of one side's proof (docs/PROTOCOL.md 2, "AUTH: the proof"): domain, version, the
- * sender's role, both names and both nonces, the sender's first. The role and the order of the
- * names make a proof useless anywhere but in the direction and session it was made for.
- */
 static void auth_mac(const struct rgapsd_peers *pm, uint8_t role, const char *from, const char *to,
 		     const uint8_t from_nonce[PEERS_NONCE], const uint8_t to_nonce[PEERS_NONCE],
 		     uint8_t mac[PEERS_MAC])
 {
-	crypto_auth_hmacsha256_state st;
-	size_t fl = strlen(from), tl = strlen(to);
-	uint8_t b[2];
-
-	crypto_auth_hmacsha256_init(&st, pm->key, pm->keylen);
-	crypto_auth_hmacsha256_update(&st, (const uint8_t *)PEERS_AUTH_DOMAIN,
-				      sizeof(PEERS_AUTH_DOMAIN) - 1);
-	put16(b, PEERS_VERSION);
-	crypto_auth_hmacsha256_update(&st, b, 2);
-	crypto_auth_hmacsha256_update(&st, &role, 1);
-	put16(b, (uint16_t)fl);
-	crypto_auth_hmacsha256_update(&st, b, 2);
-	crypto_auth_hmacsha256_update(&st, (const uint8_t *)from, fl);
-	put16(b, (uint16_t)tl);
-	crypto_auth_hmacsha256_update(&st, b, 2);
-	crypto_auth_hmacsha256_update(&st, (const uint8_t *)to, tl);
-	crypto_auth_hmacsha256_update(&st, from_nonce, PEERS_NONCE);
-	crypto_auth_hmacsha256_update(&st, to_nonce, PEERS_NONCE);
-	crypto_auth_hmacsha256_final(&st, mac);
-	sodium_memzero(&st, sizeof(st));
+	peer_auth_mac(pm->key, pm->keylen, role, from, to, from_nonce, to_nonce, mac);
 }
 
 /* ---- connections: writing -------------------------------------------------------------------- */
@@ -543,7 +432,7 @@ static int conn_send(struct peer_conn *conn, uint8_t type, const void *a, size_t
 	w = malloc(sizeof(*w) + PEERS_HDR + len);
 	if (!w)
 		return -ENOMEM;
-	put32(w->data, (uint32_t)len);
+	peer_put32(w->data, (uint32_t)len);
 	w->data[4] = type;
 	if (alen)
 		memcpy(w->data + PEERS_HDR, a, alen);
@@ -561,16 +450,10 @@ static int conn_send(struct peer_conn *conn, uint8_t type, const void *a, size_t
 
 static int conn_send_hello(struct peer_conn *conn)
 {
-	struct rgapsd_peers *pm = conn->pm;
-	uint8_t h[PEERS_HELLO_FIXED];
-	size_t nl = strlen(pm->name);
+	uint8_t h[PEERS_HELLO_MAX];
+	size_t n = peer_hello_encode(h, conn->nonce, conn->pm->name);
 
-	memcpy(h, PEERS_MAGIC, PEERS_MAGIC_LEN);
-	put16(h + 8, PEERS_VERSION);
-	put16(h + 10, 0); /* flags: none defined */
-	memcpy(h + 12, conn->nonce, PEERS_NONCE);
-	put16(h + 44, (uint16_t)nl);
-	return conn_send(conn, PF_HELLO, h, sizeof(h), pm->name, nl);
+	return n ? conn_send(conn, PF_HELLO, h, n, NULL, 0) : -EINVAL;
 }
 
 static int conn_send_auth(struct peer_conn *conn)
@@ -699,7 +582,7 @@ static void conn_end(struct peer_conn *conn, uint8_t final_type, uint16_t code, 
 		size_t wl = RGAPS_MIN(strlen(why), (size_t)PEERS_REASON_MAX);
 
 		if (final_type == PF_ERROR) {
-			put16(c, code);
+			peer_put16(c, code);
 			rc = conn_send(conn, PF_ERROR, c, 2, why, wl);
 		} else {
 			rc = conn_send(conn, PF_BYE, why, wl, NULL, 0);
@@ -799,7 +682,7 @@ static void conn_keepalive(struct peer_conn *conn)
 	}
 	conn->ka_recheck = false;
 	if (now - conn->last_ping_ms >= ka) {
-		put64(t, uv_hrtime());
+		peer_put64(t, uv_hrtime());
 		rc = conn_send(conn, PF_PING, t, sizeof(t), NULL, 0);
 		if (rc) {
 			conn_send_failed(conn, "a PING", rc, true);
@@ -886,45 +769,17 @@ static void conn_accept_session(struct peer_conn *conn)
 static void on_hello(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 {
 	struct rgapsd_peers *pm = conn->pm;
-	char name[PEERS_NAME_MAX + 1];
-	uint16_t version, nl;
+	struct peer_hello h;
+	char why[PEERS_REASON_MAX];
+	const char *name = h.name;
 	int rc;
 
-	if (len < PEERS_MAGIC_LEN || memcmp(b, PEERS_MAGIC, PEERS_MAGIC_LEN) != 0) {
-		conn_refuse(conn, PE_VERSION, &pm->st.protocol_errors,
-			    "bad magic in HELLO (not an rgapsd peer?)");
+	rc = peer_hello_decode(b, len, &h, why, sizeof(why));
+	if (rc) {
+		conn_refuse(conn, (uint16_t)-rc, &pm->st.protocol_errors, "%s", why);
 		return;
 	}
-	if (len < PEERS_HELLO_FIXED) {
-		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-			    "HELLO of %u bytes is truncated", len);
-		return;
-	}
-	version = get16(b + 8);
-	if (version != PEERS_VERSION) {
-		conn_refuse(conn, PE_VERSION, &pm->st.protocol_errors,
-			    "protocol version %u not supported (this daemon speaks %u)", version,
-			    PEERS_VERSION);
-		return;
-	}
-	nl = get16(b + 44);
-	if (nl == 0 || nl > PEERS_NAME_MAX || len != PEERS_HELLO_FIXED + (uint32_t)nl) {
-		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-			    "HELLO with a name of %u bytes in %u bytes", nl, len);
-		return;
-	}
-	for (unsigned i = 0; i < nl; i++) {
-		uint8_t c = b[PEERS_HELLO_FIXED + i];
-
-		if (c <= 0x20 || c >= 0x7f) {
-			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-				    "HELLO name holds byte 0x%02x", c);
-			return;
-		}
-	}
-	memcpy(name, b + PEERS_HELLO_FIXED, nl);
-	name[nl] = '\0';
-	memcpy(conn->peer_nonce, b + 12, PEERS_NONCE);
+	memcpy(conn->peer_nonce, h.nonce, PEERS_NONCE);
 	if (sodium_memcmp(conn->peer_nonce, conn->nonce, PEERS_NONCE) == 0) {
 		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
 			    "HELLO echoes our nonce (reflection?)");
@@ -983,10 +838,9 @@ static void on_error_frame(struct peer_conn *conn, const uint8_t *b, uint32_t le
 {
 	struct rgapsd_peers *pm = conn->pm;
 	char reason[PEERS_REASON_MAX + 1], why[PEERS_REASON_MAX + 64];
-	uint16_t code = len >= 2 ? get16(b) : 0;
+	uint16_t code = peer_error_decode(b, len, reason, sizeof(reason));
 	uint64_t *counter;
 
-	sanitize(reason, sizeof(reason), b + RGAPS_MIN(len, 2u), len > 2 ? len - 2 : 0);
 	switch (code) {
 	case PE_AUTH:
 		counter = &pm->st.auth_failures;
@@ -1055,14 +909,14 @@ static void on_session_frame(struct peer_conn *conn, uint8_t type, const uint8_t
 				    "PONG of %u bytes (expected 8)", len);
 			return;
 		}
-		t = get64(b);
+		t = peer_get64(b);
 		p->st.pongs_received++;
 		if (t <= now) /* our own clock read back; anything else is ignored */
 			p->st.rtt_ms = (double)(now - t) / 1e6;
 		return;
 	}
 	case PF_BYE:
-		sanitize(reason, sizeof(reason), b, len);
+		peer_text(reason, sizeof(reason), b, len);
 		snprintf(why, sizeof(why), "closed by the peer: %s", reason[0] ? reason : "bye");
 		conn_end(conn, 0, 0, true, why);
 		return;
@@ -1071,7 +925,7 @@ static void on_session_frame(struct peer_conn *conn, uint8_t type, const uint8_t
 		return;
 	default:
 		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-			    "unexpected %s frame (type %u) in the session", frame_name(type), type);
+			    "unexpected %s frame (type %u) in the session", peer_frame_name(type), type);
 		return;
 	}
 }
@@ -1094,14 +948,14 @@ static void conn_dispatch(struct peer_conn *conn, uint8_t type, const uint8_t *b
 			on_hello(conn, b, len);
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-				    "%s frame (type %u) before HELLO", frame_name(type), type);
+				    "%s frame (type %u) before HELLO", peer_frame_name(type), type);
 		break;
 	case CONN_AUTH:
 		if (type == PF_AUTH)
 			on_auth(conn, b, len);
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-				    "%s frame (type %u) before authentication", frame_name(type),
+				    "%s frame (type %u) before authentication", peer_frame_name(type),
 				    type);
 		break;
 	case CONN_AUTH_OK:
@@ -1110,7 +964,7 @@ static void conn_dispatch(struct peer_conn *conn, uint8_t type, const uint8_t *b
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
 				    "%s frame (type %u, %u bytes) instead of AUTH_OK",
-				    frame_name(type), type, len);
+				    peer_frame_name(type), type, len);
 		break;
 	case CONN_UP:
 		on_session_frame(conn, type, b, len);
@@ -1145,13 +999,13 @@ static void conn_feed(struct peer_conn *conn, const uint8_t *d, size_t n)
 			n -= take;
 			if (conn->hdr_have < PEERS_HDR)
 				break;
-			conn->len = get32(conn->hdr);
+			conn->len = peer_get32(conn->hdr);
 			conn->type = conn->hdr[4];
 			limit = conn_frame_limit(conn, conn->type);
 			if (conn->len > limit) {
 				conn_refuse(conn, PE_PROTOCOL, &conn->pm->st.protocol_errors,
 					    "%s frame (type %u) of %u bytes over the limit of %u",
-					    frame_name(conn->type), conn->type, conn->len, limit);
+					    peer_frame_name(conn->type), conn->type, conn->len, limit);
 				return;
 			}
 			if (n >= conn->len) {
