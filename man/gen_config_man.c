@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "config_file.h"
 #include "plugin_loader.h"
 #include "rgaps/plugin.h"
 

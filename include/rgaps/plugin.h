@@ -29,9 +29,12 @@ extern "C" {
  * Bumped on any incompatible change of this header. 2: struct
  * rgaps_link_stats grew (records_late), and a plugin fills it whole.
  * (Options in struct rgaps_plugin and rgaps_plugin_env came with it; those
- * two are extended compatibly, through their struct_size.)
+ * two are extended compatibly, through their struct_size.) 3: every plugin
+ * declares its priority for "auto" and, a transport, its data-port offset
+ * (struct rgaps_plugin), so that rgapsd finds plugins without knowing their
+ * names.
  */
-#define RGAPS_PLUGIN_ABI_VERSION 2
+#define RGAPS_PLUGIN_ABI_VERSION 3
 /** Name of the one symbol every plugin exports. */
 #define RGAPS_PLUGIN_SYMBOL "rgaps_plugin"
 #define RGAPS_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -39,7 +42,7 @@ extern "C" {
 enum rgaps_plugin_kind {
 	RGAPS_PLUGIN_MEMORY = 1,    /**< where pools live: host shm, CUDA device memory */
 	RGAPS_PLUGIN_TRANSPORT = 2, /**< how messages cross hosts: tcp, verbs */
-	RGAPS_PLUGIN_STAGE = 3,	    /**< optional per-topic processing step */
+	RGAPS_PLUGIN_STAGE = 3,	    /**< optional per-topic processing step (struct rgaps_stage_ops) */
 };
 
 enum rgaps_plugin_role {
@@ -389,20 +392,118 @@ struct rgaps_transport_ops {
 };
 
 /* ------------------------------------------------------------------ */
+/* stage                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A stage is a processing step that rgapsd runs on the messages of the topics
+ * that name it in their "stages" key, at fixed points of the remote path
+ * (docs/ARCHITECTURE.md, "Stages"): on the sending host before each chunk's
+ * record is posted, on the receiving host after each record landed (before
+ * its copy into the pool) and before a whole message is published to local
+ * subscribers. process() runs on rgapsd's stage worker threads, never on the
+ * loop; several chunks of one topic may be processed at once on different
+ * threads, each with its own struct rgaps_stage_work.
+ *
+ * A stage may carry a few bytes from the sending host to the receiving one
+ * with each chunk (tag_len, at most RGAPS_STAGE_TAG_MAX for all the stages of
+ * a topic together): the sender's BEFORE_SEND writes them, the receiver's
+ * AFTER_LANDING reads them (docs/PROTOCOL.md section 3, the record header).
+ * Both hosts must run the same stages on a topic; a topic set-up between
+ * hosts that do not is refused with both lists.
+ */
+
+#define RGAPS_STAGE_TAG_MAX 8
+
+/** Where in the remote path a stage runs (a bit set in struct rgaps_stage_desc.points). */
+enum rgaps_stage_point {
+	RGAPS_STAGE_BEFORE_SEND = 1u << 0,    /**< sender: a chunk's bytes are staged */
+	RGAPS_STAGE_AFTER_LANDING = 1u << 1,  /**< receiver: a record landed, header checked */
+	RGAPS_STAGE_BEFORE_PUBLISH = 1u << 2, /**< receiver: the message is whole in the pool */
+};
+
+/** What process() returns. */
+enum rgaps_stage_result {
+	RGAPS_STAGE_CONTINUE = 0, /**< done: the chunk goes on */
+	RGAPS_STAGE_ASYNC = 1,	  /**< will call work->done(work, result) exactly once, from any thread */
+	RGAPS_STAGE_FAIL = 2,	  /**< the message is dropped (counted as a gap), why in work->why */
+};
+
+/** What a stage declares once, at init (describe). */
+struct rgaps_stage_desc {
+	uint32_t points;	   /**< enum rgaps_stage_point bits */
+	uint32_t topic_state_size; /**< bytes of per-topic state (zeroed at topic_open) */
+	uint32_t msg_state_size;   /**< bytes of per-message state (zeroed at its first chunk) */
+	uint32_t tag_len;	   /**< bytes it carries per chunk from sender to receiver */
+};
+
+/** One unit of work: a chunk (BEFORE_SEND, AFTER_LANDING) or a message (BEFORE_PUBLISH). */
+struct rgaps_stage_work {
+	uint32_t point;	       /**< enum rgaps_stage_point: where this runs */
+	uint32_t mem_kind;     /**< enum rgaps_mem_kind of data */
+	const char *topic;
+	uint64_t msg_seq, msg_size;
+	uint64_t chunk_off;    /**< of data in its message (BEFORE_PUBLISH: 0) */
+	const uint8_t *data;   /**< the bytes, readable for the call (device memory: mem_kind) */
+	uint64_t len;
+	uint8_t *tag;	       /**< tag_len bytes: BEFORE_SEND writes, AFTER_LANDING reads */
+	void *topic_state;     /**< topic_state_size bytes */
+	void *msg_state;       /**< msg_state_size bytes (chunks of one message never run at once) */
+	char *why;	       /**< FAIL: why, for the log and stats */
+	size_t whylen;
+	/** ASYNC: report the result (CONTINUE or FAIL) exactly once, from any thread. */
+	void (*done)(struct rgaps_stage_work *work, int result);
+};
+
+struct rgaps_stage_ops {
+	int (*init)(const struct rgaps_plugin_env *env, void **ctx_p);
+	void (*fini)(void *ctx);
+	/** What the stage is (points, state sizes, tag). */
+	int (*describe)(void *ctx, struct rgaps_stage_desc *desc_p);
+	/** A topic starts using the stage (its state is zeroed). */
+	int (*topic_open)(void *ctx, const char *topic, void *topic_state);
+	void (*topic_close)(void *ctx, void *topic_state);
+	/** Process one chunk or message: enum rgaps_stage_result. */
+	int (*process)(void *ctx, struct rgaps_stage_work *work);
+};
+
+/* ------------------------------------------------------------------ */
 /* the one exported object                                             */
 /* ------------------------------------------------------------------ */
 
+/** Largest data-port offset a transport may declare. */
+#define RGAPS_PLUGIN_PORT_OFFSET_MAX 99
+
+/**
+ * What a plugin is. rgapsd discovers plugins by kind: every file
+ * `<kind>-<name>.so` in its plugin directory whose descriptor passes the
+ * checks (ABI version, kind, name matching the file) is registered under its
+ * name; topic and daemon configuration name plugins by that name, or "auto".
+ */
 struct rgaps_plugin {
 	uint32_t abi_version; /**< RGAPS_PLUGIN_ABI_VERSION */
 	uint32_t struct_size; /**< sizeof(struct rgaps_plugin) as the plugin built it */
 	uint32_t kind;	      /**< enum rgaps_plugin_kind */
 	uint32_t ops_size;    /**< sizeof the ops table as the plugin built it */
-	const char *name;     /**< "host", "cuda", "tcp", ... (matches the file name) */
+	const char *name;     /**< 1..31 of a-z 0-9 _ -, the `<name>` of its file name */
 	const char *description;
 	const void *ops; /**< const struct rgaps_memory_ops * etc., per kind */
 	/** Tunables the plugin accepts (may be NULL / 0); see struct rgaps_plugin_option. */
 	const struct rgaps_plugin_option *options;
 	uint32_t noptions;
+	/**
+	 * Choice under "auto": of the plugins of a kind that are usable here (probe),
+	 * the one with the highest priority serves (ties: the smaller name). 0: never
+	 * chosen by "auto", only when named. The shipped ones: memory cuda 20, host
+	 * 10; transport verbs 20, tcp 10.
+	 */
+	uint32_t priority;
+	/**
+	 * Transports: data links listen on the daemon's control port + this offset
+	 * (1..RGAPS_PLUGIN_PORT_OFFSET_MAX, different for every transport of a
+	 * daemon). 0 for other kinds.
+	 */
+	uint32_t data_port_offset;
 };
 
 #ifdef __cplusplus

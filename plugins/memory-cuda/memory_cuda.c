@@ -1646,4 +1646,5 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.name = "cuda",
 	.description = "CUDA device memory shared by VMM fd export (cudaIpc fallback)",
 	.ops = &cuda_ops,
+	.priority = 20, /* "auto" prefers it to host (10) */
 };

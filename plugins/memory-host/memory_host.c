@@ -452,4 +452,5 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.name = "host",
 	.description = "POSIX shared memory standing in for device memory",
 	.ops = &host_ops,
+	.priority = 10, /* "auto" prefers it to nothing: the fallback */
 };

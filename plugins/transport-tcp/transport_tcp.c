@@ -1391,4 +1391,6 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.ops = &tcp_ops,
 	.options = tcp_options,
 	.noptions = OPT_NUM,
+	.priority = 10, /* "auto" prefers it to nothing: the fallback */
+	.data_port_offset = 1, /* data links on the control port + 1 */
 };

@@ -1028,4 +1028,6 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.ops = &verbs_ops,
 	.options = verbs_options,
 	.noptions = OPT_NUM,
+	.priority = 20, /* "auto" prefers it to tcp (10) */
+	.data_port_offset = 2, /* data links on the control port + 2 */
 };

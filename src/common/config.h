@@ -1,11 +1,10 @@
 /*
- * Configuration of rgapsd and of each topic (DESIGN.md section 8).
- *
- * Each component declares its keys once, in a table of struct rgaps_cfg_field
- * (name, type, offset into the struct, default, doc, bounds); parsing,
- * validation, defaults and the `rgapsd --help-config` text all come from that
- * table. Unknown keys, wrong types and impossible values are refused with the
- * file, the key and the reason.
+ * What rgapsd, librgaps and the tools share of the configuration (DESIGN.md
+ * section 8): the limits on names and counts, one topic's settings as a
+ * struct (the topic segment's layout is computed from it), the rule for topic
+ * names and the size strings ("256MiB"). Reading files, the key tables and
+ * their checks are rgapsd's alone (src/daemon/config_file.h): librgaps does
+ * not link them.
  */
 #ifndef RGAPS_COMMON_CONFIG_H
 #define RGAPS_COMMON_CONFIG_H
@@ -13,32 +12,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/types.h>
 
 #define RGAPS_TOPIC_NAME_MAX 63
 #define RGAPS_PATH_MAX 256
 #define RGAPS_SOCKET_PATH_MAX 107 /* sun_path less the NUL */
 #define RGAPS_CFG_MAX_IDS 32
-#define RGAPS_CFG_MAX_PEERS 16
 #define RGAPS_CFG_MAX_STAGES 8
 #define RGAPS_CFG_NAME_MAX 32
 #define RGAPS_CFG_MAX_DEVICES 32 /* a topic's "devices" list */
 #define RGAPS_DEFAULT_SOCKET "/run/rgaps/rgapsd.sock"
-#define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
-#define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
-
-enum rgapsd_create_topics {
-	RGAPSD_CREATE_ANY = 0,	      /* a client's attach creates any topic it names */
-	RGAPSD_CREATE_CONFIGURED = 1, /* only topics of topics.d exist */
-};
 
 enum rgaps_overflow {
 	RGAPS_OVERFLOW_BLOCK = 0,	/* publisher waits (block_timeout_ms), then -ETIMEDOUT */
 	RGAPS_OVERFLOW_DROP_OLDEST = 1, /* slow subscribers are skipped forward; drops counted */
 };
 
-/* One topic. Every field has a default (see config.c's topic table). */
+/* One topic. Every field has a default (the topic table of src/daemon/config_file.c). */
 struct rgaps_topic_config {
 	char name[RGAPS_TOPIC_NAME_MAX + 1];
 	uint64_t pool_size;	   /* bytes of the shared pool (GPU pool / host pool) */
@@ -51,9 +41,9 @@ struct rgaps_topic_config {
 	uint32_t max_loans;	   /* uncommitted loans one publisher may hold */
 	uint32_t block_timeout_ms; /* overflow=block: how long a publisher waits */
 	enum rgaps_overflow overflow;
-	char memory[RGAPS_CFG_NAME_MAX];    /* "auto", "host", "cuda" */
-	char transport[RGAPS_CFG_NAME_MAX]; /* "auto", "tcp", "verbs" */
-	int32_t device;			    /* GPU ordinal for the cuda plugin */
+	char memory[RGAPS_CFG_NAME_MAX];    /* a memory plugin's name, or "auto" */
+	char transport[RGAPS_CFG_NAME_MAX]; /* a transport plugin's name, or "auto" */
+	int32_t device;			    /* GPU ordinal for a device-memory plugin */
 	char gpu_fanout[RGAPS_CFG_NAME_MAX]; /* "auto", "peer", "replicate": other GPUs */
 	uint32_t devices[RGAPS_CFG_MAX_DEVICES]; /* GPUs served; none listed: every GPU */
 	uint32_t ndevices;
@@ -61,7 +51,7 @@ struct rgaps_topic_config {
 	bool chunking;			    /* false: whole-message, stage after stage */
 	uint64_t ring_size;		    /* receive ring per (topic, remote host) */
 	double watermark;		    /* fraction of the ring between Head updates */
-	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX];
+	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* stage plugins, in order */
 	uint32_t nstages;
 	uid_t allowed_uids[RGAPS_CFG_MAX_IDS];
 	uint32_t nallowed_uids;		    /* 0 and no gids: everyone may attach */
@@ -69,63 +59,17 @@ struct rgaps_topic_config {
 	uint32_t nallowed_gids;
 };
 
-struct rgapsd_config {
-	char socket_path[RGAPS_SOCKET_PATH_MAX + 1];
-	char instance[RGAPS_CFG_NAME_MAX]; /* names shm segments; "" = derived from socket path */
-	char plugin_dir[RGAPS_PATH_MAX];   /* "" = built-in default */
-	char topics_dir[RGAPS_PATH_MAX];   /* "" = <dir of config file>/topics.d, none without a file */
-	int log_level;			   /* enum rgaps_log_level */
-	char listen[RGAPS_PATH_MAX];	   /* "HOST:PORT" for peers; "" = single host */
-	char peers[RGAPS_CFG_MAX_PEERS][RGAPS_PATH_MAX];
-	uint32_t npeers;
-	char key_file[RGAPS_PATH_MAX];
-	uint32_t keepalive_ms;
-	/* Bounds on what local clients can make rgapsd hold (docs/CONFIG.md). */
-	uint32_t max_connections;	   /* client connections open at once */
-	uint32_t max_connections_per_user; /* of one uid (0 and rgapsd's own: only the above) */
-	uint32_t idle_timeout_ms;	   /* an unattached connection silent this long is closed */
-	uint32_t frame_timeout_ms;	   /* a frame begun must be complete within this */
-	uint64_t max_unsent_replies;	   /* bytes: reading stops while more wait to be sent */
-	uint32_t max_topics;		   /* topics not in topics.d, held at once */
-	uint32_t max_topics_per_user;	   /* of those, created by one uid (0, ours: exempt) */
-	int create_topics;		   /* enum rgapsd_create_topics */
-	char socket_mode[8];		   /* octal permission bits of the socket, e.g. "0660" */
-	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
-	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
-	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
-	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
-	uint32_t ntopics;
-	char source[RGAPS_PATH_MAX]; /* the file loaded ("" = none), for messages */
-};
-
-/* Fill defaults (what runs with no file at all). */
+/*
+ * Fill the defaults (what runs with no file at all). Defined with the key
+ * tables, in src/daemon/config_file.c: the defaults are written once, there;
+ * rgapsd and the tests that build topics link it from there.
+ */
 void rgaps_topic_config_defaults(struct rgaps_topic_config *tc);
-void rgapsd_config_defaults(struct rgapsd_config *cfg);
-
-/*
- * Load the daemon configuration from path (JSON object), then every .json
- * file in <topics_dir> (one topic object per file; "name" defaults to the file
- * name without .json); topic files start from the daemon's "defaults" object.
- * path NULL: use RGAPS_DEFAULT_CONFIG if it exists, else only defaults.
- * On error returns -EINVAL (or -errno for I/O), and err holds
- * "FILE: key 'KEY': REASON". cfg is always safe to pass to rgapsd_config_free.
- */
-int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, size_t errlen);
-void rgapsd_config_free(struct rgapsd_config *cfg);
-
-/*
- * Parse one topic object (JSON text) on top of *tc (which holds the defaults).
- * what names the source in error messages (a file name). Returns 0 or -EINVAL.
- */
-int rgaps_topic_config_parse(const char *json, size_t len, const char *what,
-			     struct rgaps_topic_config *tc, char *err, size_t errlen);
-
-/* Cross-field checks (e.g. max_message_size <= pool_size). 0 or -EINVAL + err. */
-int rgaps_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
-				size_t errlen);
 
 /* Topic names: 1..63 of [A-Za-z0-9._-], not starting with '.' or '-'. */
 bool rgaps_topic_name_valid(const char *name);
+/* A character of a name: A-Z a-z 0-9 . _ - */
+bool rgaps__name_char(char ch);
 
 /*
  * "256MiB", "4 KiB", "1G", "4096", "1.5GiB"; suffixes B, K/KB/KiB, M/MB/MiB,
@@ -134,32 +78,9 @@ bool rgaps_topic_name_valid(const char *name);
  * whole number of bytes. 0 or -EINVAL (junk, overflow).
  */
 int rgaps_parse_size(const char *s, uint64_t *out_p);
+/* The same, saying why not: NULL, or "is not a size" / "is too large" / ... */
+const char *rgaps__size_parse(const char *s, uint64_t *out_p);
 /* Format bytes as "64MiB" / "4KiB" / "1000B" (exact when possible). */
 void rgaps_format_size(uint64_t v, char *buf, size_t len);
-
-/* Print every key of both tables with type, default and doc (rgapsd --help-config). */
-void rgaps_config_print_help(FILE *f);
-
-/* The tables rgaps_config_key_doc() walks. */
-enum rgaps_config_table_id {
-	RGAPS_CONFIG_DAEMON, /* rgapsd.json */
-	RGAPS_CONFIG_TOPIC,  /* topics.d/NAME.json and the daemon's "defaults" object */
-};
-
-/* One key as --help-config shows it, for the rgapsd.json(5) generator (man/). */
-struct rgaps_config_key_doc {
-	const char *name;
-	char type[160];	 /* "size, 4KiB..1TiB", "block | drop_oldest", ... */
-	const char *def; /* as written in a file ("\"256MiB\"", "64"), or a phrase */
-	const char *doc;
-	bool topic_only; /* refused in the daemon's "defaults" object */
-};
-
-/* Key i of a table: true and *kd filled, false past its last key. */
-bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
-			  struct rgaps_config_key_doc *kd);
-
-/* The topic config as a cJSON object (for stats/topics replies). Returns cJSON* as void*. */
-void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc);
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include "plugin_loader.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -309,6 +310,45 @@ static const struct rgaps_transport_ops tr_stubs = {
 	.link_stats = tr_stub_link_stats,
 };
 
+static int st_stub_init(const struct rgaps_plugin_env *env, void **ctx_p)
+{
+	*ctx_p = NULL;
+	return 0;
+}
+
+static void st_stub_fini(void *ctx)
+{
+}
+
+static int st_stub_describe(void *ctx, struct rgaps_stage_desc *desc_p)
+{
+	return -ENOTSUP;
+}
+
+static int st_stub_topic_open(void *ctx, const char *topic, void *topic_state)
+{
+	return 0;
+}
+
+static void st_stub_topic_close(void *ctx, void *topic_state)
+{
+}
+
+static int st_stub_process(void *ctx, struct rgaps_stage_work *work)
+{
+	snprintf(work->why, work->whylen, "stage has no process operation");
+	return RGAPS_STAGE_FAIL;
+}
+
+static const struct rgaps_stage_ops st_stubs = {
+	.init = st_stub_init,
+	.fini = st_stub_fini,
+	.describe = st_stub_describe,
+	.topic_open = st_stub_topic_open,
+	.topic_close = st_stub_topic_close,
+	.process = st_stub_process,
+};
+
 /* Copy the plugin's table over the stubs, slot by slot, for the part it has. */
 static void fill_ops(void *dst, const void *stubs, size_t full, const void *src, size_t src_size)
 {
@@ -322,13 +362,30 @@ static void fill_ops(void *dst, const void *stubs, size_t full, const void *src,
 			d[i] = s[i];
 }
 
+/* Plugin names: 1..31 of a-z 0-9 _ - (they name files and travel between daemons). */
+static bool name_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (i >= 31 || !((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+				 s[i] == '_' || s[i] == '-'))
+			return false;
+	return i > 0;
+}
+
 int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
 		       struct rgaps_loaded_plugin **lp_p, char *err, size_t errlen)
 {
-	struct rgaps_loaded_plugin *lp = calloc(1, sizeof(*lp));
+	struct rgaps_loaded_plugin *lp;
 	const struct rgaps_plugin *d;
 	int r;
 
+	if (!name_valid(name)) {
+		snprintf(err, errlen, "'%.40s' is not a plugin name (1 to 31 of a-z 0-9 _ -)", name);
+		return -EINVAL;
+	}
+	lp = calloc(1, sizeof(*lp));
 	if (!lp)
 		return -ENOMEM;
 	snprintf(lp->name, sizeof(lp->name), "%s", name);
@@ -366,10 +423,20 @@ int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
 		r = -ENOEXEC;
 		goto err_close;
 	}
-	if (d->struct_size < offsetof(struct rgaps_plugin, ops) + sizeof(void *) ||
+	if (d->struct_size < offsetof(struct rgaps_plugin, data_port_offset) +
+				 sizeof(d->data_port_offset) ||
 	    d->kind != kind || !d->ops || !d->name || strcmp(d->name, name) != 0) {
 		snprintf(err, errlen, "%s: plugin descriptor does not describe %s plugin '%s'",
 			 lp->path, rgaps__plugin_kind_name(kind), name);
+		r = -ENOEXEC;
+		goto err_close;
+	}
+	if (kind == RGAPS_PLUGIN_TRANSPORT ?
+		    d->data_port_offset < 1 || d->data_port_offset > RGAPS_PLUGIN_PORT_OFFSET_MAX :
+		    d->data_port_offset != 0) {
+		snprintf(err, errlen, "%s: data-port offset %u %s", lp->path, d->data_port_offset,
+			 kind == RGAPS_PLUGIN_TRANSPORT ? "is not in 1..99" :
+							  "declared by a plugin that is no transport");
 		r = -ENOEXEC;
 		goto err_close;
 	}
@@ -379,6 +446,9 @@ int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
 		break;
 	case RGAPS_PLUGIN_TRANSPORT:
 		fill_ops(&lp->ops.transport, &tr_stubs, sizeof(tr_stubs), d->ops, d->ops_size);
+		break;
+	case RGAPS_PLUGIN_STAGE:
+		fill_ops(&lp->ops.stage, &st_stubs, sizeof(st_stubs), d->ops, d->ops_size);
 		break;
 	default:
 		snprintf(err, errlen, "%s: %s plugins are not loadable by this build", lp->path,
@@ -395,6 +465,76 @@ err_close:
 err_free:
 	free(lp);
 	return r;
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+	const struct rgaps_plugin_info *x = a, *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority > y->priority ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+int rgaps__plugin_discover(const char *dir, uint32_t kind, struct rgaps_plugin_info **list_p,
+			   uint32_t *n_p, void (*skipped)(void *arg, const char *why), void *arg)
+{
+	const char *kname = rgaps__plugin_kind_name(kind);
+	struct rgaps_plugin_info *list = NULL;
+	size_t klen = strlen(kname);
+	uint32_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *dh = opendir(dir);
+
+	*list_p = NULL;
+	*n_p = 0;
+	if (!dh)
+		return 0;
+	while ((de = readdir(dh))) {
+		size_t len = strlen(de->d_name);
+		struct rgaps_loaded_plugin *lp;
+		char name[64], why[640];
+
+		if (len <= klen + 4 || strncmp(de->d_name, kname, klen) != 0 ||
+		    de->d_name[klen] != '-' || strcmp(de->d_name + len - 3, ".so") != 0 ||
+		    len - klen - 4 >= sizeof(name))
+			continue;
+		memcpy(name, de->d_name + klen + 1, len - klen - 4);
+		name[len - klen - 4] = '\0';
+		if (rgaps__plugin_load(dir, kind, name, &lp, why, sizeof(why)) != 0) {
+			if (skipped)
+				skipped(arg, why);
+			continue;
+		}
+		if (n == cap) {
+			struct rgaps_plugin_info *nl = realloc(list, (cap + 8) * sizeof(*nl));
+
+			if (!nl) {
+				rgaps__plugin_unload(lp);
+				closedir(dh);
+				free(list);
+				return -ENOMEM;
+			}
+			list = nl;
+			cap += 8;
+		}
+		memset(&list[n], 0, sizeof(list[n]));
+		snprintf(list[n].name, sizeof(list[n].name), "%s", lp->desc->name);
+		snprintf(list[n].path, sizeof(list[n].path), "%s", lp->path);
+		snprintf(list[n].description, sizeof(list[n].description), "%s",
+			 lp->desc->description ? lp->desc->description : "");
+		list[n].kind = kind;
+		list[n].priority = lp->desc->priority;
+		list[n].data_port_offset = lp->desc->data_port_offset;
+		n++;
+		rgaps__plugin_unload(lp);
+	}
+	closedir(dh);
+	if (n)
+		qsort(list, n, sizeof(*list), info_cmp);
+	*list_p = list;
+	*n_p = n;
+	return 0;
 }
 
 void rgaps__plugin_unload(struct rgaps_loaded_plugin *lp)

@@ -21,6 +21,7 @@ struct rgaps_loaded_plugin {
 	union {
 		struct rgaps_memory_ops memory;
 		struct rgaps_transport_ops transport;
+		struct rgaps_stage_ops stage;
 	} ops;
 	void *ctx; /* from ops.init, if the caller ran it */
 };
@@ -36,6 +37,27 @@ const char *rgaps__plugin_default_dir(void);
 int rgaps__plugin_load(const char *dir, uint32_t kind, const char *name,
 		       struct rgaps_loaded_plugin **lp_p, char *err, size_t errlen);
 void rgaps__plugin_unload(struct rgaps_loaded_plugin *lp);
+
+/* What discovery found of one plugin (the fields of its descriptor). */
+struct rgaps_plugin_info {
+	char name[32];
+	uint32_t kind;
+	uint32_t priority;	   /* "auto" prefers the highest; 0: never by "auto" */
+	uint32_t data_port_offset; /* transports */
+	char path[512];
+	char description[96];
+};
+
+/*
+ * Every plugin of kind in dir: each "<kind>-<name>.so" is opened and its
+ * descriptor checked as rgaps__plugin_load() checks it, then closed again.
+ * *list_p (malloc'd, free() it) is sorted by priority, highest first, then by
+ * name. A file that fails the checks is left out and skipped(arg, why) is
+ * called with the reason (skipped may be NULL). A directory that does not
+ * exist holds no plugins. 0, or -ENOMEM.
+ */
+int rgaps__plugin_discover(const char *dir, uint32_t kind, struct rgaps_plugin_info **list_p,
+			   uint32_t *n_p, void (*skipped)(void *arg, const char *why), void *arg);
 
 /* The env handed to plugins (logging through rgaps' logger). */
 void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *uv_loop);

@@ -100,6 +100,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		.max_unsent = cfg->max_unsent_replies,
 		.socket_mode = (unsigned)strtoul(cfg->socket_mode, NULL, 8),
 	};
+	char err[640];
 	int r, n;
 
 	memset(d, 0, sizeof(*d));
@@ -112,6 +113,17 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		derive_instance(cfg->socket_path, d->instance, sizeof(d->instance));
 	snprintf(d->plugin_dir, sizeof(d->plugin_dir), "%s",
 		 cfg->plugin_dir[0] ? cfg->plugin_dir : rgaps__plugin_default_dir());
+	/* The plugins there, and the configuration's plugin names against them. */
+	r = rgapsd_registry_scan(&d->reg, d->plugin_dir, err, sizeof(err));
+	if (!r) {
+		r = rgapsd_registry_check(&d->reg, cfg, err, sizeof(err));
+		if (r)
+			rgapsd_registry_free(&d->reg);
+	}
+	if (r) {
+		rgaps_error("%s: %s", cfg->source[0] ? cfg->source : "configuration", err);
+		return r;
+	}
 
 	if (cfg->socket_group[0]) {
 		r = resolve_group(cfg->socket_group, &copts.group);
@@ -124,6 +136,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	r = rgapsd_control_start(loop, cfg->socket_path, &copts, &control_ops, d, &d->ctl);
 	if (r) {
 		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
+		rgapsd_registry_free(&d->reg);
 		return r;
 	}
 	/* ...so whatever segments of this instance exist were left by a dead one: tell its
@@ -137,6 +150,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	if (r) {
 		rgapsd_control_stop(d->ctl);
 		d->ctl = NULL;
+		rgapsd_registry_free(&d->reg);
 		return r;
 	}
 	rgapsd__members_start(d);
@@ -173,4 +187,5 @@ void rgapsd_fini(struct rgapsd *d)
 {
 	rgapsd__topics_destroy(d);
 	rgapsd_remote_free(d);
+	rgapsd_registry_free(&d->reg);
 }

@@ -18,7 +18,9 @@
 #include "../common/plugin_loader.h"
 #include "../common/shm.h"
 #include "../common/topic.h"
+#include "config_file.h"
 #include "control.h"
+#include "registry.h"
 
 #define RGAPSD_MAX_MEMORY_PLUGINS 4
 #define RGAPSD_MAX_TRANSPORTS 4
@@ -159,6 +161,7 @@ struct rgapsd {
 	struct rgapsd_config cfg;
 	char instance[RGAPS_CFG_NAME_MAX];
 	char plugin_dir[RGAPS_PATH_MAX];
+	struct rgapsd_registry reg; /* the plugins found in plugin_dir */
 	struct rgapsd_control *ctl;
 	uv_signal_t sig_term, sig_int;
 	struct rgapsd_topic *topics;

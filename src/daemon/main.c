@@ -73,10 +73,20 @@ int main(int argc, char **argv)
 		case 'C':
 			check = true;
 			break;
-		case 'H':
+		case 'H': {
+			struct rgapsd_registry reg;
+			char why[512];
+
 			rgaps_config_print_help(stdout);
-			rgapsd_remote_print_options(stdout, rgaps__plugin_default_dir());
+			if (rgapsd_registry_scan(&reg, rgaps__plugin_default_dir(), why,
+						 sizeof(why)) == 0) {
+				rgapsd_remote_print_options(stdout, &reg);
+				rgapsd_registry_free(&reg);
+			} else {
+				printf("\nPlugins: %s\n", why);
+			}
 			return 0;
+		}
 		case 'V':
 			printf("rgapsd %s\n", RGAPS_VERSION);
 			return 0;
@@ -118,10 +128,19 @@ int main(int argc, char **argv)
 	if (pdir)
 		snprintf(cfg.plugin_dir, sizeof(cfg.plugin_dir), "%s", pdir);
 	if (check) {
-		r = rgapsd_remote_check_options(&cfg,
-						cfg.plugin_dir[0] ? cfg.plugin_dir
-								  : rgaps__plugin_default_dir(),
-						err, sizeof(err));
+		struct rgapsd_registry reg;
+
+		/* The same checks as at start: plugin names against what the plugin
+		 * directory holds, then each transport's options against its declaration. */
+		r = rgapsd_registry_scan(&reg,
+					 cfg.plugin_dir[0] ? cfg.plugin_dir : rgaps__plugin_default_dir(),
+					 err, sizeof(err));
+		if (!r) {
+			r = rgapsd_registry_check(&reg, &cfg, err, sizeof(err));
+			if (!r)
+				r = rgapsd_remote_check_options(&cfg, &reg, err, sizeof(err));
+			rgapsd_registry_free(&reg);
+		}
 		if (r)
 			fprintf(stderr, "rgapsd: configuration refused: %s: %s\n",
 				cfg.source[0] ? cfg.source : "configuration", err);

@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hostport.h"
 #include "log.h"
 #include "peer_wire.h"
 #include "util.h"
@@ -185,75 +186,6 @@ static struct rgapsd_peer *pm_find(struct rgapsd_peers *pm, const char *name)
 }
 
 /* ---- HOST:PORT and the key file ---------------------------------------------------------- */
-
-static bool host_char_ok(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       c == '-' || c == '.' || c == '_';
-}
-
-int rgapsd_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p)
-{
-	const char *h, *he, *colon;
-	unsigned long port = 0;
-	size_t hl, digits;
-
-	if (!s || !host || !hostlen || !port_p)
-		return -EINVAL;
-	if (s[0] == '[') {
-		char v6[INET6_ADDRSTRLEN + 1];
-		struct in6_addr a;
-		const char *pct;
-
-		h = s + 1;
-		he = strchr(h, ']');
-		if (!he || he == h || he[1] != ':')
-			return -EINVAL;
-		colon = he + 1;
-		/* The address (a zone after '%' is the interface, resolved at connect). */
-		pct = memchr(h, '%', (size_t)(he - h));
-		hl = (size_t)((pct ? pct : he) - h);
-		if (hl == 0 || hl >= sizeof(v6))
-			return -EINVAL;
-		memcpy(v6, h, hl);
-		v6[hl] = '\0';
-		if (inet_pton(AF_INET6, v6, &a) != 1)
-			return -EINVAL;
-		if (pct) {
-			if (pct + 1 == he)
-				return -EINVAL;
-			for (const char *z = pct + 1; z < he; z++)
-				if (!host_char_ok(*z))
-					return -EINVAL;
-		}
-	} else {
-		h = s;
-		colon = strrchr(s, ':');
-		if (!colon || colon == s || memchr(s, ':', (size_t)(colon - s)))
-			return -EINVAL;
-		he = colon;
-		for (const char *c = h; c < he; c++)
-			if (!host_char_ok(*c))
-				return -EINVAL;
-	}
-	digits = strlen(colon + 1);
-	if (digits == 0 || digits > 5)
-		return -EINVAL;
-	for (const char *c = colon + 1; *c; c++) {
-		if (*c < '0' || *c > '9')
-			return -EINVAL;
-		port = port * 10 + (unsigned long)(*c - '0');
-	}
-	if (port < 1 || port > 65535)
-		return -EINVAL;
-	hl = (size_t)(he - h);
-	if (hl >= hostlen)
-		return -EINVAL;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	*port_p = (uint16_t)port;
-	return 0;
-}
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -1437,7 +1369,7 @@ static int pm_check_config(const struct rgapsd_peers_config *cfg,
 	if (!cfg || !ops || !ops->peer_up || !ops->peer_down || !ops->peer_msg)
 		return -EINVAL;
 	if (!cfg->listen || strlen(cfg->listen) > PEERS_NAME_MAX ||
-	    rgapsd_parse_hostport(cfg->listen, host, sizeof(host), &port)) {
+	    rgaps_hostport_parse(cfg->listen, host, sizeof(host), &port, NULL, 0)) {
 		rgaps_error("peers: listen address \"%s\" is not HOST:PORT",
 			    cfg->listen ? cfg->listen : "");
 		return -EINVAL;
@@ -1451,7 +1383,7 @@ static int pm_check_config(const struct rgapsd_peers_config *cfg,
 		return -EINVAL;
 	for (uint32_t i = 0; i < cfg->npeers; i++) {
 		if (!cfg->peers[i] || strlen(cfg->peers[i]) > PEERS_NAME_MAX ||
-		    rgapsd_parse_hostport(cfg->peers[i], host, sizeof(host), &port)) {
+		    rgaps_hostport_parse(cfg->peers[i], host, sizeof(host), &port, NULL, 0)) {
 			rgaps_error("peers: peer \"%s\" is not HOST:PORT",
 				    cfg->peers[i] ? cfg->peers[i] : "(null)");
 			return -EINVAL;
@@ -1507,14 +1439,14 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 		}
 		p->pm = pm;
 		snprintf(p->name, sizeof(p->name), "%s", cfg->peers[i]);
-		rgaps_require(rgapsd_parse_hostport(p->name, p->host, sizeof(p->host),
-						    &p->port) == 0);
+		rgaps_require(rgaps_hostport_parse(p->name, p->host, sizeof(p->host), &p->port, NULL,
+						   0) == 0);
 		p->numeric = addr_numeric(p->host, p->port, &p->addr);
 		p->backoff_ms = PEERS_BACKOFF_MIN_MS;
 		pm->npeers++;
 	}
 
-	rgaps_require(rgapsd_parse_hostport(pm->name, host, sizeof(host), &port) == 0);
+	rgaps_require(rgaps_hostport_parse(pm->name, host, sizeof(host), &port, NULL, 0) == 0);
 	fd = pm_bind(pm, host, port);
 	if (fd < 0) {
 		err = fd;

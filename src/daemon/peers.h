@@ -73,8 +73,6 @@ struct rgapsd_peers_stats {
 int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,
 			  size_t errlen);
 
-/* Parse "HOST:PORT" / "[v6]:PORT". 0 or -EINVAL. */
-int rgapsd_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p);
 
 /* Bind the listener and start connecting. 0 or -errno (e.g. address in use). */
 int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,

@@ -25,22 +25,23 @@
 
 struct rgapsd;
 struct rgapsd_config;
+struct rgapsd_registry;
 struct rgapsd_topic;
 struct cJSON;
 
 /* Start peers and transports when the configuration has "listen". 0 or -errno. */
 int rgapsd_remote_start(struct rgapsd *d);
 
-/*
- * rgapsd --check-config: the "transport_options" of cfg against what the
- * transport plugins in plugin_dir declare (plugins absent here are skipped).
- * 0, or -EINVAL with "key '...': reason" in err.
- */
-/* rgapsd --help-config: the options each transport plugin in plugin_dir declares. */
-void rgapsd_remote_print_options(FILE *f, const char *plugin_dir);
+/* rgapsd --help-config: the options each transport plugin of the registry declares. */
+void rgapsd_remote_print_options(FILE *f, const struct rgapsd_registry *reg);
 
-int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const char *plugin_dir,
-				char *err, size_t errlen);
+/*
+ * The "transport_options" of cfg against what the transport plugins declare
+ * (their names were checked by rgapsd_registry_check). 0, or -EINVAL with
+ * "key '...': reason" in err.
+ */
+int rgapsd_remote_check_options(const struct rgapsd_config *cfg,
+				const struct rgapsd_registry *reg, char *err, size_t errlen);
 void rgapsd_remote_stop(struct rgapsd *d);
 
 /* The number of local client subscribers of a topic changed (advertised to peers). */

@@ -58,7 +58,8 @@ static struct rgaps_loaded_plugin *memory_plugin(struct rgapsd *d, const char *n
 	return lp;
 }
 
-/* Resolve "auto" / "host" / "cuda" for a topic; logs what was picked and why. */
+/* Resolve a topic's memory plugin: its name, or "auto" (the registry's usable one of highest
+ * priority); logs what was picked and why. */
 static struct rgaps_loaded_plugin *pick_memory(struct rgapsd *d, const struct rgaps_topic_config *tc,
 					       char *err, size_t errlen)
 {
@@ -76,13 +77,22 @@ static struct rgaps_loaded_plugin *pick_memory(struct rgapsd *d, const struct rg
 		}
 		return lp;
 	}
-	lp = memory_plugin(d, "cuda", why, sizeof(why));
-	if (lp && lp->ops.memory.probe(lp->ctx, tc->device, why, sizeof(why)) == 0) {
-		rgaps_info("topic '%s': memory auto -> cuda (device %d)", tc->name, tc->device);
-		return lp;
+	for (uint32_t i = 0; i < d->reg.n[RGAPS_PLUGIN_MEMORY]; i++) {
+		const struct rgaps_plugin_info *pi = &d->reg.of[RGAPS_PLUGIN_MEMORY][i];
+
+		if (!pi->priority)
+			continue; /* only when named */
+		lp = memory_plugin(d, pi->name, why, sizeof(why));
+		if (lp && lp->ops.memory.probe(lp->ctx, tc->device, why, sizeof(why)) == 0) {
+			rgaps_info("topic '%s': memory auto -> %s (device %d)", tc->name, pi->name,
+				   tc->device);
+			return lp;
+		}
+		rgaps_info("topic '%s': memory auto: %s not usable: %s", tc->name, pi->name, why);
 	}
-	rgaps_info("topic '%s': memory auto -> host (cuda not usable: %s)", tc->name, why);
-	return memory_plugin(d, "host", err, errlen);
+	snprintf(err, errlen, "no memory plugin in %s is usable for topic '%s'", d->plugin_dir,
+		 tc->name);
+	return NULL;
 }
 
 /* What the backend's pools hold: host memory only for the host backend. */

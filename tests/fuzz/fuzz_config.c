@@ -1,6 +1,6 @@
 /*
  * libFuzzer target for the topic configuration parser (rgaps_topic_config_parse
- * in src/common/config.c). The input is the text of a topic file, parsed on
+ * in src/daemon/config_file.c). The input is the text of a topic file, parsed on
  * top of rgaps_topic_config_defaults() (the daemon starts from its "defaults"
  * object, with the name taken from the file name). A refusal must be
  * -EINVAL with a message "WHAT: ..." that names the file, and must leave the
@@ -22,8 +22,9 @@
  *    may come back one ulp off while the text is identical.
  *  - Accepted text holds no \u0000 escape (CHECK_NUL_ESCAPE): see there.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc/common -Iinclude \
- *         src/common/config.c tests/fuzz/fuzz_config.c -lcjson -lm -o fuzz_config
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc/common -Isrc/daemon -Iinclude \
+ *         src/common/config.c src/daemon/config_file.c src/daemon/hostport.c \
+ *         tests/fuzz/fuzz_config.c -lcjson -lm -o fuzz_config
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -36,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "config_file.h"
 #include "util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

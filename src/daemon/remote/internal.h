@@ -36,6 +36,7 @@
 #include "../../common/record.h"
 #include "../../common/ring.h"
 #include "../daemon.h"
+#include "../hostport.h"
 #include "../peers.h"
 #include "../remote.h"
 #include "../worker.h"
@@ -49,10 +50,7 @@
 #define RT_RESETUP_MAX_MS 8000	/* doubling up to this */
 #define RT_DEFERRED_MAX 64	/* set-ups held while the data link they need connects */
 
-enum { TR_TCP, TR_VERBS, TR_NUM };
-_Static_assert(TR_NUM <= RGAPSD_MAX_TRANSPORTS, "a member keeps one registration per transport");
-extern const char *const rt_tr_names[TR_NUM];
-extern const uint16_t rt_tr_port_offset[TR_NUM]; /* data ports: control port + n */
+#define RT_TR_MAX RGAPSD_MAX_TRANSPORTS /* transport plugins one daemon uses */
 
 /* ---------------------------------------------------------------- local.c */
 
@@ -171,9 +169,13 @@ struct rgapsd_remote;
 struct rt_peer;
 struct rt_topic;
 
+/* One transport plugin (the registry's transports, by priority, highest first). */
 struct rt_transport {
 	struct rgapsd_remote *rt;
 	int idx;
+	char name[32];
+	uint32_t priority;	/* "auto" takes the first usable one with priority > 0 */
+	uint16_t port_offset;	/* data links on the control port + this */
 	struct rgaps_loaded_plugin *lp;
 	void *ctx;
 	struct rgaps_transport_cbs cbs;
@@ -309,7 +311,7 @@ struct rt_peer {
 	struct rgapsd_peer *peer;
 	struct rt_peer *next;
 	bool initiator;
-	struct rt_link links[TR_NUM];
+	struct rt_link links[RT_TR_MAX];
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1];
 	uint32_t nsubs;
 	struct rt_out *out[RT_RINGS];
@@ -320,8 +322,8 @@ struct rt_peer {
 	uint32_t nseen;
 	/* Receiver: set-ups that arrived before the data link they name (its connect
 	 * and the set-up race on two sockets); run when the link comes up. */
-	STAILQ_HEAD(, rt_deferred) deferred[TR_NUM];
-	uint32_t ndeferred[TR_NUM];
+	STAILQ_HEAD(, rt_deferred) deferred[RT_TR_MAX];
+	uint32_t ndeferred[RT_TR_MAX];
 	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
 	uint64_t resetup_at_ns;
 	uint32_t resetup_ms;
@@ -357,7 +359,7 @@ struct rt_topic {
 	uint32_t stg_nslots, stg_nfree;
 	uint32_t *stg_free;
 	bool stg_pinned;
-	void *stg_mr[TR_NUM];
+	void *stg_mr[RT_TR_MAX];
 	STAILQ_HEAD(, rt_stage) stage_q; /* waiting for a slot */
 	void (*stage_ready)(struct rt_stage *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
@@ -393,7 +395,8 @@ struct rgapsd_remote {
 	uint64_t fault_after;
 	struct rt_late_accept *late; /* FAULT_LATE_ACCEPT, while one is held back */
 	struct rgapsd_peers *pm;
-	struct rt_transport tr[TR_NUM];
+	struct rt_transport tr[RT_TR_MAX];
+	int ntr;
 	struct rt_peer *peers;
 	struct rt_topic *topics;
 	struct rgapsd_mailbox mb;
@@ -420,9 +423,12 @@ bool rt_peer_subscribes(const struct rt_peer *p, const char *topic);
 void rt_peer_send(struct rt_peer *p, const struct rt_wire_msg *m);
 /* A peer broke the protocol: log why, drop the session; nothing it sent goes further. */
 void rt_hostile(struct rt_peer *p, const char *fmt, ...) RGAPS_PRINTF(2, 3);
-/* Transport index of a name, or -1. */
-int rt_tr_index(const char *name);
-/* The transport a topic uses towards p: its configured one, or auto = verbs when up; -1: none. */
+/* Index in rt->tr of the transport of that name, or -1. */
+int rt_tr_index(const struct rgapsd_remote *rt, const char *name);
+/*
+ * The transport a topic uses towards p: its configured one, or "auto": the
+ * transport of highest priority with a data link up. -1: none.
+ */
 int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *tc);
 
 /* ---------------------------------------------------------------- copies.c */

@@ -43,7 +43,7 @@ void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *wh
 	if (!p)
 		return;
 	p->link_downs++;
-	rgaps_warn("peer %s: %s data link down: %s", rgapsd_peer_name(p->peer), rt_tr_names[tr->idx],
+	rgaps_warn("peer %s: %s data link down: %s", rgapsd_peer_name(p->peer), tr->name,
 		   why);
 	rt_link_lost(p, tr->idx);
 	rt_reconcile_all(tr->rt); /* another transport may still carry the topics */
@@ -72,7 +72,7 @@ void rt_on_link_accepted(void *arg, struct rgaps_link *link,
 
 	if (rt->fault == FAULT_LATE_ACCEPT && !rt->late && (la = calloc(1, sizeof(*la)))) {
 		rgaps_warn("fault injection: %s data link accepted, handled in %llu ms",
-			   rt_tr_names[tr->idx], (unsigned long long)rt->fault_after);
+			   tr->name, (unsigned long long)rt->fault_after);
 		la->tr = tr;
 		la->link = link;
 		memcpy(la->token, token, sizeof(la->token));
@@ -96,14 +96,14 @@ static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
 			l->link = link;
 			l->state = LINK_UP;
 			rgaps_info("peer %s: %s data link up (accepted)", rgapsd_peer_name(p->peer),
-				   rt_tr_names[tr->idx]);
+				   tr->name);
 			rt_run_deferred(p, tr->idx);
 			rt_reconcile_all(tr->rt);
 			return;
 		}
 	}
 	tr->rt->unknown_tokens++;
-	rgaps_warn("%s: data link with an unknown token refused", rt_tr_names[tr->idx]);
+	rgaps_warn("%s: data link with an unknown token refused", tr->name);
 	tr->lp->ops.transport.close(tr->ctx, link);
 }
 
@@ -116,13 +116,13 @@ void rt_on_link_connected(void *arg, struct rgaps_link *link, int status)
 		return;
 	if (status) {
 		rgaps_warn("peer %s: %s data link failed: %s (retrying)", rgapsd_peer_name(p->peer),
-			   rt_tr_names[tr->idx], strerror(-status));
+			   tr->name, strerror(-status));
 		rt_link_lost(p, tr->idx); /* and the rings attached while it was connecting */
 		return;
 	}
 	p->links[tr->idx].state = LINK_UP;
 	rgaps_info("peer %s: %s data link up (connected)", rgapsd_peer_name(p->peer),
-		   rt_tr_names[tr->idx]);
+		   tr->name);
 	rt_reconcile_all(tr->rt);
 }
 
@@ -132,7 +132,7 @@ void rt_offer_links(struct rt_peer *p)
 
 	if (!p->initiator || !rgapsd_peer_is_up(p->peer))
 		return;
-	for (int i = 0; i < TR_NUM; i++) {
+	for (int i = 0; i < rt->ntr; i++) {
 		struct rt_wire_msg m = { .type = RT_MSG_LINK_OFFER };
 		struct rt_link *l = &p->links[i];
 
@@ -140,7 +140,7 @@ void rt_offer_links(struct rt_peer *p)
 			continue;
 		randombytes_buf(l->token, sizeof(l->token));
 		l->state = LINK_OFFERED; /* until the peer accepts: then we connect */
-		snprintf(m.transport, sizeof(m.transport), "%s", rt_tr_names[i]);
+		snprintf(m.transport, sizeof(m.transport), "%s", rt->tr[i].name);
 		memcpy(m.token, l->token, sizeof(m.token));
 		rt_peer_send(p, &m);
 	}
@@ -149,7 +149,7 @@ void rt_offer_links(struct rt_peer *p)
 void rt_on_link_offer(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rgapsd_remote *rt = p->rt;
-	int i = rt_tr_index(m->transport);
+	int i = rt_tr_index(rt, m->transport);
 	struct rt_wire_msg r = { .type = RT_MSG_LINK_REFUSE };
 
 	snprintf(r.transport, sizeof(r.transport), "%s", m->transport);
@@ -167,7 +167,7 @@ void rt_on_link_offer(struct rt_peer *p, const struct rt_wire_msg *m)
 void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rgapsd_remote *rt = p->rt;
-	int i = rt_tr_index(m->transport);
+	int i = rt_tr_index(rt, m->transport);
 	char host[256];
 	uint16_t port;
 	struct rgaps_link *link = NULL;
@@ -177,13 +177,13 @@ void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 		rt_hostile(p, "link_accept for %s, which we did not offer", m->transport);
 		return;
 	}
-	if (rgapsd_parse_hostport(rgapsd_peer_name(p->peer), host, sizeof(host), &port) != 0)
+	if (rgaps_hostport_parse(rgapsd_peer_name(p->peer), host, sizeof(host), &port, NULL, 0) != 0)
 		return;
 	e = rt->tr[i].lp->ops.transport.connect(rt->tr[i].ctx, host,
-						 (uint16_t)(port + rt_tr_port_offset[i]),
+						 (uint16_t)(port + rt->tr[i].port_offset),
 						 p->links[i].token, &link);
 	if (e) {
-		rgaps_warn("peer %s: %s connect failed: %s", rgapsd_peer_name(p->peer), rt_tr_names[i],
+		rgaps_warn("peer %s: %s connect failed: %s", rgapsd_peer_name(p->peer), rt->tr[i].name,
 			   strerror(-e));
 		p->links[i].state = LINK_NONE;
 		return;
@@ -194,7 +194,7 @@ void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 
 void rt_on_link_refuse(struct rt_peer *p, const struct rt_wire_msg *m)
 {
-	int i = rt_tr_index(m->transport);
+	int i = rt_tr_index(p->rt, m->transport);
 
 	if (i >= 0 && p->links[i].state == LINK_OFFERED)
 		p->links[i].state = LINK_NONE;

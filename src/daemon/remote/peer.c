@@ -12,8 +12,6 @@
 #include "../../common/log.h"
 #include "internal.h"
 
-const char *const rt_tr_names[TR_NUM] = { "tcp", "verbs" };
-const uint16_t rt_tr_port_offset[TR_NUM] = { 1, 2 };
 
 struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 {
@@ -26,7 +24,7 @@ struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 		return NULL;
 	p->rt = rt;
 	p->peer = peer;
-	for (int i = 0; i < TR_NUM; i++)
+	for (int i = 0; i < rt->ntr; i++)
 		STAILQ_INIT(&p->deferred[i]);
 	p->next = rt->peers;
 	rt->peers = p;
@@ -74,23 +72,23 @@ void rt_hostile(struct rt_peer *p, const char *fmt, ...)
 	rgapsd_peer_disconnect(p->peer, why);
 }
 
-int rt_tr_index(const char *name)
+int rt_tr_index(const struct rgapsd_remote *rt, const char *name)
 {
-	for (int i = 0; name && i < TR_NUM; i++)
-		if (strcmp(name, rt_tr_names[i]) == 0)
+	for (int i = 0; name && i < rt->ntr; i++)
+		if (strcmp(name, rt->tr[i].name) == 0)
 			return i;
 	return -1;
 }
 
 int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *tc)
 {
-	int want = rt_tr_index(tc->transport);
+	const struct rgapsd_remote *rt = p->rt;
+	int want = rt_tr_index(rt, tc->transport);
 
 	if (want >= 0)
 		return p->links[want].state == LINK_UP ? want : -1;
-	if (p->links[TR_VERBS].state == LINK_UP)
-		return TR_VERBS;
-	if (p->links[TR_TCP].state == LINK_UP)
-		return TR_TCP;
+	for (int i = 0; i < rt->ntr; i++) /* by priority, highest first */
+		if (rt->tr[i].priority && p->links[i].state == LINK_UP)
+			return i;
 	return -1;
 }

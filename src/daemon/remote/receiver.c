@@ -415,7 +415,7 @@ static void defer_setup(struct rt_peer *p, int tr, const struct rt_wire_msg *m)
 
 	if (p->ndeferred[tr] >= RT_DEFERRED_MAX || !(x = malloc(sizeof(*x)))) {
 		refuse_setup(p, m->ring_id, "too many set-ups wait for the %s data link",
-			     rt_tr_names[tr]);
+			     p->rt->tr[tr].name);
 		return;
 	}
 	x->m = *m;
@@ -424,7 +424,7 @@ static void defer_setup(struct rt_peer *p, int tr, const struct rt_wire_msg *m)
 	p->ndeferred[tr]++;
 	p->setups_deferred++;
 	rgaps_debug("peer %s: topic '%s' set-up waits for the %s data link",
-		    rgapsd_peer_name(p->peer), m->topic, rt_tr_names[tr]);
+		    rgapsd_peer_name(p->peer), m->topic, p->rt->tr[tr].name);
 }
 
 /* A new in ring: its memory, its publisher slot, attached to the transport. */
@@ -482,7 +482,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 						       desc, dlen);
 	if (e) {
 		rt_in_free(in);
-		refuse_setup(p, m->ring_id, "%s cannot attach the ring: %s", rt_tr_names[tr_idx],
+		refuse_setup(p, m->ring_id, "%s cannot attach the ring: %s", tr->name,
 			     strerror(-e));
 		return NULL;
 	}
@@ -493,7 +493,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_READY, .ring_id = m->ring_id };
-	int i = rt_tr_index(m->transport);
+	int i = rt_tr_index(p->rt, m->transport);
 	struct rgapsd_topic *t;
 	struct rt_seen *sn;
 	struct rt_in *in;
@@ -526,7 +526,7 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 		return;
 	}
 	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING) {
-		refuse_setup(p, m->ring_id, "no %s data link", rt_tr_names[i]);
+		refuse_setup(p, m->ring_id, "no %s data link", p->rt->tr[i].name);
 		return;
 	}
 	if (p->in[m->ring_id])
@@ -550,14 +550,14 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	r.ring_size = in->size;
 	rt_peer_send(p, &r);
 	rgaps_info("topic '%s': ring %u from %s ready (%s, %llu bytes)", m->topic, in->id,
-		   rgapsd_peer_name(p->peer), rt_tr_names[i], (unsigned long long)in->size);
+		   rgapsd_peer_name(p->peer), p->rt->tr[i].name, (unsigned long long)in->size);
 }
 
 void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rt_in *in = p->in[m->ring_id];
 
-	for (int i = 0; i < TR_NUM; i++) { /* given up before its data link came */
+	for (int i = 0; i < p->rt->ntr; i++) { /* given up before its data link came */
 		struct rt_deferred *x, *next;
 
 		for (x = STAILQ_FIRST(&p->deferred[i]); x; x = next) {

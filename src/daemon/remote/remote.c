@@ -93,7 +93,7 @@ void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
 {
 	struct rgapsd_remote *rt = d->remote ? d->remote : d->remote_dead;
 
-	for (int i = 0; i < TR_NUM; i++) {
+	for (int i = 0; i < RT_TR_MAX; i++) {
 		if (!m->pool_mr[i])
 			continue;
 		if (rt && rt->tr[i].lp)
@@ -215,7 +215,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 		struct rt_peer *p = rt->peers;
 
 		rt->peers = p->next;
-		for (int i = 0; i < TR_NUM; i++)
+		for (int i = 0; i < rt->ntr; i++)
 			rt_deferred_drop(p, i);
 		free(p->subs);
 		free(p->seen);

@@ -155,7 +155,7 @@ static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
 					    &src->pool_mr[o->tr]);
 	if (r) {
 		rgaps_error("topic '%s': %s cannot register the pool of stream %llu: %s",
-			    o->tt->t->cfg.name, rt_tr_names[o->tr], (unsigned long long)src->gen,
+			    o->tt->t->cfg.name, tr->name, (unsigned long long)src->gen,
 			    strerror(-r));
 		src->pool_mr[o->tr] = NULL;
 	}
@@ -433,7 +433,7 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 		r = rt_staging_setup(tt, tr_idx);
 		if (r) {
 			rgaps_error("topic '%s': %s cannot use a staging buffer: %s", tt->t->cfg.name,
-				    rt_tr_names[tr_idx], strerror(-r));
+				    rt->tr[tr_idx].name, strerror(-r));
 			return;
 		}
 	}
@@ -462,7 +462,7 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	r = tr->lp->ops.transport.sender_ring_prepare(tr->ctx, l->link, id, m.desc, &m.desc_len);
 	if (r) {
 		rgaps_error("topic '%s': %s ring prepare failed: %s", tt->t->cfg.name,
-			    rt_tr_names[tr_idx], strerror(-r));
+			    rt->tr[tr_idx].name, strerror(-r));
 		tr->lp->ops.transport.dereg_local(tr->ctx, o->hdrs_mr);
 		free(o->hdrs);
 		free(o);
@@ -473,11 +473,11 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	tt->outs = o;
 	snprintf(m.topic, sizeof(m.topic), "%s", tt->t->cfg.name);
 	m.ring_id = id;
-	snprintf(m.transport, sizeof(m.transport), "%s", rt_tr_names[tr_idx]);
+	snprintf(m.transport, sizeof(m.transport), "%s", rt->tr[tr_idx].name);
 	m.chunk_size = tt->t->cfg.chunk_size;
 	rt_peer_send(p, &m);
 	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
-		   rgapsd_peer_name(p->peer), rt_tr_names[tr_idx]);
+		   rgapsd_peer_name(p->peer), rt->tr[tr_idx].name);
 }
 
 static bool topic_is_source(const struct rgapsd_topic *t)

@@ -66,7 +66,7 @@ static void on_peer_down(void *ctx, struct rgapsd_peer *peer, const char *why)
 	if (!p)
 		return;
 	/* Tear down in reverse: rings, then the data links (QPs to error, drain, destroy). */
-	for (int i = 0; i < TR_NUM; i++) {
+	for (int i = 0; i < rt->ntr; i++) {
 		struct rgaps_link *link = p->links[i].link;
 		bool had = p->links[i].state == LINK_UP || p->links[i].state == LINK_CONNECTING;
 

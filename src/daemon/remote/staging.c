@@ -123,7 +123,7 @@ void rt_staging_free(struct rt_topic *tt)
 {
 	struct rgapsd_remote *rt = tt->rt;
 
-	for (int i = 0; i < TR_NUM; i++) {
+	for (int i = 0; i < rt->ntr; i++) {
 		if (tt->stg_mr[i])
 			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, tt->stg_mr[i]);
 		tt->stg_mr[i] = NULL;

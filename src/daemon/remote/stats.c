@@ -65,10 +65,10 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		for (uint32_t i = 0; i < p->nsubs; i++)
 			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
 		links = cJSON_AddObjectToObject(po, "links");
-		for (int i = 0; i < TR_NUM; i++) {
+		for (int i = 0; i < rt->ntr; i++) {
 			static const char *const ls[] = { "none", "offered", "connecting", "up" };
 			struct rgaps_link_stats lst;
-			cJSON *lo = cJSON_AddObjectToObject(links, rt_tr_names[i]);
+			cJSON *lo = cJSON_AddObjectToObject(links, rt->tr[i].name);
 
 			cJSON_AddStringToObject(lo, "state", ls[p->links[i].state]);
 			if (p->links[i].state != LINK_UP)
@@ -109,7 +109,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 				cJSON_AddStringToObject(ro, "topic", o->tt->t->cfg.name);
 				cJSON_AddStringToObject(ro, "direction", "out");
 				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
-				cJSON_AddStringToObject(ro, "transport", rt_tr_names[o->tr]);
+				cJSON_AddStringToObject(ro, "transport", rt->tr[o->tr].name);
 				cJSON_AddNumberToObject(ro, "ring_id", o->id);
 				cJSON_AddBoolToObject(ro, "ready", o->state == OUT_RING_READY);
 				cJSON_AddNumberToObject(ro, "records", (double)o->records);
@@ -127,7 +127,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 				cJSON_AddStringToObject(ro, "topic", in->topic->cfg.name);
 				cJSON_AddStringToObject(ro, "direction", "in");
 				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
-				cJSON_AddStringToObject(ro, "transport", rt_tr_names[in->tr]);
+				cJSON_AddStringToObject(ro, "transport", rt->tr[in->tr].name);
 				cJSON_AddNumberToObject(ro, "ring_id", in->id);
 				cJSON_AddNumberToObject(ro, "records", (double)in->records);
 				cJSON_AddNumberToObject(ro, "bytes", (double)in->bytes);

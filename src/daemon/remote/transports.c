@@ -15,23 +15,27 @@
 #include "internal.h"
 
 
-void rgapsd_remote_print_options(FILE *f, const char *plugin_dir)
+void rgapsd_remote_print_options(FILE *f, const struct rgapsd_registry *reg)
 {
 	fprintf(f, "\nTransport options (\"transport_options\": { \"<transport>\": { ... } } in "
-		   "the daemon's file),\nas the plugins in %s declare them:\n", plugin_dir);
-	for (int i = 0; i < TR_NUM; i++) {
+		   "the daemon's file),\nas the plugins in %s declare them:\n", reg->dir);
+	if (!reg->n[RGAPS_PLUGIN_TRANSPORT])
+		fprintf(f, "\n  (no transport plugins there)\n");
+	for (uint32_t i = 0; i < reg->n[RGAPS_PLUGIN_TRANSPORT]; i++) {
+		const struct rgaps_plugin_info *pi = &reg->of[RGAPS_PLUGIN_TRANSPORT][i];
 		const struct rgaps_plugin_option *o;
 		struct rgaps_loaded_plugin *lp;
 		char why[256];
 		uint32_t n;
 
-		if (rgaps__plugin_load(plugin_dir, RGAPS_PLUGIN_TRANSPORT, rt_tr_names[i], &lp, why,
+		if (rgaps__plugin_load(reg->dir, RGAPS_PLUGIN_TRANSPORT, pi->name, &lp, why,
 				       sizeof(why))) {
-			fprintf(f, "\n  %s: not available (%s)\n", rt_tr_names[i], why);
+			fprintf(f, "\n  %s: not available (%s)\n", pi->name, why);
 			continue;
 		}
 		o = rgaps__plugin_options(lp, &n);
-		fprintf(f, "\n  %s:%s\n", rt_tr_names[i], n ? "" : " no options");
+		fprintf(f, "\n  %s (priority %u, data port +%u):%s\n", pi->name, pi->priority,
+			pi->data_port_offset, n ? "" : " no options");
 		for (uint32_t k = 0; k < n; k++)
 			fprintf(f, "    %s (integer, %llu..%llu)\n        default: %llu\n        %s\n",
 				o[k].name, (unsigned long long)o[k].min,
@@ -41,8 +45,8 @@ void rgapsd_remote_print_options(FILE *f, const char *plugin_dir)
 	}
 }
 
-int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const char *plugin_dir,
-				char *err, size_t errlen)
+int rgapsd_remote_check_options(const struct rgapsd_config *cfg,
+				const struct rgapsd_registry *reg, char *err, size_t errlen)
 {
 	cJSON *all = cJSON_Parse(cfg->transport_options), *it;
 	int e = 0;
@@ -51,18 +55,14 @@ int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const char *plu
 	{
 		struct rgaps_option_value opts[32];
 		struct rgaps_loaded_plugin *lp;
-		char why[256], prefix[64];
+		char prefix[64];
 		uint32_t n;
 
-		if (rt_tr_index(it->string) < 0) {
-			snprintf(err, errlen, "key 'transport_options.%s': no transport of that name "
-				 "(tcp, verbs)", it->string);
-			e = -EINVAL;
+		/* The names were checked against the registry (rgapsd_registry_check). */
+		e = rgaps__plugin_load(reg->dir, RGAPS_PLUGIN_TRANSPORT, it->string, &lp, err,
+				       errlen);
+		if (e)
 			break;
-		}
-		if (rgaps__plugin_load(plugin_dir, RGAPS_PLUGIN_TRANSPORT, it->string, &lp, why,
-				       sizeof(why)))
-			continue; /* not on this host: its options are not used (logged at start) */
 		snprintf(prefix, sizeof(prefix), "transport_options.%s.", it->string);
 		e = rgaps__plugin_options_check(lp, it, prefix, opts, RGAPS_ARRAY_SIZE(opts), &n,
 						err, errlen);
@@ -78,6 +78,7 @@ int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const char *plu
 static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 {
 	struct rt_transport *tr = &rt->tr[i];
+	const char *name = tr->name;
 	struct rgaps_option_value opts[32];
 	struct rgaps_plugin_env env;
 	char why[256] = "", host[256];
@@ -86,19 +87,17 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	uint16_t port;
 	int e;
 
-	tr->rt = rt;
-	tr->idx = i;
 	all = cJSON_Parse(rt->d->cfg.transport_options);
-	mine = cJSON_GetObjectItemCaseSensitive(all, rt_tr_names[i]);
-	e = rgaps__plugin_load(rt->d->plugin_dir, RGAPS_PLUGIN_TRANSPORT, rt_tr_names[i], &tr->lp, why,
+	mine = cJSON_GetObjectItemCaseSensitive(all, name);
+	e = rgaps__plugin_load(rt->d->plugin_dir, RGAPS_PLUGIN_TRANSPORT, name, &tr->lp, why,
 			       sizeof(why));
 	if (e) {
-		rgaps_info("transport %s not available: %s%s", rt_tr_names[i], why,
+		rgaps_info("transport %s not available: %s%s", name, why,
 			   mine ? " (its transport_options are not used)" : "");
 		cJSON_Delete(all);
 		return e;
 	}
-	snprintf(host, sizeof(host), "transport_options.%s.", rt_tr_names[i]);
+	snprintf(host, sizeof(host), "transport_options.%s.", name);
 	e = rgaps__plugin_options_check(tr->lp, mine, host, opts, RGAPS_ARRAY_SIZE(opts), &nopts,
 					why, sizeof(why));
 	cJSON_Delete(all);
@@ -126,20 +125,20 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	if (!e)
 		e = tr->lp->ops.transport.probe(tr->ctx, why, sizeof(why));
 	if (e) {
-		rgaps_info("transport %s not usable here: %s", rt_tr_names[i],
+		rgaps_info("transport %s not usable here: %s", name,
 			   why[0] ? why : strerror(-e));
 		goto err;
 	}
-	rgapsd_parse_hostport(rt->d->cfg.listen, host, sizeof(host), &port);
-	e = tr->lp->ops.transport.listen(tr->ctx, host, (uint16_t)(port + rt_tr_port_offset[i]));
+	rgaps_hostport_parse(rt->d->cfg.listen, host, sizeof(host), &port, NULL, 0);
+	e = tr->lp->ops.transport.listen(tr->ctx, host, (uint16_t)(port + tr->port_offset));
 	if (e) {
-		rgaps_error("transport %s cannot listen on %s:%u: %s", rt_tr_names[i], host,
-			    port + rt_tr_port_offset[i], strerror(-e));
+		rgaps_error("transport %s cannot listen on %s:%u: %s", name, host,
+			    port + tr->port_offset, strerror(-e));
 		goto err;
 	}
 	tr->usable = true;
-	rgaps_info("transport %s: data links on %s:%u", rt_tr_names[i], host,
-		   port + rt_tr_port_offset[i]);
+	rgaps_info("transport %s: data links on %s:%u", name, host,
+		   port + tr->port_offset);
 	return 0;
 err:
 	tr->lp->ops.transport.fini(tr->ctx);
@@ -150,36 +149,51 @@ err:
 
 int rt_transports_start(struct rgapsd_remote *rt)
 {
+	const struct rgapsd_registry *reg = &rt->d->reg;
 	struct rgapsd *d = rt->d;
 	bool fatal = false;
 	char err[512];
 
-	/* Unknown transports and options are refused before any plugin starts. */
-	if (rgapsd_remote_check_options(&d->cfg, d->plugin_dir, err, sizeof(err))) {
+	/* Options are refused before any plugin starts. */
+	if (rgapsd_remote_check_options(&d->cfg, reg, err, sizeof(err))) {
 		rgaps_error("%s: %s", d->cfg.source[0] ? d->cfg.source : "configuration", err);
 		return -EINVAL;
 	}
-	for (int i = 0; i < TR_NUM && !fatal; i++)
+	for (uint32_t i = 0; i < reg->n[RGAPS_PLUGIN_TRANSPORT] && rt->ntr < RT_TR_MAX; i++) {
+		const struct rgaps_plugin_info *pi = &reg->of[RGAPS_PLUGIN_TRANSPORT][i];
+		struct rt_transport *tr = &rt->tr[rt->ntr];
+
+		tr->rt = rt;
+		tr->idx = rt->ntr++;
+		snprintf(tr->name, sizeof(tr->name), "%s", pi->name);
+		tr->priority = pi->priority;
+		tr->port_offset = (uint16_t)pi->data_port_offset;
+	}
+	if (reg->n[RGAPS_PLUGIN_TRANSPORT] > RT_TR_MAX)
+		rgaps_warn("%u transport plugins in %s: only the first %d by priority are used",
+			   reg->n[RGAPS_PLUGIN_TRANSPORT], reg->dir, RT_TR_MAX);
+	for (int i = 0; i < rt->ntr && !fatal; i++)
 		load_transport(rt, i, &fatal);
 	if (fatal)
 		return -EINVAL;
-	for (int i = 0; i < TR_NUM; i++)
+	for (int i = 0; i < rt->ntr; i++)
 		if (rt->tr[i].usable)
 			return 0;
-	rgaps_error("no transport usable: cannot serve peers");
+	rgaps_error("no transport usable: cannot serve peers (transport plugins in %s: %d)",
+		    reg->dir, rt->ntr);
 	return -ENODEV;
 }
 
 void rt_transports_fini(struct rgapsd_remote *rt)
 {
-	for (int i = 0; i < TR_NUM; i++)
+	for (int i = 0; i < rt->ntr; i++)
 		if (rt->tr[i].lp)
 			rt->tr[i].lp->ops.transport.fini(rt->tr[i].ctx);
 }
 
 void rt_transports_unload(struct rgapsd_remote *rt)
 {
-	for (int i = 0; i < TR_NUM; i++) {
+	for (int i = 0; i < rt->ntr; i++) {
 		rgaps__plugin_unload(rt->tr[i].lp);
 		rt->tr[i].lp = NULL;
 	}

@@ -1,0 +1,107 @@
+/*
+ * rgapsd's configuration files (DESIGN.md section 8): the daemon's file and
+ * one file per topic in topics.d.
+ *
+ * Each component declares its keys once, in a table of struct rgaps_cfg_field
+ * (name, type, offset into the struct, default, doc, bounds); parsing,
+ * validation, defaults and the `rgapsd --help-config` text all come from that
+ * table. Unknown keys, wrong types and impossible values are refused with the
+ * file, the key and the reason. Plugin names are checked afterwards against
+ * the plugins found (registry.h).
+ */
+#ifndef RGAPSD_CONFIG_FILE_H
+#define RGAPSD_CONFIG_FILE_H
+
+#include <stdio.h>
+
+#include "../common/config.h"
+
+#define RGAPS_CFG_MAX_PEERS 16
+#define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
+#define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
+
+enum rgapsd_create_topics {
+	RGAPSD_CREATE_ANY = 0,	      /* a client's attach creates any topic it names */
+	RGAPSD_CREATE_CONFIGURED = 1, /* only topics of topics.d exist */
+};
+
+struct rgapsd_config {
+	char socket_path[RGAPS_SOCKET_PATH_MAX + 1];
+	char instance[RGAPS_CFG_NAME_MAX]; /* names shm segments; "" = derived from socket path */
+	char plugin_dir[RGAPS_PATH_MAX];   /* "" = built-in default */
+	char topics_dir[RGAPS_PATH_MAX];   /* "" = <dir of config file>/topics.d, none without a file */
+	int log_level;			   /* enum rgaps_log_level */
+	char listen[RGAPS_PATH_MAX];	   /* "HOST:PORT" for peers; "" = single host */
+	char peers[RGAPS_CFG_MAX_PEERS][RGAPS_PATH_MAX];
+	uint32_t npeers;
+	char key_file[RGAPS_PATH_MAX];
+	uint32_t keepalive_ms;
+	/* Bounds on what local clients can make rgapsd hold (docs/CONFIG.md). */
+	uint32_t max_connections;	   /* client connections open at once */
+	uint32_t max_connections_per_user; /* of one uid (0 and rgapsd's own: only the above) */
+	uint32_t idle_timeout_ms;	   /* an unattached connection silent this long is closed */
+	uint32_t frame_timeout_ms;	   /* a frame begun must be complete within this */
+	uint64_t max_unsent_replies;	   /* bytes: reading stops while more wait to be sent */
+	uint32_t max_topics;		   /* topics not in topics.d, held at once */
+	uint32_t max_topics_per_user;	   /* of those, created by one uid (0, ours: exempt) */
+	int create_topics;		   /* enum rgapsd_create_topics */
+	char socket_mode[8];		   /* octal permission bits of the socket, e.g. "0660" */
+	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
+	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
+	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
+	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
+	uint32_t ntopics;
+	char source[RGAPS_PATH_MAX]; /* the file loaded ("" = none), for messages */
+};
+
+/* Fill defaults (what runs with no file at all). */
+void rgapsd_config_defaults(struct rgapsd_config *cfg);
+
+/*
+ * Load the daemon configuration from path (JSON object), then every .json
+ * file in <topics_dir> (one topic object per file; "name" defaults to the file
+ * name without .json); topic files start from the daemon's "defaults" object.
+ * path NULL: use RGAPS_DEFAULT_CONFIG if it exists, else only defaults.
+ * On error returns -EINVAL (or -errno for I/O), and err holds
+ * "FILE: key 'KEY': REASON". cfg is always safe to pass to rgapsd_config_free.
+ */
+int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, size_t errlen);
+void rgapsd_config_free(struct rgapsd_config *cfg);
+
+/*
+ * Parse one topic object (JSON text) on top of *tc (which holds the defaults).
+ * what names the source in error messages (a file name). Returns 0 or -EINVAL.
+ */
+int rgaps_topic_config_parse(const char *json, size_t len, const char *what,
+			     struct rgaps_topic_config *tc, char *err, size_t errlen);
+
+/* Cross-field checks (e.g. max_message_size <= pool_size). 0 or -EINVAL + err. */
+int rgaps_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
+				size_t errlen);
+
+/* Print every key of both tables with type, default and doc (rgapsd --help-config). */
+void rgaps_config_print_help(FILE *f);
+
+/* The tables rgaps_config_key_doc() walks. */
+enum rgaps_config_table_id {
+	RGAPS_CONFIG_DAEMON, /* rgapsd.json */
+	RGAPS_CONFIG_TOPIC,  /* topics.d/NAME.json and the daemon's "defaults" object */
+};
+
+/* One key as --help-config shows it, for the rgapsd.json(5) generator (man/). */
+struct rgaps_config_key_doc {
+	const char *name;
+	char type[160];	 /* "size, 4KiB..1TiB", "block | drop_oldest", ... */
+	const char *def; /* as written in a file ("\"256MiB\"", "64"), or a phrase */
+	const char *doc;
+	bool topic_only; /* refused in the daemon's "defaults" object */
+};
+
+/* Key i of a table: true and *kd filled, false past its last key. */
+bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
+			  struct rgaps_config_key_doc *kd);
+
+/* The topic config as a cJSON object (for stats/topics replies). Returns cJSON* as void*. */
+void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc);
+
+#endif
