@@ -24,7 +24,10 @@ start_host() {
 { ${DAEMON_EXTRA:-} "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
   "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
 JSON
-	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
+	# RGAPSD_FAULT=...: this daemon takes its tcp transport from the test-only fault
+	# plugin (tests/fault/transport_fault.c), which misbehaves as asked.
+	env ${RGAPSD_FAULT:+RGAPS_PLUGIN_DIR=$RGAPS_BUILD/tests/fault/plugins} \
+		"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!
 	PIDS+=(${DPID[$name]})

@@ -365,35 +365,8 @@ struct rt_topic {
 	uint64_t staged_chunks, staged_bytes;
 };
 
-/*
- * Fault injection for the tests (RGAPSD_FAULT=name[:after]): the sender
- * corrupts its N+1-th record in the named way so the receiver's checks can be
- * tested end to end against a real hostile peer. Never set in production.
- */
-enum rt_fault {
-	FAULT_NONE,
-	FAULT_MAGIC,	/* bad record magic */
-	FAULT_OVERSIZE, /* msg_size over the topic maximum */
-	FAULT_OFFSET,	/* write at an offset the receiver does not expect */
-	FAULT_ORDER,	/* record_seq skips one */
-	FAULT_OUTSIDE,	/* claim an offset past the end of the ring */
-	/* Not a corruption: the receiver handles each accepted data link N ms late, so
-	 * a sender's topic set-up surely arrives before the link it names. */
-	FAULT_LATE_ACCEPT,
-};
-
-struct rt_late_accept { /* FAULT_LATE_ACCEPT: one accepted link, held back */
-	uv_timer_t timer;
-	struct rt_transport *tr;
-	struct rgaps_link *link;
-	uint8_t token[RGAPS_LINK_TOKEN_LEN];
-};
-
 struct rgapsd_remote {
 	struct rgapsd *d;
-	enum rt_fault fault;
-	uint64_t fault_after;
-	struct rt_late_accept *late; /* FAULT_LATE_ACCEPT, while one is held back */
 	struct rgapsd_peers *pm;
 	struct rt_transport tr[RT_TR_MAX];
 	int ntr;
@@ -515,7 +488,6 @@ void rt_on_link_accepted(void *arg, struct rgaps_link *link,
 			 const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
 void rt_on_link_connected(void *arg, struct rgaps_link *link, int status);
 void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *why);
-void rt_links_stop(struct rgapsd_remote *rt);
 
 /* ---------------------------------------------------------------- session.c */
 

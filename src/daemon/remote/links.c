@@ -16,9 +16,6 @@
 #include "../../common/log.h"
 #include "internal.h"
 
-static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
-			  const uint8_t token[RGAPS_LINK_TOKEN_LEN]);
-
 void rt_link_lost(struct rt_peer *p, int tr_idx)
 {
 	struct rt_link *l = &p->links[tr_idx];
@@ -49,45 +46,11 @@ void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *wh
 	rt_reconcile_all(tr->rt); /* another transport may still carry the topics */
 }
 
-static void on_late_accept_closed(uv_handle_t *h)
-{
-	free(h->data);
-}
-
-static void on_late_accept(uv_timer_t *t)
-{
-	struct rt_late_accept *la = t->data;
-
-	la->tr->rt->late = NULL;
-	link_accepted(la->tr, la->link, la->token);
-	uv_close((uv_handle_t *)&la->timer, on_late_accept_closed);
-}
-
 void rt_on_link_accepted(void *arg, struct rgaps_link *link,
-			     const uint8_t token[RGAPS_LINK_TOKEN_LEN])
+			 const uint8_t token[RGAPS_LINK_TOKEN_LEN])
 {
 	struct rt_transport *tr = arg;
-	struct rgapsd_remote *rt = tr->rt;
-	struct rt_late_accept *la;
 
-	if (rt->fault == FAULT_LATE_ACCEPT && !rt->late && (la = calloc(1, sizeof(*la)))) {
-		rgaps_warn("fault injection: %s data link accepted, handled in %llu ms",
-			   tr->name, (unsigned long long)rt->fault_after);
-		la->tr = tr;
-		la->link = link;
-		memcpy(la->token, token, sizeof(la->token));
-		uv_timer_init(rt->d->loop, &la->timer);
-		la->timer.data = la;
-		uv_timer_start(&la->timer, on_late_accept, rt->fault_after, 0);
-		rt->late = la;
-		return;
-	}
-	link_accepted(tr, link, token);
-}
-
-static void link_accepted(struct rt_transport *tr, struct rgaps_link *link,
-			  const uint8_t token[RGAPS_LINK_TOKEN_LEN])
-{
 	for (struct rt_peer *p = tr->rt->peers; p; p = p->next) {
 		struct rt_link *l = &p->links[tr->idx];
 
@@ -198,13 +161,4 @@ void rt_on_link_refuse(struct rt_peer *p, const struct rt_wire_msg *m)
 
 	if (i >= 0 && p->links[i].state == LINK_OFFERED)
 		p->links[i].state = LINK_NONE;
-}
-
-void rt_links_stop(struct rgapsd_remote *rt)
-{
-	if (rt->late) { /* FAULT_LATE_ACCEPT: the link nobody took */
-		rt->late->tr->lp->ops.transport.close(rt->late->tr->ctx, rt->late->link);
-		uv_close((uv_handle_t *)&rt->late->timer, on_late_accept_closed);
-		rt->late = NULL;
-	}
 }

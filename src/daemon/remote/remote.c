@@ -104,23 +104,6 @@ void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
 
 /* ================================================================ start / stop */
 
-/* RGAPSD_FAULT=name[:after], tests only (enum rt_fault). */
-static void fault_from_env(struct rgapsd_remote *rt)
-{
-	static const char *const names[] = { "", "magic", "oversize", "offset", "order",
-					     "outside", "late_accept" };
-	const char *f = getenv("RGAPSD_FAULT");
-
-	for (int i = 1; f && i < (int)RGAPS_ARRAY_SIZE(names); i++) {
-		if (strncmp(f, names[i], strlen(names[i])) == 0) {
-			rt->fault = (enum rt_fault)i;
-			if (f[strlen(names[i])] == ':')
-				rt->fault_after = strtoull(f + strlen(names[i]) + 1, NULL, 10);
-			rgaps_warn("RGAPSD_FAULT=%s: this daemon misbehaves on purpose (tests only)", f);
-		}
-	}
-}
-
 int rgapsd_remote_start(struct rgapsd *d)
 {
 	struct rgapsd_peers_config pc = { 0 };
@@ -141,7 +124,6 @@ int rgapsd_remote_start(struct rgapsd *d)
 	if (!rt)
 		return -ENOMEM;
 	rt->d = d;
-	fault_from_env(rt);
 	n = rgapsd_peers_load_key(d->cfg.key_file, rt->key, sizeof(rt->key), err, sizeof(err));
 	if (n < 0) {
 		rgaps_error("key file: %s", err);
@@ -204,7 +186,6 @@ void rgapsd_remote_stop(struct rgapsd *d)
 		rt_forwarder_stop(tt);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the worker posted */
-	rt_links_stop(rt);
 	rgapsd_peers_stop(rt->pm); /* peer_down for each: rings and links go */
 	while (rt->topics)
 		rgapsd_remote_topic_gone(d, rt->topics->t);

@@ -162,38 +162,6 @@ static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
 	return src->pool_mr[o->tr];
 }
 
-/* Fault injection (RGAPSD_FAULT, tests only): corrupt this record as asked. */
-static void fault_corrupt(struct rt_out *o, struct rt_chunk *c, struct rgaps_record_hdr *h)
-{
-	struct rgapsd_remote *rt = o->p->rt;
-
-	if (!rt->fault || rt->fault >= FAULT_LATE_ACCEPT || o->records < rt->fault_after)
-		return;
-	rgaps_warn("fault injection: corrupting record %llu to %s",
-		   (unsigned long long)h->record_seq, rgapsd_peer_name(o->p->peer));
-	switch (rt->fault) {
-	case FAULT_MAGIC:
-		h->magic ^= 0xff;
-		break;
-	case FAULT_OVERSIZE:
-		h->msg_size = UINT64_MAX / 2;
-		break;
-	case FAULT_OFFSET:
-		c->slot.off = (c->slot.off + 4096) % o->geom.size;
-		break;
-	case FAULT_ORDER:
-		h->record_seq++;
-		break;
-	case FAULT_OUTSIDE:
-		c->slot.off = o->geom.size - 64;
-		break;
-	case FAULT_NONE:
-	case FAULT_LATE_ACCEPT:
-		break;
-	}
-	rt->fault = FAULT_NONE;
-}
-
 /* STAGED -> RESERVED: ring space (the Exceed check) and a header slot. -EAGAIN: no room now. */
 static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 {
@@ -228,7 +196,6 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 	h->origin_stream = (uint32_t)c->m->msg.origin_stream;
 	h->origin_seq = c->m->msg.origin_seq;
 	o->hdr_used++;
-	fault_corrupt(o, c, h);
 	return 0;
 }
 
