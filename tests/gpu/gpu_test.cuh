@@ -1,7 +1,7 @@
 /*
  * Shared by the GPU test programs: error checks, the skip rule (exit 77 with
  * the reason when no GPU is usable), and the kernels that write and check the
- * rgaps payload pattern (src/common/pattern.h) in device memory, so that a
+ * rgaps payload pattern (tools/lib/pattern.h) in device memory, so that a
  * subscriber verifies every byte of a message in place, where rgaps put it.
  * The kernels' words are checked against the C reference (gpu_util.c) by
  * `gpu-pub --selftest`.

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-/* rgaps_pattern_word() of src/common/pattern.h: the reference the kernels must match. */
+/* rgaps_pattern_word() of tools/lib/pattern.h: the reference the kernels must match. */
 uint64_t gpu_ref_pattern_word(uint64_t counter, uint64_t k);
 /* rgaps_pattern_check(): -1 if buf holds the pattern for its header's counter. */
 int64_t gpu_ref_pattern_check(const void *buf, size_t size, uint64_t *counter_p);

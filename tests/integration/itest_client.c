@@ -32,8 +32,8 @@
 
 #include "../../src/common/frame.h"
 #include "../../src/common/futex.h"
-#include "../../src/common/pattern.h"
 #include "../../src/common/topic.h"
+#include "../../tools/lib/pattern.h"
 #include "rgaps/rgaps.h"
 
 static int failures;

@@ -7,7 +7,7 @@
  * verbs transport reports a landed record as its 64-byte aligned footprint
  * with no offset (docs/PROTOCOL.md section 3), so the receiver places it from
  * that length alone and reads the exact length from the record's own header
- * (the pattern header of src/common/pattern.h here). Cases:
+ * (the pattern header of tools/lib/pattern.h here). Cases:
  *
  *   records     three rings on one link, plus one the other way, 1 500 records
  *               each, gathered from up to four pieces of two registrations,

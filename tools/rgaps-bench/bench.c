@@ -1,6 +1,7 @@
 /*
  * rgaps-bench: measures the local path (publisher and subscribers on one host)
- * through the public API only (include/rgaps/rgaps.h). The parent publishes;
+ * through the public API (include/rgaps/rgaps.h); its own processes meet on
+ * futexes of the tools' library (tools/lib/tool.h). The parent publishes;
  * N forked subscriber processes take and release. Latency is the subscriber's
  * CLOCK_REALTIME when rgaps_subscriber_take() returns minus msg.ts_ns (taken
  * when a push starts, so it includes the one copy into the pool; at commit for
@@ -39,11 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/common/config.h"
-#include "../../src/common/futex.h"
-#include "../../src/common/pattern.h"
-#include "../../src/common/util.h"
+#include "pattern.h"
 #include "rgaps/rgaps.h"
+#include "tool.h"
 
 #define MAX_SUBS 64
 #define MAX_LIST 16
@@ -54,21 +53,14 @@
 #define NS_PER_S 1000000000.0
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-	interrupted = 1;
-}
-
 static uint64_t mono_ns(void)
 {
-	return rgaps_now_ns(CLOCK_MONOTONIC);
+	return tool_now_ns(CLOCK_MONOTONIC);
 }
 
 static uint64_t real_ns(void)
 {
-	return rgaps_now_ns(CLOCK_REALTIME);
+	return tool_now_ns(CLOCK_REALTIME);
 }
 
 /* The CPUs this process may run on at start: what unpinned children get back. */
@@ -221,7 +213,7 @@ static int parse_sizes(const char *arg, struct opts *o)
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
 
-		if (o->nsizes == MAX_LIST || rgaps_parse_size(tok, &v) || v < RGAPS_PATTERN_HDR) {
+		if (o->nsizes == MAX_LIST || tool_parse_size(tok, &v) || v < RGAPS_PATTERN_HDR) {
 			fprintf(stderr, "rgaps-bench: --sizes: bad size '%s' (at least %u bytes, "
 					"at most %d sizes)\n", tok, RGAPS_PATTERN_HDR, MAX_LIST);
 			r = -EINVAL;
@@ -462,7 +454,7 @@ struct kids {
 	int n;
 };
 
-RGAPS_PRINTF(3, 4)
+TOOL_PRINTF(3, 4)
 static void child_fail(struct shared *sh, int idx, const char *fmt, ...)
 {
 	va_list ap;
@@ -472,9 +464,9 @@ static void child_fail(struct shared *sh, int idx, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "rgaps-bench: subscriber %d: %s\n", idx, sh->err[idx]);
 	__atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
-	rgaps_futex_wake_all(&sh->failed);
-	rgaps_futex_wake_all(&sh->ready);
-	rgaps_futex_wake_all(&sh->released);
+	tool_futex_wake_all(&sh->failed);
+	tool_futex_wake_all(&sh->ready);
+	tool_futex_wake_all(&sh->released);
 	_exit(1);
 }
 
@@ -531,9 +523,9 @@ static int kids_wait(struct kids *k, const struct shared *sh)
 			left |= k->pid[i] > 0;
 		if (!left)
 			break;
-		if (mono_ns() >= deadline || interrupted) {
+		if (mono_ns() >= deadline || tool_interrupted) {
 			fprintf(stderr, "rgaps-bench: subscribers did not exit within %d s%s\n",
-				WAIT_MS / 1000, interrupted ? " (interrupted)" : "");
+				WAIT_MS / 1000, tool_interrupted ? " (tool_interrupted)" : "");
 			kids_kill(k);
 			r = -ETIMEDOUT;
 			break;
@@ -567,8 +559,8 @@ static int wait_count(struct shared *sh, uint32_t *word, uint32_t target, struct
 			return 0;
 		if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE))
 			return -EIO;
-		if (interrupted) {
-			fprintf(stderr, "rgaps-bench: interrupted\n");
+		if (tool_interrupted) {
+			fprintf(stderr, "rgaps-bench: tool_interrupted\n");
 			return -EINTR;
 		}
 		now = mono_ns();
@@ -577,8 +569,8 @@ static int wait_count(struct shared *sh, uint32_t *word, uint32_t target, struct
 					"(%u of %u)\n", WAIT_MS / 1000, what, v, target);
 			return -ETIMEDOUT;
 		}
-		r = rgaps_futex_wait(word, v,
-				     RGAPS_MIN((int64_t)SLICE_NS, (int64_t)(deadline - now)));
+		r = tool_futex_wait(word, v,
+				     TOOL_MIN((int64_t)SLICE_NS, (int64_t)(deadline - now)));
 		if (r == -ETIMEDOUT && kids_failed(k)) {
 			for (int i = 0; i < k->n; i++)
 				if (k->pid[i] == 0 && k->status[i])
@@ -766,7 +758,7 @@ static void wake_child(struct shared *sh, int idx, void *arg)
 	uint32_t seen = 0;
 
 	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	rgaps_futex_wake_all(&sh->ready);
+	tool_futex_wake_all(&sh->ready);
 	for (uint64_t k = 0; k < wa->rounds; k++) {
 		uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull, now;
 
@@ -774,7 +766,7 @@ static void wake_child(struct shared *sh, int idx, void *arg)
 			if (mono_ns() >= deadline)
 				child_fail(sh, idx, "raw wake test: no wake-up in %d s",
 					   WAIT_MS / 1000);
-			rgaps_futex_wait(&sh->round, seen, SLICE_NS);
+			tool_futex_wait(&sh->round, seen, SLICE_NS);
 		}
 		now = real_ns();
 		seen = __atomic_load_n(&sh->round, __ATOMIC_ACQUIRE);
@@ -782,7 +774,7 @@ static void wake_child(struct shared *sh, int idx, void *arg)
 			(int64_t)(now - __atomic_load_n(&sh->round_ts, __ATOMIC_ACQUIRE));
 		if (__atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
 		    (uint32_t)wa->nsubs * (k + 1))
-			rgaps_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->released);
 	}
 }
 
@@ -811,7 +803,7 @@ static int raw_wake_measure(int nsubs, const int *cpus, int ncpus, struct raw_wa
 	for (uint64_t i = 0; !r && i < wa.rounds; i++) {
 		__atomic_store_n(&sh->round_ts, real_ns(), __ATOMIC_RELEASE);
 		__atomic_store_n(&sh->round, (uint32_t)(i + 1), __ATOMIC_RELEASE);
-		rgaps_futex_wake_all(&sh->round);
+		tool_futex_wake_all(&sh->round);
 		r = wait_count(sh, &sh->released, (uint32_t)((uint64_t)nsubs * (i + 1)), &k,
 			       "raw wake acknowledgements");
 	}
@@ -978,10 +970,10 @@ static int daemon_spawn(struct bench *b)
 	snprintf(b->config, sizeof(b->config), "%s/rgapsd.json", b->dir);
 	snprintf(b->instance, sizeof(b->instance), "bench%d", (int)getpid());
 	for (int i = 0; i < b->o.nsizes; i++)
-		maxsize = RGAPS_MAX(maxsize, b->o.sizes[i]);
-	pool = RGAPS_MAX(256ull << 20, 4 * maxsize);
-	rgaps_format_size(maxsize, maxs, sizeof(maxs));
-	rgaps_format_size(pool, pools, sizeof(pools));
+		maxsize = TOOL_MAX(maxsize, b->o.sizes[i]);
+	pool = TOOL_MAX(256ull << 20, 4 * maxsize);
+	tool_format_size(maxsize, maxs, sizeof(maxs));
+	tool_format_size(pool, pools, sizeof(pools));
 	f = fopen(b->config, "w");
 	if (!f) {
 		fprintf(stderr, "rgaps-bench: %s: %s\n", b->config, strerror(errno));
@@ -1070,7 +1062,7 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 		child_fail(sh, idx, "topic info: %s", rgaps_strerror(r));
 	host = info.memory == RGAPS_MEMORY_HOST;
 	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	rgaps_futex_wake_all(&sh->ready);
+	tool_futex_wake_all(&sh->ready);
 
 	for (uint64_t k = 0; k < total; k++) {
 		rgaps_msg_t m;
@@ -1117,7 +1109,7 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 		if (c->mode == MODE_LATENCY &&
 		    __atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
 			    (uint32_t)((uint64_t)c->nsubs * (k + 1)))
-			rgaps_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->released);
 	}
 	rgaps_subscriber_destroy(sub);
 }
@@ -1168,7 +1160,7 @@ static int stats_fill(struct run *c)
 	}
 	for (int s = 0; s < c->nsubs; s++)
 		for (uint64_t i = 0; i < c->iters; i++)
-			last[i] = RGAPS_MAX(last[i], c->lat[(uint64_t)s * c->iters + i]);
+			last[i] = TOOL_MAX(last[i], c->lat[(uint64_t)s * c->iters + i]);
 	/* Paired per message, so that how fast the copy went this time cancels out. */
 	for (uint64_t i = 0; i < c->iters; i++)
 		fan[i] = last[i] - c->push[i];
@@ -1254,7 +1246,7 @@ static void topic_of(uint64_t size, char *buf, size_t len)
 	char sz[32];
 
 	/* One topic per size: each pool stays in shared memory until rgapsd exits. */
-	rgaps_format_size(size, sz, sizeof(sz));
+	tool_format_size(size, sz, sizeof(sz));
 	snprintf(buf, len, "bench-%d-%s", (int)getpid(), sz);
 }
 
@@ -1410,7 +1402,7 @@ static int run_round(struct bench *b, struct run *c, rgaps_publisher_t *pub, boo
 				       &k, "every subscriber to release the last message");
 			if (r)
 				goto out_loan;
-		} else if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE) || interrupted) {
+		} else if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE) || tool_interrupted) {
 			r = -EIO;
 			goto out_loan;
 		}
@@ -1442,9 +1434,9 @@ static int plan_add(struct bench *b, uint64_t size, int nsubs, enum mode mode, e
 {
 	struct run *c;
 
-	if (b->nruns == (int)RGAPS_ARRAY_SIZE(b->runs)) {
+	if (b->nruns == (int)TOOL_ARRAY_SIZE(b->runs)) {
 		fprintf(stderr, "rgaps-bench: too many configurations (at most %d)\n",
-			(int)RGAPS_ARRAY_SIZE(b->runs));
+			(int)TOOL_ARRAY_SIZE(b->runs));
 		return -E2BIG;
 	}
 	c = &b->runs[b->nruns++];
@@ -1629,7 +1621,7 @@ static void print_tables(const struct bench *b)
 
 			if (c->mode != MODE_LATENCY)
 				continue;
-			rgaps_format_size(c->size, sz, sizeof(sz));
+			tool_format_size(c->size, sz, sizeof(sz));
 			spin_label(b, c->spin, sp, sizeof(sp));
 			printf("%-7s %4d %4s %4s %6" PRIu64 " %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
 			       "%9.1f %8.1f\n", sz, c->nsubs, api_name(c->api), sp, c->iters,
@@ -1655,7 +1647,7 @@ static void print_tables(const struct bench *b)
 
 			if (c->mode != MODE_THROUGHPUT)
 				continue;
-			rgaps_format_size(c->size, sz, sizeof(sz));
+			tool_format_size(c->size, sz, sizeof(sz));
 			printf("%-7s %4d %4s %6" PRIu64 " %12.0f %12.3f %12.3f %9.1f\n", sz,
 			       c->nsubs, api_name(c->api), c->iters, c->msgs_s, c->gib_s,
 			       c->gib_s_total, us(c->push_p50));
@@ -1669,7 +1661,7 @@ static void print_tables(const struct bench *b)
 	for (int i = 0; i < b->o.nsizes; i++) {
 		const struct raw_copy *rc = &b->copies[i];
 
-		rgaps_format_size(rc->size, sz, sizeof(sz));
+		tool_format_size(rc->size, sz, sizeof(sz));
 		printf("%-7s %10.2f %10.2f %8.2f %10.2f %10.2f %8.2f\n", sz, us(rc->priv.p50),
 		       us(rc->priv.min), gib_s(rc->size, rc->priv.p50), us(rc->shm.p50),
 		       us(rc->shm.min), gib_s(rc->size, rc->shm.p50));
@@ -1693,7 +1685,7 @@ static void print_tables(const struct bench *b)
 
 		if (!rc->il.n || rc->il.p50 <= 0 || rc->shm.p50 <= 0)
 			continue;
-		rgaps_format_size(rc->size, sz, sizeof(sz));
+		tool_format_size(rc->size, sz, sizeof(sz));
 		printf("%-7s %10.2f %10.2f %8.2f", sz, us(rc->alone.p50), us(rc->il.p50),
 		       rc->alone.p50 / rc->il.p50);
 		if (c)
@@ -1808,7 +1800,7 @@ static void progress(const struct bench *b, const struct run *c, int round, uint
 {
 	char sz[32], sp[16];
 
-	rgaps_format_size(c->size, sz, sizeof(sz));
+	tool_format_size(c->size, sz, sizeof(sz));
 	spin_label(b, c->spin, sp, sizeof(sp));
 	fprintf(stderr, "round %d/%d: %s x %d, %s, %s, spin %s: %" PRIu64 " + %" PRIu64
 			" warm-up messages\n", round + 1, b->o.rounds, sz, c->nsubs,
@@ -1831,7 +1823,7 @@ static int run_size(struct bench *b, int si)
 	uint8_t *shm = dst ? shm_alloc(size) : NULL;
 	rgaps_publisher_t *pub = NULL;
 	rgaps_topic_info_t info;
-	int idx[RGAPS_ARRAY_SIZE(b->runs)], m = 0;
+	int idx[TOOL_ARRAY_SIZE(b->runs)], m = 0;
 	bool host;
 	int r = -ENOMEM;
 
@@ -1902,7 +1894,6 @@ static int run_all(struct bench *b)
 
 int main(int argc, char **argv)
 {
-	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: waits end */
 	static struct bench b;
 	int r;
 
@@ -1910,9 +1901,7 @@ int main(int argc, char **argv)
 	if (r)
 		return r;
 	b.memory = "unknown";
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	tool_catch_signals(); /* waits end at SIGINT, SIGTERM, SIGHUP */
 	machine_info(&b, argc, argv);
 	if (b.o.socket)
 		setenv("RGAPS_SOCKET", b.o.socket, 1);
@@ -1939,7 +1928,7 @@ int main(int argc, char **argv)
 
 			fprintf(stderr, "rgaps-bench: cannot reach rgapsd at %s: %s (start one, or "
 					"use --spawn-daemon)\n",
-				sock && *sock ? sock : RGAPS_DEFAULT_SOCKET, rgaps_strerror(r));
+				sock && *sock ? sock : tool_default_socket(), rgaps_strerror(r));
 			goto out;
 		}
 		cJSON_Delete(reply);
@@ -1952,7 +1941,7 @@ int main(int argc, char **argv)
 	if (b.o.json)
 		r = json_write(&b);
 out:
-	if (r && !interrupted && b.daemon_pid > 0)
+	if (r && !tool_interrupted && b.daemon_pid > 0)
 		print_log_tail(b.log);
 	daemon_stop(&b);
 	for (int i = 0; i < b.nruns; i++) {
@@ -1965,7 +1954,7 @@ out:
 		free(b.copies[i].alone.v);
 		free(b.copies[i].il.v);
 	}
-	if (interrupted)
+	if (tool_interrupted)
 		return 130;
 	return r ? 1 : 0;
 }

@@ -21,9 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/common/config.h"
 #include "rgaps/rgaps.h"
-#include "../rgaps/paged.h"
+#include "paged.h"
+#include "stats.h"
+#include "tool.h"
 #include "top_view.h"
 
 #define MIN_INTERVAL_MS 50
@@ -46,21 +47,6 @@ struct top {
 	bool colors;
 };
 
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-	interrupted = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -75,7 +61,7 @@ static void usage(FILE *f)
 		"  -S, --socket PATH  the daemon's control socket (default $RGAPS_SOCKET, else %s)\n"
 		"Keys: q quit, t topics, p peers, tab switch, s/S sort, arrows PgUp PgDn Home End\n"
 		"scroll, r poll now.\n",
-		RGAPS_DEFAULT_SOCKET);
+		tool_default_socket());
 }
 
 /* Poll once; the reply replaces cur (cur becomes prev). 0, or fills t->error. */
@@ -95,7 +81,7 @@ static int poll_stats(struct top *t)
 	cJSON_Delete(t->prev.stats);
 	t->prev = t->cur;
 	t->cur.stats = j;
-	t->cur.t_s = now_s();
+	t->cur.t_s = tool_now_s();
 	if (t->prev.stats && top_sample_restarted(&t->prev, &t->cur)) {
 		/* another daemon now: its counters started over, rates restart too */
 		cJSON_Delete(t->prev.stats);
@@ -105,14 +91,6 @@ static int poll_stats(struct top *t)
 	t->last_ok = time(NULL);
 	t->error[0] = 0;
 	return 0;
-}
-
-/* Sleep @p ms unless a signal ends the wait first. */
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
 }
 
 static void fmt_clock(char *buf, size_t n, time_t when)
@@ -129,11 +107,11 @@ static int run_batch(struct top *t, int frames)
 {
 	struct top_frame f = { 0 };
 
-	for (int i = 1; i <= frames && !interrupted; i++) {
+	for (int i = 1; i <= frames && !tool_interrupted; i++) {
 		char when[16];
 
-		sleep_ms(t->interval_ms);
-		if (interrupted)
+		tool_sleep_ms(t->interval_ms);
+		if (tool_interrupted)
 			break;
 		if (poll_stats(t)) {
 			fprintf(stderr, "rgaps-top: lost rgapsd at %s: %s\n", t->socket, t->error);
@@ -349,7 +327,7 @@ static bool on_key(struct top *t, int ch)
 
 static int run_screen(struct top *t)
 {
-	double next = now_s() + t->interval_ms / 1000.0;
+	double next = tool_now_s() + t->interval_ms / 1000.0;
 	SCREEN *scr;
 
 	if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
@@ -371,23 +349,23 @@ static int run_screen(struct top *t)
 		use_default_colors();
 		t->colors = init_pair(PAIR_ALERT, COLOR_RED, -1) == OK;
 	}
-	while (!interrupted) {
+	while (!tool_interrupted) {
 		double now;
 		int ch, wait_ms;
 
 		draw(t);
-		now = now_s();
+		now = tool_now_s();
 		wait_ms = next > now ? (int)ceil((next - now) * 1000) : 0;
 		timeout(wait_ms);
 		ch = getch();
-		if (interrupted)
+		if (tool_interrupted)
 			break;
 		if (ch == ERR || ch == 'r' || ch == 'R' || ch == 12 /* ^L */) {
 			if (ch == 12)
 				clearok(curscr, TRUE);
-			if (ch != ERR || now_s() >= next) {
+			if (ch != ERR || tool_now_s() >= next) {
 				poll_stats(t); /* a failure shows in the status line; retried next time */
-				next = now_s() + t->interval_ms / 1000.0;
+				next = tool_now_s() + t->interval_ms / 1000.0;
 			}
 			continue;
 		}
@@ -442,9 +420,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end */
 	struct top t = { .interval_ms = 1000, .sort = TOP_SORT_MSG_RATE };
-	const char *env;
 	int c, batch = 0, rc;
 
 	while ((c = getopt_long(argc, argv, "i:1b:s:S:h", opts, NULL)) != -1) {
@@ -485,10 +461,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	env = getenv("RGAPS_SOCKET");
-	t.socket = env && *env ? env : RGAPS_DEFAULT_SOCKET;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	t.socket = tool_socket();
+	tool_catch_signals(); /* sleeps end at SIGINT / SIGTERM */
 
 	/* The first poll decides: no daemon, no view. */
 	if (poll_stats(&t)) {

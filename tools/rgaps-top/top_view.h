@@ -67,15 +67,6 @@ void top_frame_printf(struct top_frame *f, enum top_attr attr, const char *fmt, 
 /** Widest line of the frame, in characters. */
 size_t top_frame_width(const struct top_frame *f);
 
-/**
- * The number at @p path, a dotted list of object keys ("counters.published"),
- * or NAN when a key is missing or the value is not a number (true counts 1).
- */
-double top_num(const cJSON *o, const char *path);
-
-/** The string at key @p key of @p o, or NULL. */
-const char *top_str(const cJSON *o, const char *key);
-
 /** (cur - prev) / dt_s, or NAN when either is missing, dt_s <= 0 or the counter went back. */
 double top_rate(double cur, double prev, double dt_s);
 

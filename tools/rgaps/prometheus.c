@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stats.h"
+
 struct metric {
 	const char *name; /* without the rgaps_ prefix */
 	const char *type; /* "counter" or "gauge" */
@@ -175,36 +177,6 @@ static const struct metric link_metrics[] = {
 	  "Records that landed after their ring was torn down (dropped).", "records_late" },
 };
 
-/* The number at a dotted path (booleans count as 0/1); NAN when absent. */
-static double value_at(const cJSON *o, const char *path)
-{
-	char key[64];
-
-	while (o && *path) {
-		const char *dot = strchr(path, '.');
-		size_t n = dot ? (size_t)(dot - path) : strlen(path);
-
-		if (n >= sizeof(key))
-			return NAN;
-		memcpy(key, path, n);
-		key[n] = '\0';
-		o = cJSON_GetObjectItemCaseSensitive(o, key);
-		path += n + (dot ? 1 : 0);
-	}
-	if (cJSON_IsNumber(o))
-		return o->valuedouble;
-	if (cJSON_IsBool(o))
-		return cJSON_IsTrue(o) ? 1 : 0;
-	return NAN;
-}
-
-static const char *str_of(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 /* name="value" with \, " and newline escaped, appended to buf. */
 static void add_label(char *buf, size_t len, const char *name, const char *value)
 {
@@ -232,7 +204,7 @@ static void write_family(FILE *out, const struct metric *m, const struct labeled
 	bool header = false;
 
 	for (size_t i = 0; i < n; i++) {
-		double v = value_at(objs[i].obj, m->path);
+		double v = stats_num(objs[i].obj, m->path);
 
 		if (isnan(v))
 			continue;
@@ -301,7 +273,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
 	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(
 		cJSON_GetObjectItemCaseSensitive(reply, "peers"), "sessions");
-	const char *inst = str_of(daemon, "instance") ? str_of(daemon, "instance") : "";
+	const char *inst = stats_str(daemon, "instance") ? stats_str(daemon, "instance") : "";
 	const cJSON *t, *s;
 	int rc;
 
@@ -312,7 +284,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(t, topics)
 	{
-		const char *name = str_of(t, "name");
+		const char *name = stats_str(t, "name");
 
 		if (name)
 			add_obj(&os, t, inst, (const char *const[]){ "topic", name, NULL });
@@ -321,14 +293,14 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(t, topics)
 	{
-		const char *name = str_of(t, "name");
+		const char *name = stats_str(t, "name");
 
 		cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "subscriber_slots"))
 		{
 			char slot[32], pid[32];
 
-			snprintf(slot, sizeof(slot), "%.0f", value_at(s, "slot"));
-			snprintf(pid, sizeof(pid), "%.0f", value_at(s, "pid"));
+			snprintf(slot, sizeof(slot), "%.0f", stats_num(s, "slot"));
+			snprintf(pid, sizeof(pid), "%.0f", stats_num(s, "pid"));
 			if (name)
 				add_obj(&os, s, inst,
 					(const char *const[]){ "topic", name, "slot", slot, "pid",
@@ -339,7 +311,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const char *name = str_of(s, "name");
+		const char *name = stats_str(s, "name");
 
 		if (name)
 			add_obj(&os, s, inst, (const char *const[]){ "peer", name, NULL });
@@ -348,7 +320,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const char *name = str_of(s, "name");
+		const char *name = stats_str(s, "name");
 		const cJSON *l;
 
 		cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(s, "links"))

@@ -1,6 +1,6 @@
 /*
  * rgaps: the command-line tool. `pub` and `sub` exercise a topic end to end
- * with a verifiable payload (src/common/pattern.h); `topics` and `stats` query
+ * with a verifiable payload (tools/lib/pattern.h); `topics` and `stats` query
  * the daemon. Uses only the public API (include/rgaps/rgaps.h).
  */
 #include <cjson/cJSON.h>
@@ -16,30 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/common/config.h"
-#include "../../src/common/pattern.h"
-#include "rgaps/rgaps.h"
 #include "paged.h"
+#include "pattern.h"
 #include "prometheus.h"
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-	interrupted = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "rgaps/rgaps.h"
+#include "tool.h"
 
 static int parse_size_arg(const char *opt, const char *s, uint64_t *v)
 {
-	if (rgaps_parse_size(s, v) != 0) {
+	if (tool_parse_size(s, v) != 0) {
 		fprintf(stderr, "rgaps: %s: cannot parse size '%s'\n", opt, s);
 		return -1;
 	}
@@ -69,7 +54,7 @@ static void usage(FILE *f)
 		"  topics [--json]\n"
 		"  stats [TOPIC] [--json | --prometheus]\n"
 		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
-		RGAPS_DEFAULT_SOCKET);
+		tool_default_socket());
 }
 
 /* ---------------------------------------------------------------- queries */
@@ -215,7 +200,7 @@ static int cmd_topics(int argc, char **argv, bool stats)
 
 static int wait_subscribers(const char *topic, int want, double deadline)
 {
-	while (!interrupted && now_s() < deadline) {
+	while (!tool_interrupted && tool_now_s() < deadline) {
 		cJSON *reply = NULL, *t;
 		int have = 0;
 
@@ -328,14 +313,14 @@ static int cmd_pub(int argc, char **argv)
 		rgaps_publisher_destroy(pub);
 		return 1;
 	}
-	if (want_subs && wait_subscribers(topic, want_subs, now_s() + timeout)) {
+	if (want_subs && wait_subscribers(topic, want_subs, tool_now_s() + timeout)) {
 		free(buf);
 		rgaps_publisher_destroy(pub);
 		return 1;
 	}
 	srand(12345);
-	t0 = now_s();
-	for (uint64_t i = 0; i < count && !interrupted; i++) {
+	t0 = tool_now_s();
+	for (uint64_t i = 0; i < count && !tool_interrupted; i++) {
 		uint64_t size = smin;
 
 		if (smax > smin) {
@@ -371,13 +356,13 @@ static int cmd_pub(int argc, char **argv)
 		}
 		bytes += size;
 		if (rate > 0) {
-			double next = t0 + (double)(i + 1) / rate, now = now_s();
+			double next = t0 + (double)(i + 1) / rate, now = tool_now_s();
 
 			if (next > now)
 				usleep((useconds_t)((next - now) * 1e6));
 		}
 	}
-	t1 = now_s();
+	t1 = tool_now_s();
 	printf("published %" PRIu64 " messages (%" PRIu64 " bytes) in %.3f s: %.0f msg/s, "
 	       "%.1f MiB/s; failures %" PRIu64 "\n",
 	       count - failures, bytes, t1 - t0, (double)(count - failures) / (t1 - t0),
@@ -466,10 +451,10 @@ static int cmd_sub(int argc, char **argv)
 	}
 	printf("subscribed to %s\n", topic);
 	fflush(stdout);
-	deadline = now_s() + timeout;
+	deadline = tool_now_s() + timeout;
 	/* --count N: stop once N sequence numbers are accounted for, received or reported lost */
-	while (received + gaps + drops < count && !interrupted) {
-		double left = deadline - now_s();
+	while (received + gaps + drops < count && !tool_interrupted) {
+		double left = deadline - tool_now_s();
 		rgaps_msg_t m;
 		int r;
 
@@ -492,7 +477,7 @@ static int cmd_sub(int argc, char **argv)
 					 (double)m.ts_ns) / 1e3;
 		}
 		if (!received)
-			t0 = now_s();
+			t0 = tool_now_s();
 		received++;
 		bytes += m.size;
 		drops += m.gap;
@@ -519,7 +504,7 @@ static int cmd_sub(int argc, char **argv)
 	}
 	printf("received %" PRIu64 " verified %" PRIu64 " mismatched %" PRIu64 " gaps %" PRIu64
 	       " drops %" PRIu64 " bytes %" PRIu64 " in %.3f s\n",
-	       received, verified, bad, gaps, drops, bytes, received ? now_s() - t0 : 0.0);
+	       received, verified, bad, gaps, drops, bytes, received ? tool_now_s() - t0 : 0.0);
 	if (lat && received) {
 		uint64_t n = received < count ? received : count;
 
@@ -543,10 +528,7 @@ static int cmd_sub(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	struct sigaction sa = { .sa_handler = on_sigint }; /* no SA_RESTART: waits end */
-
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	tool_catch_signals(); /* a take or a sleep ends at SIGINT / SIGTERM */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

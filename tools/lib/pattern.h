@@ -5,8 +5,8 @@
  * wrong publisher step, a torn write, a stale block or a shifted offset all
  * show up as a mismatch. The GPU tests compute the same words in a kernel.
  */
-#ifndef RGAPS_COMMON_PATTERN_H
-#define RGAPS_COMMON_PATTERN_H
+#ifndef RGAPS_TOOLS_PATTERN_H
+#define RGAPS_TOOLS_PATTERN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,33 @@
+/*
+ * Reading rgapsd's `stats` reply (docs/PROTOCOL.md, "stats"), for the tools
+ * that show it: `rgaps stats --prometheus` and rgaps-top. The reply is a JSON
+ * object; a number is named by its dotted path from the object that holds it
+ * ("pool.used", "latency.p99_us"). Nothing here assumes a field exists: an
+ * absent or non-numeric one reads as NAN, so an older or newer daemon shows
+ * what it has.
+ *
+ * The parts the tools walk:
+ *   daemon          version, instance, uptime_s, requests, connections
+ *   topics[]        name, memory, config{...}, counters (published, taken,
+ *                   dropped, ...), pool{...}, queue{...}, latency{...},
+ *                   subscribers[] and publishers[] (per slot), from_peers{...}
+ *   peers           listen, accepted, auth_failures, ..., sessions[] (per
+ *                   peer, with links{<transport>: {...}}), rings[] (per ring,
+ *                   direction "in" or "out"), forwarders[] (per topic), and
+ *                   state_machine{<machine>: {"a->b": count, "->a": entries}}
+ */
+#ifndef RGAPS_TOOLS_STATS_H
+#define RGAPS_TOOLS_STATS_H
+
+#include <cjson/cJSON.h>
+
+/* The number at a dotted path below o (booleans read 0 or 1); NAN when absent. */
+double stats_num(const cJSON *o, const char *path);
+/* The string member key of o, or NULL. */
+const char *stats_str(const cJSON *o, const char *key);
+/* The member key of o, or NULL (o may be NULL). */
+const cJSON *stats_get(const cJSON *o, const char *key);
+/* The element of array arr whose string member key equals val, or NULL. */
+const cJSON *stats_find(const cJSON *arr, const char *key, const char *val);
+
+#endif

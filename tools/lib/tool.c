@@ -1,0 +1,81 @@
+/*
+ * The tools' shared helpers (tool.h). Sizes and futexes are rgaps' own
+ * (src/common): one implementation, reached from the tools only through here.
+ */
+#include "tool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/common/config.h"
+#include "../../src/common/futex.h"
+
+volatile sig_atomic_t tool_interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	tool_interrupted = 1;
+}
+
+void tool_catch_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: waits end with EINTR */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+uint64_t tool_now_ns(clockid_t clk)
+{
+	return rgaps_now_ns(clk);
+}
+
+double tool_now_s(void)
+{
+	return (double)rgaps_now_ns(CLOCK_MONOTONIC) / 1e9;
+}
+
+void tool_sleep_ms(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+int tool_parse_size(const char *s, uint64_t *v_p)
+{
+	return rgaps_parse_size(s, v_p);
+}
+
+void tool_format_size(uint64_t v, char *buf, size_t len)
+{
+	rgaps_format_size(v, buf, len);
+}
+
+int tool_futex_wait(uint32_t *word, uint32_t val, int64_t timeout_ns)
+{
+	return rgaps_futex_wait(word, val, timeout_ns);
+}
+
+void tool_futex_wake_all(uint32_t *word)
+{
+	rgaps_futex_wake_all(word);
+}
+
+const char *tool_default_socket(void)
+{
+	return RGAPS_DEFAULT_SOCKET;
+}
+
+const char *tool_socket(void)
+{
+	const char *env = getenv("RGAPS_SOCKET");
+
+	return env && *env ? env : RGAPS_DEFAULT_SOCKET;
+}
