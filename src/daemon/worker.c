@@ -9,17 +9,15 @@
 static void on_async(uv_async_t *a)
 {
 	struct rgapsd_mailbox *mb = a->data;
+	struct rgapsd_msg_q q = STAILQ_HEAD_INITIALIZER(q);
 	struct rgapsd_msg *m;
 
 	pthread_mutex_lock(&mb->lock);
-	m = mb->head;
-	mb->head = mb->tail = NULL;
+	STAILQ_CONCAT(&q, &mb->q);
 	pthread_mutex_unlock(&mb->lock);
-	while (m) {
-		struct rgapsd_msg *next = m->next;
-
+	while ((m = STAILQ_FIRST(&q))) {
+		STAILQ_REMOVE_HEAD(&q, link); /* fn may free m */
 		m->fn(m);
-		m = next;
 	}
 }
 
@@ -28,6 +26,7 @@ int rgapsd_mailbox_init(uv_loop_t *loop, struct rgapsd_mailbox *mb)
 	int r;
 
 	memset(mb, 0, sizeof(*mb));
+	STAILQ_INIT(&mb->q);
 	pthread_mutex_init(&mb->lock, NULL);
 	r = uv_async_init(loop, &mb->async, on_async);
 	if (r) {
@@ -40,13 +39,8 @@ int rgapsd_mailbox_init(uv_loop_t *loop, struct rgapsd_mailbox *mb)
 
 void rgapsd_mailbox_post(struct rgapsd_mailbox *mb, struct rgapsd_msg *m)
 {
-	m->next = NULL;
 	pthread_mutex_lock(&mb->lock);
-	if (mb->tail)
-		mb->tail->next = m;
-	else
-		mb->head = m;
-	mb->tail = m;
+	STAILQ_INSERT_TAIL(&mb->q, m, link);
 	pthread_mutex_unlock(&mb->lock);
 	uv_async_send(&mb->async);
 }
@@ -75,14 +69,12 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct rgapsd_job *j;
 
-		while (!w->head && !w->stop)
+		while (STAILQ_EMPTY(&w->q) && !w->stop)
 			pthread_cond_wait(&w->cond, &w->lock);
-		j = w->head;
+		j = STAILQ_FIRST(&w->q);
 		if (!j)
 			break; /* stop, and nothing left to do */
-		w->head = j->next_job;
-		if (!w->head)
-			w->tail = NULL;
+		STAILQ_REMOVE_HEAD(&w->q, link);
 		pthread_mutex_unlock(&w->lock);
 		j->run(j);
 		rgapsd_mailbox_post(w->mb, &j->done);
@@ -97,6 +89,7 @@ int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, cons
 	int r;
 
 	memset(w, 0, sizeof(*w));
+	STAILQ_INIT(&w->q);
 	w->mb = mb;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -110,13 +103,8 @@ int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, cons
 
 void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job)
 {
-	job->next_job = NULL;
 	pthread_mutex_lock(&w->lock);
-	if (w->tail)
-		w->tail->next_job = job;
-	else
-		w->head = job;
-	w->tail = job;
+	STAILQ_INSERT_TAIL(&w->q, job, link);
 	pthread_cond_signal(&w->cond);
 	pthread_mutex_unlock(&w->lock);
 }

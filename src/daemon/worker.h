@@ -17,17 +17,19 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/queue.h>
 #include <uv.h>
 
 struct rgapsd_msg {
-	struct rgapsd_msg *next;
+	STAILQ_ENTRY(rgapsd_msg) link;
 	void (*fn)(struct rgapsd_msg *m); /* runs on the loop thread */
 };
+STAILQ_HEAD(rgapsd_msg_q, rgapsd_msg);
 
 struct rgapsd_mailbox {
 	uv_async_t async;
 	pthread_mutex_t lock;
-	struct rgapsd_msg *head, *tail;
+	struct rgapsd_msg_q q;
 	bool closing;
 };
 
@@ -39,7 +41,7 @@ void rgapsd_mailbox_close(struct rgapsd_mailbox *mb);
 
 struct rgapsd_job {
 	struct rgapsd_msg done; /* posted to the mailbox after run() */
-	struct rgapsd_job *next_job;
+	STAILQ_ENTRY(rgapsd_job) link;
 	void (*run)(struct rgapsd_job *job); /* runs on the worker thread */
 };
 
@@ -47,7 +49,7 @@ struct rgapsd_worker {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct rgapsd_job *head, *tail;
+	STAILQ_HEAD(, rgapsd_job) q;
 	struct rgapsd_mailbox *mb;
 	bool stop;
 	bool started;

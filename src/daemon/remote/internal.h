@@ -236,7 +236,7 @@ STAILQ_HEAD(rt_chunk_q, rt_chunk);
 struct rt_out {
 	struct rt_peer *p;
 	struct rt_topic *tt;
-	struct rt_out *next_in_topic;
+	SLIST_ENTRY(rt_out) in_topic; /* tt->outs */
 	uint32_t id;
 	int tr;
 	enum { OUT_RING_PREPARING, OUT_RING_READY, OUT_RING_CLOSING } state;
@@ -309,7 +309,7 @@ struct rt_seen {
 struct rt_peer {
 	struct rgapsd_remote *rt;
 	struct rgapsd_peer *peer;
-	struct rt_peer *next;
+	SLIST_ENTRY(rt_peer) link; /* rt->peers */
 	bool initiator;
 	struct rt_link links[RT_TR_MAX];
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1];
@@ -331,7 +331,7 @@ struct rt_peer {
 };
 
 struct rt_waiter {
-	struct rt_waiter *next;
+	SLIST_ENTRY(rt_waiter) link; /* tt->waiters */
 	void (*done)(void *arg, int status);
 	void *arg;
 	uint64_t deadline;
@@ -340,9 +340,9 @@ struct rt_waiter {
 struct rt_topic {
 	struct rgapsd_remote *rt;
 	struct rgapsd_topic *t;
-	struct rt_topic *next;
-	struct rt_out *outs;
-	struct rt_waiter *waiters;
+	SLIST_ENTRY(rt_topic) link; /* rt->topics */
+	SLIST_HEAD(, rt_out) outs;  /* one per interested peer */
+	SLIST_HEAD(, rt_waiter) waiters; /* publishers whose attach waits for the set-ups */
 	/* forwarder */
 	pthread_t fwd_thread;
 	bool fwd_started;
@@ -370,8 +370,8 @@ struct rgapsd_remote {
 	struct rgapsd_peers *pm;
 	struct rt_transport tr[RT_TR_MAX];
 	int ntr;
-	struct rt_peer *peers;
-	struct rt_topic *topics;
+	SLIST_HEAD(, rt_peer) peers;
+	SLIST_HEAD(, rt_topic) topics;
 	struct rgapsd_mailbox mb;
 	struct rgapsd_worker worker;
 	uv_timer_t tick, retry;

@@ -51,7 +51,7 @@ void rt_on_link_accepted(void *arg, struct rgaps_link *link,
 {
 	struct rt_transport *tr = arg;
 
-	for (struct rt_peer *p = tr->rt->peers; p; p = p->next) {
+	for (struct rt_peer *p = SLIST_FIRST(&tr->rt->peers); p; p = SLIST_NEXT(p, link)) {
 		struct rt_link *l = &p->links[tr->idx];
 
 		if (l->state == LINK_OFFERED &&

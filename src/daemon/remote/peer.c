@@ -26,15 +26,14 @@ struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 	p->peer = peer;
 	for (int i = 0; i < rt->ntr; i++)
 		STAILQ_INIT(&p->deferred[i]);
-	p->next = rt->peers;
-	rt->peers = p;
+	SLIST_INSERT_HEAD(&rt->peers, p, link);
 	rgapsd_peer_set_data(peer, p);
 	return p;
 }
 
 struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link)
 {
-	for (struct rt_peer *p = rt->peers; p; p = p->next)
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		if (p->links[tr].link == link && p->links[tr].state != LINK_NONE)
 			return p;
 	return NULL;

@@ -353,7 +353,7 @@ void rt_on_retry(uv_timer_t *t)
 	struct rgapsd_remote *rt = t->data;
 
 	rt->retry_armed = false;
-	for (struct rt_peer *p = rt->peers; p; p = p->next)
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		for (uint32_t i = 0; i < RT_RINGS; i++)
 			if (p->in[i] && p->in[i]->blocked)
 				in_drive(p->in[i]);

@@ -21,7 +21,7 @@ void rgapsd_remote_subscribers_changed(struct rgapsd *d, struct rgapsd_topic *t)
 
 	if (!rt)
 		return;
-	for (struct rt_peer *p = rt->peers; p; p = p->next)
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		if (rgapsd_peer_is_up(p->peer))
 			rt_send_subs(p);
 }
@@ -39,7 +39,7 @@ bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
 		return false;
 	rt_reconcile_topic(rt, t);
 	tt = rt_topic_of(rt, t, false);
-	for (struct rt_out *o = tt ? tt->outs : NULL; o; o = o->next_in_topic)
+	for (struct rt_out *o = tt ? SLIST_FIRST(&tt->outs) : NULL; o; o = SLIST_NEXT(o, in_topic))
 		if (o->state == OUT_RING_PREPARING)
 			preparing = true;
 	if (!preparing)
@@ -50,8 +50,7 @@ bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
 	w->done = done;
 	w->arg = arg;
 	w->deadline = rgaps_now_ns(CLOCK_MONOTONIC) + RT_SETUP_TIMEOUT_MS * 1000000ull;
-	w->next = tt->waiters;
-	tt->waiters = w;
+	SLIST_INSERT_HEAD(&tt->waiters, w, link);
 	return true;
 }
 
@@ -59,15 +58,14 @@ void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 {
 	struct rgapsd_remote *rt = d->remote;
 
-	for (struct rt_topic *tt = rt ? rt->topics : NULL; tt; tt = tt->next) {
-		for (struct rt_waiter **wp = &tt->waiters; *wp;) {
-			struct rt_waiter *w = *wp;
+	for (struct rt_topic *tt = rt ? SLIST_FIRST(&rt->topics) : NULL; tt; tt = SLIST_NEXT(tt, link)) {
+		struct rt_waiter *w, *next;
 
+		for (w = SLIST_FIRST(&tt->waiters); w; w = next) {
+			next = SLIST_NEXT(w, link);
 			if (w->arg == arg) {
-				*wp = w->next;
+				SLIST_REMOVE(&tt->waiters, w, rt_waiter, link);
 				free(w);
-			} else {
-				wp = &w->next;
 			}
 		}
 	}
@@ -80,7 +78,7 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 
 	if (!rt)
 		return;
-	for (struct rt_peer *p = rt->peers; p; p = p->next)
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		for (uint32_t i = 0; i < RT_RINGS; i++)
 			if (p->in[i] && p->in[i]->topic == t)
 				rt_in_teardown(p->in[i]);
@@ -124,6 +122,8 @@ int rgapsd_remote_start(struct rgapsd *d)
 	if (!rt)
 		return -ENOMEM;
 	rt->d = d;
+	SLIST_INIT(&rt->peers);
+	SLIST_INIT(&rt->topics);
 	n = rgapsd_peers_load_key(d->cfg.key_file, rt->key, sizeof(rt->key), err, sizeof(err));
 	if (n < 0) {
 		rgaps_error("key file: %s", err);
@@ -182,20 +182,20 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	if (!rt)
 		return;
 	/* Forwarders first (they post to the mailbox), then sessions, links, transports. */
-	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next)
+	for (struct rt_topic *tt = SLIST_FIRST(&rt->topics); tt; tt = SLIST_NEXT(tt, link))
 		rt_forwarder_stop(tt);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the worker posted */
 	rgapsd_peers_stop(rt->pm); /* peer_down for each: rings and links go */
-	while (rt->topics)
-		rgapsd_remote_topic_gone(d, rt->topics->t);
+	while (!SLIST_EMPTY(&rt->topics))
+		rgapsd_remote_topic_gone(d, SLIST_FIRST(&rt->topics)->t);
 	/* fini closes the plugins' uv handles; their close callbacks live in the plugins,
 	 * so the modules are unloaded only in rgapsd_remote_free, after the loop ran. */
 	rt_transports_fini(rt);
-	while (rt->peers) {
-		struct rt_peer *p = rt->peers;
+	while (!SLIST_EMPTY(&rt->peers)) {
+		struct rt_peer *p = SLIST_FIRST(&rt->peers);
 
-		rt->peers = p->next;
+		SLIST_REMOVE_HEAD(&rt->peers, link);
 		for (int i = 0; i < rt->ntr; i++)
 			rt_deferred_drop(p, i);
 		free(p->subs);

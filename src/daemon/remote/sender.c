@@ -38,7 +38,7 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 {
 	struct rt_topic *tt;
 
-	for (tt = rt->topics; tt; tt = tt->next)
+	SLIST_FOREACH(tt, &rt->topics, link)
 		if (tt->t == t)
 			return tt;
 	if (!create)
@@ -48,35 +48,33 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 		return NULL;
 	tt->rt = rt;
 	tt->t = t;
+	SLIST_INIT(&tt->outs);
+	SLIST_INIT(&tt->waiters);
 	STAILQ_INIT(&tt->stage_q);
 	tt->fwd_deliver = on_forwarded;
 	tt->stage_ready = stage_ready;
-	tt->next = rt->topics;
-	rt->topics = tt;
+	SLIST_INSERT_HEAD(&rt->topics, tt, link);
 	return tt;
 }
 
 void rt_waiters_check(struct rt_topic *tt, bool force)
 {
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	struct rt_waiter *w, *next;
 	bool preparing = false;
-	struct rt_waiter **wp = &tt->waiters;
 
-	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 		if (o->state == OUT_RING_PREPARING)
 			preparing = true;
-	while (*wp) {
-		struct rt_waiter *w = *wp;
-		uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-
-		if (preparing && !force && now < w->deadline) {
-			wp = &w->next;
+	for (w = SLIST_FIRST(&tt->waiters); w; w = next) {
+		next = SLIST_NEXT(w, link);
+		if (preparing && !force && now < w->deadline)
 			continue;
-		}
 		if (preparing)
 			rgaps_warn("topic '%s': set-up with every interested peer not finished in %d ms; "
 				   "the publisher attaches anyway",
 				   tt->t->cfg.name, RT_SETUP_TIMEOUT_MS);
-		*wp = w->next;
+		SLIST_REMOVE(&tt->waiters, w, rt_waiter, link);
 		w->done(w->arg, 0);
 		free(w);
 	}
@@ -128,10 +126,10 @@ static void stage_ready(struct rt_stage *st)
 		 * send garbage (the chunk stays STAGING until its ring goes). */
 		rgaps_error("topic '%s': staging copy failed: %s; restarting its peer sessions",
 			    tt->t->cfg.name, strerror(-st->status));
-		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 			rgapsd_peer_disconnect(o->p->peer, "local staging copy failed");
 	} else {
-		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 			out_drive(o);
 	}
 	m = rt_stage_put(st); /* the copy's reference */
@@ -315,15 +313,9 @@ static void out_drive(struct rt_out *o)
 void rt_out_free(struct rt_out *o, bool tell_peer)
 {
 	struct rgapsd_remote *rt = o->p->rt;
-	struct rt_out **op;
 	struct rt_chunk *c;
 
-	for (op = &o->tt->outs; *op; op = &(*op)->next_in_topic) {
-		if (*op == o) {
-			*op = o->next_in_topic;
-			break;
-		}
-	}
+	SLIST_REMOVE(&o->tt->outs, o, rt_out, in_topic);
 	while ((c = STAILQ_FIRST(&o->queue))) {
 		STAILQ_REMOVE_HEAD(&o->queue, link);
 		chunk_end(rt, c, CHUNK_DROPPED);
@@ -436,8 +428,7 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 		return;
 	}
 	p->out[id] = o;
-	o->next_in_topic = tt->outs;
-	tt->outs = o;
+	SLIST_INSERT_HEAD(&tt->outs, o, in_topic);
 	snprintf(m.topic, sizeof(m.topic), "%s", tt->t->cfg.name);
 	m.ring_id = id;
 	snprintf(m.transport, sizeof(m.transport), "%s", rt->tr[tr_idx].name);
@@ -462,12 +453,12 @@ void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t)
 	tt = rt_topic_of(rt, t, true);
 	if (!tt)
 		return;
-	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		struct rt_out *have = NULL;
 		bool want = rgapsd_peer_is_up(p->peer) && rt_peer_subscribes(p, t->cfg.name);
 		int tr;
 
-		for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 			if (o->p == p)
 				have = o;
 		if (have && !want)
@@ -572,12 +563,12 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	m->state = OUT_TAKEN;
 	rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
 	tt->forwarded++;
-	if (tt->staged && tt->outs) {
+	if (tt->staged && !SLIST_EMPTY(&tt->outs)) {
 		stages = stages_new(tt, m, chunk, &nstages);
 		if (!stages)
 			m->dropped = true;
 	}
-	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic) {
+	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic)) {
 		if (RGAPS_RECORD_HDR + RGAPS_MIN(chunk, m->msg.size) > o->geom.max_record &&
 		    o->state == OUT_RING_READY) {
 			/* Whole-message mode with a message over half the ring. */
@@ -608,7 +599,7 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	free(stages);
 	rt_stage_pump(tt);
 	out_set(rt, m, OUT_QUEUED);
-	for (struct rt_out *o = tt->outs; o; o = o->next_in_topic)
+	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 		out_drive(o);
 	omsg_put(rt, m);
 }
@@ -706,16 +697,11 @@ void rt_sender_topic_gone(struct rt_topic *tt)
 	struct rgapsd_remote *rt = tt->rt;
 
 	rt_forwarder_stop(tt);
-	while (tt->outs)
-		rt_out_free(tt->outs, false);
+	while (!SLIST_EMPTY(&tt->outs))
+		rt_out_free(SLIST_FIRST(&tt->outs), false);
 	rt_waiters_check(tt, true);
 	rt_staging_free(tt);
-	for (struct rt_topic **tp = &rt->topics; *tp; tp = &(*tp)->next) {
-		if (*tp == tt) {
-			*tp = tt->next;
-			break;
-		}
-	}
+	SLIST_REMOVE(&rt->topics, tt, rt_topic, link);
 	rt_local_sub_close(&tt->fwd);
 	free(tt);
 }

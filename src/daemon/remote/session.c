@@ -145,7 +145,7 @@ void rt_on_tick(uv_timer_t *t)
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
 	bool resetup = false;
 
-	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		rt_offer_links(p);
 		if (p->resetup_at_ns && now >= p->resetup_at_ns) {
 			p->resetup_at_ns = 0;
@@ -154,6 +154,6 @@ void rt_on_tick(uv_timer_t *t)
 	}
 	if (resetup)
 		rt_reconcile_all(rt); /* creates again the rings that were refused */
-	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next)
+	for (struct rt_topic *tt = SLIST_FIRST(&rt->topics); tt; tt = SLIST_NEXT(tt, link))
 		rt_waiters_check(tt, false);
 }

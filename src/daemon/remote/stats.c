@@ -47,7 +47,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	cJSON_AddNumberToObject(peers, "protocol_errors", (double)ps.protocol_errors);
 	cJSON_AddNumberToObject(peers, "unknown_link_tokens", (double)rt->unknown_tokens);
 	cJSON *arr = cJSON_AddArrayToObject(peers, "sessions");
-	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		struct rgapsd_peer_stats st;
 		cJSON *po = cJSON_CreateObject(), *links;
 
@@ -98,7 +98,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							 rt_in_state_names));
 
 	topics = cJSON_AddArrayToObject(peers, "rings");
-	for (struct rt_peer *p = rt->peers; p; p = p->next) {
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		for (uint32_t i = 0; i < RT_RINGS; i++) {
 			struct rt_out *o = p->out[i];
 			struct rt_in *in = p->in[i];
@@ -143,7 +143,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		}
 	}
 	cJSON *fw = cJSON_AddArrayToObject(peers, "forwarders");
-	for (struct rt_topic *tt = rt->topics; tt; tt = tt->next) {
+	for (struct rt_topic *tt = SLIST_FIRST(&rt->topics); tt; tt = SLIST_NEXT(tt, link)) {
 		cJSON *fo;
 
 		if (topic_filter && strcmp(topic_filter, tt->t->cfg.name) != 0)
