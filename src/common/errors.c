@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,4 +221,19 @@ void rgaps__connect_succeeded(void)
 const char *rgaps__connect_error_text(int err)
 {
 	return err && abs(err) == last_connect.err ? last_connect.text : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reason buffers                                                           */
+
+int rgaps__fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
 }

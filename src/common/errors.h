@@ -7,6 +7,8 @@
 #ifndef RGAPS_COMMON_ERRORS_H
 #define RGAPS_COMMON_ERRORS_H
 
+#include <stddef.h>
+
 /* Stable name for a (positive or negative) errno value; "internal" if none. */
 const char *rgaps__errcode_name(int err);
 /* errno (positive) for a stable name; EIO for an unknown name. */
@@ -29,5 +31,13 @@ int rgaps__errcode_errno(const char *name);
 int rgaps__connect_failed(int err, const char *path);
 void rgaps__connect_succeeded(void);
 const char *rgaps__connect_error_text(int err);
+
+/*
+ * Write the reason for a failure into err (printf format; nothing when err is
+ * NULL or errlen 0) and return code: `return rgaps__fail(-EINVAL, err, len,
+ * "key '%s': ...", k);`. The one helper behind every "why" buffer of rgaps.
+ */
+int rgaps__fail(int code, char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #endif

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/errors.h"
 #include "../common/util.h"
 #include "hostport.h"
 
@@ -452,19 +453,7 @@ _Static_assert(RGAPS_ARRAY_SIZE(daemon_fields) <= 64, "too many daemon keys");
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
 
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
-
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#define cfg_fail(err, errlen, ...) rgaps__fail(-EINVAL, err, errlen, __VA_ARGS__)
 
 /* "WHAT: key 'PREFIXKEY': WHY" */
 static int cfg_fail_key(char *err, size_t errlen, const char *what, const char *prefix,

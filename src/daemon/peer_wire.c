@@ -9,23 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/errors.h"
 #include "../common/util.h"
 
 _Static_assert(PEERS_MAC == crypto_auth_hmacsha256_BYTES, "the AUTH proof is an HMAC-SHA-256");
 
-static int refuse(int code, char *why, size_t whylen, const char *fmt, ...) RGAPS_PRINTF(4, 5);
-
-static int refuse(int code, char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return -code;
-}
+#define refuse(code, why, whylen, ...) rgaps__fail(-(code), why, whylen, __VA_ARGS__)
 
 size_t peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const char *name)
 {

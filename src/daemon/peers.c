@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errors.h"
 #include "hostport.h"
 #include "log.h"
 #include "peer_wire.h"
@@ -187,17 +188,7 @@ static struct rgapsd_peer *pm_find(struct rgapsd_peers *pm, const char *name)
 
 /* ---- HOST:PORT and the key file ---------------------------------------------------------- */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+#define set_err(err, errlen, ...) ((void)rgaps__fail(0, err, errlen, __VA_ARGS__))
 
 int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,
 			  size_t errlen)

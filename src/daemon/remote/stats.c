@@ -30,6 +30,23 @@ static cJSON *transitions(const uint64_t *m, int n, const char *const *names)
 	return o;
 }
 
+/* A ring's entry in peers.rings[], with the fields both directions have. */
+static cJSON *ring_new(cJSON *arr, const struct rgapsd_topic *t, const char *direction,
+		       const struct rt_peer *p, int tr, uint32_t id, uint64_t records, uint64_t bytes)
+{
+	cJSON *ro = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(ro, "topic", t->cfg.name);
+	cJSON_AddStringToObject(ro, "direction", direction);
+	cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
+	cJSON_AddStringToObject(ro, "transport", p->rt->tr[tr].name);
+	cJSON_AddNumberToObject(ro, "ring_id", id);
+	cJSON_AddNumberToObject(ro, "records", (double)records);
+	cJSON_AddNumberToObject(ro, "bytes", (double)bytes);
+	cJSON_AddItemToArray(arr, ro);
+	return ro;
+}
+
 void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filter)
 {
 	struct rgapsd_remote *rt = d->remote;
@@ -105,32 +122,19 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 			cJSON *ro;
 
 			if (o && (!topic_filter || strcmp(topic_filter, o->tt->t->cfg.name) == 0)) {
-				ro = cJSON_CreateObject();
-				cJSON_AddStringToObject(ro, "topic", o->tt->t->cfg.name);
-				cJSON_AddStringToObject(ro, "direction", "out");
-				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
-				cJSON_AddStringToObject(ro, "transport", rt->tr[o->tr].name);
-				cJSON_AddNumberToObject(ro, "ring_id", o->id);
+				ro = ring_new(topics, o->tt->t, "out", p, o->tr, o->id, o->records,
+					      o->bytes);
 				cJSON_AddBoolToObject(ro, "ready", o->state == OUT_RING_READY);
-				cJSON_AddNumberToObject(ro, "records", (double)o->records);
-				cJSON_AddNumberToObject(ro, "bytes", (double)o->bytes);
 				cJSON_AddNumberToObject(ro, "ring_stalls", (double)o->ring_stalls);
 				cJSON_AddNumberToObject(ro, "credit_stalls", (double)o->credit_stalls);
 				cJSON_AddNumberToObject(ro, "dropped_messages",
 							(double)o->dropped_msgs);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_sender_used(&o->ring));
-				cJSON_AddItemToArray(topics, ro);
 			}
 			if (in && (!topic_filter || strcmp(topic_filter, in->topic->cfg.name) == 0)) {
-				ro = cJSON_CreateObject();
-				cJSON_AddStringToObject(ro, "topic", in->topic->cfg.name);
-				cJSON_AddStringToObject(ro, "direction", "in");
-				cJSON_AddStringToObject(ro, "peer", rgapsd_peer_name(p->peer));
-				cJSON_AddStringToObject(ro, "transport", rt->tr[in->tr].name);
-				cJSON_AddNumberToObject(ro, "ring_id", in->id);
-				cJSON_AddNumberToObject(ro, "records", (double)in->records);
-				cJSON_AddNumberToObject(ro, "bytes", (double)in->bytes);
+				ro = ring_new(topics, in->topic, "in", p, in->tr, in->id, in->records,
+					      in->bytes);
 				cJSON_AddNumberToObject(ro, "messages", (double)in->messages);
 				cJSON_AddNumberToObject(ro, "upstream_gaps", (double)in->upstream_gaps);
 				cJSON_AddNumberToObject(ro, "refused", (double)in->refused);
@@ -138,7 +142,6 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)in->blocked_retries);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_receiver_used(&in->ring));
-				cJSON_AddItemToArray(topics, ro);
 			}
 		}
 	}

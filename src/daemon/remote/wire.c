@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "../../common/errors.h"
 #include "../../common/util.h"
 
 static const char *const type_names[RT_MSG_NUM_TYPES] = {
@@ -67,19 +68,7 @@ bool rt_wire_name_valid(const char *s)
 
 /* ---------------------------------------------------------------- decoding */
 
-static int bad(char *why, size_t whylen, const char *fmt, ...) RGAPS_PRINTF(3, 4);
-
-static int bad(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return -EPROTO;
-}
+#define bad(why, whylen, ...) rgaps__fail(-EPROTO, why, whylen, __VA_ARGS__)
 
 /* Text from the wire made safe to log: printable ASCII, the rest as '?'. */
 static void printable(char *dst, size_t cap, const char *src)
