@@ -282,7 +282,7 @@ struct rgaps_memory_ops {
  *   the transport writes nothing more into that ring's memory.
  * - record_landed's len is the record's exact length (tcp) or its 64-byte
  *   aligned footprint (verbs: the immediate carries 64-byte units); the exact
- *   length is 64 + the header's chunk_len.
+ *   length is 64 + the header's chunk_len (+ 8: a stage tag, flag TAG).
  * - A ring id names one ring per link: the core gives each direction its own
  *   half of the ids (docs/PROTOCOL.md section 4).
  * - Descriptor buffers hold RGAPS_RING_DESC_MAX bytes; *desc_len_p is output.
@@ -408,7 +408,8 @@ struct rgaps_transport_ops {
  * A stage may carry a few bytes from the sending host to the receiving one
  * with each chunk (tag_len, at most RGAPS_STAGE_TAG_MAX for all the stages of
  * a topic together): the sender's BEFORE_SEND writes them, the receiver's
- * AFTER_LANDING reads them (docs/PROTOCOL.md section 3, the record header).
+ * AFTER_LANDING reads them (docs/PROTOCOL.md section 3: the record's stage
+ * tag, 8 bytes behind its chunk).
  * Both hosts must run the same stages on a topic; a topic set-up between
  * hosts that do not is refused with both lists.
  */

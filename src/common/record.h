@@ -1,8 +1,9 @@
 /*
  * The 64-byte header at the start of every DP2 record (docs/PROTOCOL.md,
  * section 3). Written by the sending rgapsd into a registered header buffer
- * and gathered in front of the chunk; read by the receiving rgapsd from its
- * ring after the transport reports the landing.
+ * and gathered in front of the chunk (and, with RGAPS_RECORD_TAG, the stage
+ * tag behind it); read by the receiving rgapsd from its ring after the
+ * transport reports the landing.
  */
 #ifndef RGAPS_COMMON_RECORD_H
 #define RGAPS_COMMON_RECORD_H
@@ -13,6 +14,10 @@
 #define RGAPS_RECORD_HDR 64u
 #define RGAPS_RECORD_FIRST 0x1u
 #define RGAPS_RECORD_LAST 0x2u
+/* The record carries RGAPS_RECORD_TAG_LEN bytes of stage tag after its chunk:
+ * what the topic's before-send stages hand to the receiver's (crc32c: the CRC). */
+#define RGAPS_RECORD_TAG 0x4u
+#define RGAPS_RECORD_TAG_LEN 8u
 
 struct rgaps_record_hdr {
 	uint32_t magic;

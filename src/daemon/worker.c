@@ -4,6 +4,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static void on_async(uv_async_t *a)
@@ -76,28 +77,45 @@ static void *worker_main(void *arg)
 			break; /* stop, and nothing left to do */
 		STAILQ_REMOVE_HEAD(&w->q, link);
 		pthread_mutex_unlock(&w->lock);
-		j->run(j);
-		rgapsd_mailbox_post(w->mb, &j->done);
+		if (j->manual) {
+			j->run(j); /* j may be done and freed by now */
+		} else {
+			j->run(j);
+			rgapsd_mailbox_post(w->mb, &j->done);
+		}
 		pthread_mutex_lock(&w->lock);
 	}
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
 }
 
-int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name)
+int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name,
+			unsigned nthreads)
 {
-	int r;
+	int r = 0;
 
 	memset(w, 0, sizeof(*w));
 	STAILQ_INIT(&w->q);
 	w->mb = mb;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
-	r = pthread_create(&w->thread, NULL, worker_main, w);
-	if (r)
+	if (nthreads < 1 || nthreads > RGAPSD_WORKER_THREADS_MAX)
+		return -EINVAL;
+	while (w->nthreads < nthreads) {
+		char tname[16];
+
+		r = pthread_create(&w->threads[w->nthreads], NULL, worker_main, w);
+		if (r)
+			break;
+		snprintf(tname, sizeof(tname), nthreads > 1 ? "%.12s-%u" : "%.15s", name,
+			 w->nthreads);
+		pthread_setname_np(w->threads[w->nthreads], tname);
+		w->nthreads++;
+	}
+	if (r) {
+		rgapsd_worker_stop(w);
 		return -r;
-	pthread_setname_np(w->thread, name);
-	w->started = true;
+	}
 	return 0;
 }
 
@@ -111,12 +129,12 @@ void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job)
 
 void rgapsd_worker_stop(struct rgapsd_worker *w)
 {
-	if (!w->started)
+	if (!w->nthreads)
 		return;
 	pthread_mutex_lock(&w->lock);
 	w->stop = true;
-	pthread_cond_signal(&w->cond);
+	pthread_cond_broadcast(&w->cond);
 	pthread_mutex_unlock(&w->lock);
-	pthread_join(w->thread, NULL);
-	w->started = false;
+	while (w->nthreads)
+		pthread_join(w->threads[--w->nthreads], NULL);
 }

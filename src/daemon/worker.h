@@ -4,10 +4,10 @@
  * messages {fn, ctx} on a mailbox: a multi-producer queue plus uv_async_send,
  * whose handler drains the whole queue (several sends may give one wake-up).
  *
- * A worker is one thread running jobs in FIFO order (the copy stage of the
- * receive pipeline: ring -> pool); each job's completion is posted back to
- * the loop through a mailbox. FIFO order is what keeps a ring's records
- * consumed in order.
+ * A worker is one or more threads taking jobs in FIFO order (the copies of
+ * the remote path with one thread; the pipeline stages with several); each
+ * job's completion is posted back to the loop through a mailbox. With one
+ * thread, completions come back in submission order.
  *
  * Lifecycle: init -> post/submit -> close (the worker is joined; messages
  * still queued run before the async handle closes).
@@ -40,22 +40,27 @@ void rgapsd_mailbox_post(struct rgapsd_mailbox *mb, struct rgapsd_msg *m);
 void rgapsd_mailbox_close(struct rgapsd_mailbox *mb);
 
 struct rgapsd_job {
-	struct rgapsd_msg done; /* posted to the mailbox after run() */
+	struct rgapsd_msg done; /* posted to the mailbox after run(), unless manual */
 	STAILQ_ENTRY(rgapsd_job) link;
-	void (*run)(struct rgapsd_job *job); /* runs on the worker thread */
+	void (*run)(struct rgapsd_job *job); /* runs on a worker thread */
+	bool manual; /* run() (or what it started) posts done itself, once */
 };
 
+#define RGAPSD_WORKER_THREADS_MAX 16
+
 struct rgapsd_worker {
-	pthread_t thread;
+	pthread_t threads[RGAPSD_WORKER_THREADS_MAX];
+	unsigned nthreads;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	STAILQ_HEAD(, rgapsd_job) q;
 	struct rgapsd_mailbox *mb;
 	bool stop;
-	bool started;
 };
 
-int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name);
+/* Start nthreads (1..RGAPSD_WORKER_THREADS_MAX) threads named name-N. 0 or -errno. */
+int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, const char *name,
+			unsigned nthreads);
 void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job);
 /* Finish the queued jobs (their completions are posted), then join. */
 void rgapsd_worker_stop(struct rgapsd_worker *w);

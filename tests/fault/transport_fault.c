@@ -297,7 +297,7 @@ static int post_spoiled_copy(struct fault_ctx *c, struct rgaps_link *link, uint3
 		memcpy(cp->buf + at, sg[i].addr, sg[i].len);
 		at += sg[i].len;
 	}
-	cp->buf[HDR + (len - HDR) / 2] ^= 0x5a;
+	cp->buf[HDR + (nsg > 1 ? sg[1].len : len - HDR) / 2] ^= 0x5a; /* the chunk, not a tag */
 	e = real->reg_local(c->real_ctx, cp->buf, len, &cp->mr);
 	if (!e) {
 		one = (struct rgaps_sg){ .mr = cp->mr, .addr = cp->buf, .len = len };

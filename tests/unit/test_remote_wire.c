@@ -271,7 +271,7 @@ static void test_records(void **state)
 {
 	struct rt_landing st = { 0 };
 	struct rgaps_record_hdr h;
-	const uint32_t F = RGAPS_RECORD_FIRST, L = RGAPS_RECORD_LAST;
+	const uint32_t F = RGAPS_RECORD_FIRST, L = RGAPS_RECORD_LAST, T = RGAPS_RECORD_TAG;
 
 	/* A whole message, then one in three chunks, then one whose record is 64-byte padded. */
 	check(&st, hdr(0, 10, 100, 0, 100, F | L), 0, NULL);
@@ -297,7 +297,7 @@ static void test_records(void **state)
 	check(&st, hdr(5, 13, 100, 50, 60, F | L), 0, "outside a 100-byte message");
 	check(&st, hdr(5, 13, 100, UINT64_MAX, 60, F | L), 0, "outside");
 	check(&st, hdr(5, 13, MAXMSG + 1ull, 0, 100, F), 0, "over the topic's maximum");
-	check(&st, hdr(5, 13, 100, 0, 100, F | L | 4), 0, "unknown record flags 0x7");
+	check(&st, hdr(5, 13, 100, 0, 100, F | L | 8), 0, "unknown record flags 0xb");
 	check(&st, hdr(5, 13, 200, 0, 100, 0), 0, "chunk out of order");
 	check(&st, hdr(5, 13, 200, 0, 100, F | L), 0, "last chunk ends before the message");
 	check(&st, hdr(5, 13, 100, 0, 100, F), 0, "complete without a last chunk");
@@ -308,6 +308,12 @@ static void test_records(void **state)
 	check(&st, hdr(6, 13, 301, 100, 100, 0), 0, "chunk out of order");	/* other size */
 	check(&st, hdr(6, 13, 300, 150, 100, 0), 0, "chunk out of order");	/* a hole */
 	check(&st, hdr(6, 13, 300, 100, 200, L), 0, NULL);
+
+	/* A stage tag of 8 bytes follows the chunk: the record must hold it. */
+	check(&st, hdr(7, 15, 100, 0, 100, F | L | T), 164, "chunk of 100 bytes in a 164-byte");
+	check(&st, hdr(7, 15, 100, 0, 100, F | L | T), 172, NULL);
+	check(&st, hdr(8, 16, 100, 0, 100, F | L | T), 192, NULL); /* verbs: aligned footprint */
+	check(&st, hdr(9, 17, 121, 0, 121, F | L | T), 192, "chunk of 121 bytes in a 192-byte");
 }
 
 int main(void)

@@ -14,6 +14,7 @@
  *   receiver.c    in rings and records: the receiver's state machine and its driver
  *   forwarder.c   the thread that takes each local message for the sender
  *   staging.c     DP1: device-pool chunks copied to pinned host slots
+ *   stages.c      pluggable stages: a topic's stage plugins, run on the stage workers
  *   copies.c      copies between pools and host memory off the loop; NUMA placement
  *   peer.c        one peer as the core sees it: lookup, sending, refusing a hostile one
  *   local.c       the remote path's view of the local topic (the only user of ../../common/topic.h)
@@ -43,6 +44,7 @@
 #include "wire.h"
 
 #define RT_HDR_SLOTS 512	 /* record headers in flight per out ring */
+#define RT_HDR_SLOT 128		 /* bytes per header slot: the header, at +64 the stage tag */
 #define RT_SETUP_TIMEOUT_MS 5000 /* a publisher's attach waits at most this for peers */
 #define RT_TICK_MS 500
 #define RT_RETRY_MS 2		/* blocked receivers retry this often */
@@ -142,6 +144,7 @@ enum rt_chunk_state {
 	CHUNK_QUEUED,	/* in its ring's queue; earlier chunks of the ring go first */
 	CHUNK_STAGING,	/* reached; its D2H copy into a staging slot runs (device pools) */
 	CHUNK_STAGED,	/* its bytes are where the transport reads them (host pool or slot) */
+	CHUNK_PROCESSING, /* the topic's before-send stages run on it (stages.c) */
 	CHUNK_RESERVED, /* ring space taken, header written; waits for send credits */
 	CHUNK_POSTED,	/* handed to the transport; the source may still be read */
 	CHUNK_SENT,	/* record_sent: out of the source memory */
@@ -153,15 +156,75 @@ extern const char *const rt_chunk_state_names[CHUNK_NUM_STATES];
 /* A record on the receiver side (one per landed chunk). */
 enum rt_in_state {
 	IN_LANDED,    /* in the ring, header checked */
+	IN_CHECKING,  /* the topic's after-landing stages run on it (stages.c) */
+	IN_CHECKED,   /* ... and passed */
 	IN_ALLOCATED, /* its message has a pool block (the first chunk allocates) */
 	IN_COPYING,   /* the worker copies ring -> pool */
 	IN_COPIED,    /* chunk in the pool */
+	IN_FINISHING, /* last chunk: the before-publish stages run on the whole message */
+	IN_FINISHED,  /* ... and passed */
 	IN_PUBLISHED, /* last chunk: the message is committed to local subscribers */
 	IN_RELEASED,  /* ring space given back (Head advanced) */
-	IN_DROPPED,   /* the message was refused or its link lost: nothing published */
+	IN_DROPPED,   /* refused, failed a stage, or its link lost: nothing published */
 	IN_NUM_STATES
 };
 extern const char *const rt_in_state_names[IN_NUM_STATES];
+
+/* ---------------------------------------------------------------- stages.c */
+
+enum { RT_POINT_SEND, RT_POINT_LANDING, RT_POINT_PUBLISH, RT_POINTS };
+extern const char *const rt_stage_point_names[RT_POINTS];
+
+/* A stage plugin as this daemon loaded it (once, whatever the topics using it). */
+struct rt_stage_plugin {
+	SLIST_ENTRY(rt_stage_plugin) link;
+	struct rgaps_loaded_plugin *lp;
+	void *ctx;
+	struct rgaps_stage_desc desc;
+};
+
+/* The stages of one topic, in the order of its "stages" key. */
+struct rt_stages {
+	SLIST_ENTRY(rt_stages) link;
+	struct rgapsd_topic *t;
+	uint32_t n;
+	struct {
+		struct rt_stage_plugin *sp;
+		void *topic_state;
+		uint32_t tag_off;   /* its bytes in the record's stage tag */
+		uint32_t state_off; /* its part of a message's state */
+	} s[RGAPS_CFG_MAX_STAGES];
+	uint32_t points;	 /* RGAPS_STAGE_* of any of them */
+	uint32_t msg_state_size; /* all of them together */
+	uint32_t tag_len;	 /* all of them together; > 0: every record carries a tag */
+	uint64_t runs[RT_POINTS], fails[RT_POINTS];
+};
+
+/* One pass of a chunk or message through a topic's stages at one point. */
+struct rt_swork {
+	struct rgapsd_job job; /* on the stage workers; job.done brings it back */
+	struct rt_stages *st;
+	struct rgaps_stage_work w; /* the caller sets point, mem_kind, msg_*, chunk_off, data, len */
+	void *msg_state;	   /* the message's state (st->msg_state_size bytes) */
+	uint8_t tag[RGAPS_STAGE_TAG_MAX];
+	enum { SWORK_IDLE, SWORK_RUNNING, SWORK_DONE } phase;
+	int result; /* RGAPS_STAGE_CONTINUE or RGAPS_STAGE_FAIL, with why */
+	char why[160];
+	uint32_t next;			    /* the stage to run next */
+	void (*done)(struct rt_swork *sw); /* on the loop, once */
+	void *arg, *arg2;		    /* the caller's */
+	struct rgapsd_remote *rt;
+};
+
+/* The stages of topic t (an empty set without "stages"). NULL: err says why. */
+struct rt_stages *rt_stages_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, char *err,
+			       size_t errlen);
+bool rt_stages_at(const struct rt_stages *st, uint32_t point);
+/* Run sw's stages at sw->w.point on the stage workers; sw->done(sw) on the loop after. */
+void rt_swork_start(struct rgapsd_remote *rt, struct rt_swork *sw);
+void rt_stages_free(struct rt_stages *st);
+void rt_stages_topic_gone(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+void rt_stages_stop(struct rgapsd_remote *rt);
 
 /* ---------------------------------------------------------------- structures */
 
@@ -201,6 +264,10 @@ struct rt_omsg {
 	uint32_t refs; /* chunks in flight + 1 while queuing */
 	bool dropped;
 	enum rt_out_state state;
+	/* Before-send stages, one pass per chunk, one at a time: chunk k's waits for k-1's. */
+	struct rt_swork *works; /* [nchunks], NULL without such stages */
+	uint32_t nchunks, works_started;
+	void *msg_state;
 };
 
 /*
@@ -208,9 +275,9 @@ struct rt_omsg {
  * slot of the topic's pinned staging buffer and sent from there to every
  * interested ring (DP1). Chunk k+1 is staged while chunk k is on the wire.
  */
-struct rt_stage {
+struct rt_d2h {
 	struct rgapsd_job job; /* worker fallback; job.done is the completion message */
-	STAILQ_ENTRY(rt_stage) link; /* tt->stage_q, while waiting for a slot */
+	STAILQ_ENTRY(rt_d2h) link; /* tt->d2h_q, while waiting for a slot */
 	struct rt_topic *tt;
 	struct rt_omsg *m;
 	uint64_t off, len;
@@ -223,8 +290,9 @@ struct rt_stage {
 struct rt_chunk {
 	STAILQ_ENTRY(rt_chunk) link; /* o->queue until POSTED, then o->inflight */
 	enum rt_chunk_state state;
+	uint32_t index; /* in its message */
 	struct rt_omsg *m;
-	struct rt_stage *stage; /* NULL: sent straight from the (host) pool */
+	struct rt_d2h *d2h; /* NULL: sent straight from the (host) pool */
 	struct rt_out *o;
 	uint64_t off, len;
 	uint32_t flags;
@@ -252,8 +320,19 @@ struct rt_out {
 	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs;
 };
 
+/* A message landing on an in ring, shared by its records (stages only). */
+struct rt_imsg {
+	uint32_t refs;
+	bool failed;	/* a stage refused it: its records are dropped, its loan given back */
+	bool loan_open; /* failed with a loan that its last record gives back */
+	uint32_t loan_token;
+	void *state; /* the stages' message state */
+};
+
 struct rt_rec {
 	struct rgapsd_job job;
+	struct rt_swork *work; /* after-landing or before-publish stages, while they run */
+	struct rt_imsg *im;    /* NULL for topics without stages */
 	STAILQ_ENTRY(rt_rec) link; /* in->recs, in landing order */
 	struct rt_in *in;
 	struct rgaps_ring_slot slot;
@@ -282,12 +361,16 @@ struct rt_in {
 	struct rgaps_ring_receiver ring;
 	struct rt_local_pub pub;
 	struct rt_landing landing; /* what the next record must be (wire.h) */
+	struct rt_stages *stages;
+	struct rt_imsg *landing_im; /* the message now landing (stages only) */
+	struct rt_rec *checking;    /* the record whose after-landing stages run (one at a time) */
 	bool have_last_seq;
 	uint64_t last_msg_seq;
 	/* processing */
 	bool asm_open; /* a loan is open for the message being assembled */
 	uint32_t asm_token;
 	uint8_t *asm_dst;
+	uint32_t asm_gap; /* lost upstream before it: reported when it is published */
 	STAILQ_HEAD(, rt_rec) recs; /* landed, not yet released */
 	uint32_t jobs; /* records with the worker */
 	struct rt_rec *drive_from; /* first record not yet handed to the worker */
@@ -297,7 +380,7 @@ struct rt_in {
 	bool pinned;	      /* ring registered with the memory plugin (device pools) */
 	bool have_pub_seq;    /* the sender's sequence number of the last message published */
 	uint64_t pub_seq;
-	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries;
+	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries, stage_drops;
 };
 
 /* Last sequence number landed per topic, kept across rings and sessions. */
@@ -350,8 +433,9 @@ struct rt_topic {
 	uint32_t fwd_released; /* futex word: bumped when the loop releases a forwarded hold */
 	struct rt_local_sub fwd;
 	void (*fwd_deliver)(struct rt_topic *tt, const struct rt_local_msg *m); /* on the loop */
-	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large;
+	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large, stage_drops;
 	uint64_t fwd_seq; /* forwarder thread: next fwd_seq (messages missed are skipped) */
+	struct rt_stages *stages;
 	/* staging (device-memory pools only) */
 	bool staged;
 	uint8_t *stg;
@@ -360,8 +444,8 @@ struct rt_topic {
 	uint32_t *stg_free;
 	bool stg_pinned;
 	void *stg_mr[RT_TR_MAX];
-	STAILQ_HEAD(, rt_stage) stage_q; /* waiting for a slot */
-	void (*stage_ready)(struct rt_stage *st); /* a copy finished (on the loop) */
+	STAILQ_HEAD(, rt_d2h) d2h_q; /* waiting for a slot */
+	void (*d2h_ready)(struct rt_d2h *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
 };
 
@@ -373,7 +457,10 @@ struct rgapsd_remote {
 	SLIST_HEAD(, rt_peer) peers;
 	SLIST_HEAD(, rt_topic) topics;
 	struct rgapsd_mailbox mb;
-	struct rgapsd_worker worker;
+	struct rgapsd_worker worker;	   /* copies (one thread: completions in order) */
+	struct rgapsd_worker stage_pool;   /* stages (several threads) */
+	SLIST_HEAD(, rt_stage_plugin) stage_plugins;
+	SLIST_HEAD(, rt_stages) stages;
 	uv_timer_t tick, retry;
 	bool retry_armed;
 	uint8_t key[RGAPSD_PEER_KEY_MAX];
@@ -423,17 +510,17 @@ void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const 
 /* Set up the topic's pinned staging buffer and register it with transport tr. */
 int rt_staging_setup(struct rt_topic *tt, int tr);
 /*
- * Queue st for a staging slot; tt->stage_ready(st) runs on the loop once its
+ * Queue st for a staging slot; tt->d2h_ready(st) runs on the loop once its
  * copy is done (st->status says how), holding a reference it must put.
  */
-void rt_stage_queue(struct rt_stage *st);
+void rt_d2h_queue(struct rt_d2h *st);
 /* Start the copies that have a free slot now. */
-void rt_stage_pump(struct rt_topic *tt);
+void rt_d2h_pump(struct rt_topic *tt);
 /*
  * Drop one reference. The last frees st and gives its slot back; it returns
  * the message whose reference st held (the caller drops it), else NULL.
  */
-struct rt_omsg *rt_stage_put(struct rt_stage *st);
+struct rt_omsg *rt_d2h_put(struct rt_d2h *st);
 void rt_staging_free(struct rt_topic *tt);
 
 /* ---------------------------------------------------------------- forwarder.c */

@@ -17,7 +17,8 @@
 #include "internal.h"
 
 const char *const rt_in_state_names[IN_NUM_STATES] = {
-	"landed", "allocated", "copying", "copied", "published", "released", "dropped",
+	"landed",    "checking", "checked",	"allocated", "copying",
+	"copied",    "finishing", "finished",	"published", "released", "dropped",
 };
 
 static void in_drive(struct rt_in *in);
@@ -72,6 +73,118 @@ static void drop_assembly(struct rt_in *in)
 	}
 }
 
+/* A message landing, for its stages: its state, and its loan if a stage refuses it. */
+static struct rt_imsg *imsg_new(struct rt_in *in)
+{
+	struct rt_imsg *im = calloc(1, sizeof(*im));
+
+	if (im && !(im->state = calloc(1, in->stages->msg_state_size + 1))) {
+		free(im);
+		im = NULL;
+	}
+	return im;
+}
+
+static void imsg_put(struct rt_in *in, struct rt_imsg *im)
+{
+	if (!im || --im->refs)
+		return;
+	if (im->loan_open) /* every record of it is released: no copy writes there any more */
+		rt_local_pub_cancel(&in->pub, im->loan_token);
+	free(im->state);
+	free(im);
+}
+
+static void rec_free(struct rt_in *in, struct rt_rec *r)
+{
+	imsg_put(in, r->im);
+	free(r->work);
+	free(r);
+}
+
+/*
+ * A stage refused r's message: nothing of it is published and its loss is
+ * reported with the next message (a gap, counted as a stage drop). Its loan,
+ * if one is open, is given back once its last record is released.
+ */
+static void msg_failed(struct rt_in *in, struct rt_rec *r, const char *why)
+{
+	uint32_t gap = (r->h.flags & RGAPS_RECORD_FIRST) ? r->gap : in->asm_gap;
+
+	rgaps_warn("topic '%s': message %llu from %s dropped: %s", in->topic->cfg.name,
+		   (unsigned long long)r->h.msg_seq, rgapsd_peer_name(in->p->peer), why);
+	r->im->failed = true;
+	if (in->asm_open && !(r->h.flags & RGAPS_RECORD_FIRST)) {
+		r->im->loan_open = true;
+		r->im->loan_token = in->asm_token;
+		in->asm_open = false;
+	}
+	in->stage_drops++;
+	in->topic->refused_msgs++;
+	in->pending_gap += 1 + gap; /* nothing lost silently */
+	in_set(in->p->rt, r, IN_DROPPED);
+}
+
+/* r's stages are done (on the loop). */
+static void rec_swork_done(struct rt_swork *sw)
+{
+	struct rt_rec *r = sw->arg;
+	struct rt_in *in = r->in;
+
+	in->jobs--;
+	if (in->dead) {
+		if (!in->jobs)
+			rt_in_free(in);
+		return;
+	}
+	if (r->state == IN_CHECKING && sw->result == RGAPS_STAGE_CONTINUE) {
+		in_set(in->p->rt, r, IN_CHECKED);
+	} else if (r->state == IN_FINISHING && sw->result == RGAPS_STAGE_CONTINUE) {
+		in_set(in->p->rt, r, IN_FINISHED);
+	} else if (r->state == IN_CHECKING) {
+		msg_failed(in, r, sw->why);
+	} else { /* IN_FINISHING: the last record owns the loan */
+		rt_local_pub_cancel(&in->pub, r->loan_token);
+		in->asm_gap = r->gap;
+		msg_failed(in, r, sw->why);
+	}
+	in_drive(in);
+}
+
+/* Run the topic's stages at point on r: its chunk in the ring, or its whole message in the pool. */
+static bool rec_swork_start(struct rt_in *in, struct rt_rec *r, uint32_t point)
+{
+	struct rt_swork *sw = r->work ? r->work : calloc(1, sizeof(*sw));
+
+	if (!sw)
+		return false;
+	memset(sw, 0, sizeof(*sw));
+	r->work = sw;
+	sw->st = in->stages;
+	sw->w.point = point;
+	sw->w.msg_seq = r->h.msg_seq;
+	sw->w.msg_size = r->h.msg_size;
+	if (point == RGAPS_STAGE_AFTER_LANDING) {
+		sw->w.mem_kind = RGAPS_MEM_HOST;
+		sw->w.chunk_off = r->h.chunk_off;
+		sw->w.data = in->mem + r->slot.off + RGAPS_RECORD_HDR;
+		sw->w.len = r->h.chunk_len;
+		if (r->h.flags & RGAPS_RECORD_TAG) /* behind the chunk (rt_record_check saw room) */
+			memcpy(sw->tag, in->mem + r->slot.off + RGAPS_RECORD_HDR + r->h.chunk_len,
+			       RGAPS_RECORD_TAG_LEN);
+	} else {
+		sw->w.mem_kind = in->topic->lim.mem_kind;
+		sw->w.data = r->loan_dst;
+		sw->w.len = r->h.msg_size;
+	}
+	sw->msg_state = r->im->state;
+	sw->done = rec_swork_done;
+	sw->arg = r;
+	in->jobs++;
+	rt_swork_start(in->p->rt, sw);
+	return true;
+}
+
 /*
  * The receiver's driver: walk the records in landing order. Allocation and
  * copies may run ahead (chunk k copies while k+1 lands and k+2 is on the
@@ -96,6 +209,16 @@ again:
 			prev = r->state;
 			switch (r->state) {
 			case IN_LANDED:
+				if (r->im && r->im->failed) {
+					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
+					break;
+				}
+				if (rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING)) {
+					in_set(rt, r, IN_CHECKING);
+					break;
+				}
+				/* fall through */
+			case IN_CHECKED:
 				if (r->h.flags & RGAPS_RECORD_FIRST) {
 					uint8_t *dst;
 					uint32_t tok;
@@ -127,6 +250,7 @@ again:
 					in->asm_open = true;
 					in->asm_token = tok;
 					in->asm_dst = dst;
+					in->asm_gap = r->gap;
 				}
 				if (!in->asm_open) {
 					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
@@ -134,9 +258,22 @@ again:
 				}
 				r->loan_token = in->asm_token;
 				r->loan_dst = in->asm_dst;
-				if (r->h.flags & RGAPS_RECORD_LAST)
+				if (r->h.flags & RGAPS_RECORD_LAST) {
 					in->asm_open = false; /* the record now owns the loan */
+					r->gap = in->asm_gap; /* and reports what was lost before it */
+				}
 				in_set(rt, r, IN_ALLOCATED);
+				break;
+			case IN_CHECKING:
+				if (r->im->failed) {
+					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
+					break;
+				}
+				if (!r->work && !rec_swork_start(in, r, RGAPS_STAGE_AFTER_LANDING)) {
+					msg_failed(in, r, "out of memory for its stages");
+					break;
+				}
+				stop = true; /* one check at a time, in order: rec_swork_done goes on */
 				break;
 			case IN_ALLOCATED:
 				in_set(rt, r, IN_COPYING);
@@ -150,6 +287,8 @@ again:
 				break;
 			case IN_COPYING: /* async: copy_done moves it on */
 			case IN_COPIED:
+			case IN_FINISHING:
+			case IN_FINISHED:
 			case IN_PUBLISHED:
 			case IN_RELEASED:
 			case IN_DROPPED:
@@ -166,7 +305,17 @@ again:
 	while (!STAILQ_EMPTY(&in->recs)) {
 		struct rt_rec *r = STAILQ_FIRST(&in->recs);
 
-		if (r->state == IN_COPIED && (r->h.flags & RGAPS_RECORD_LAST)) {
+		if (r->state == IN_COPIED && (r->h.flags & RGAPS_RECORD_LAST) &&
+		    rt_stages_at(in->stages, RGAPS_STAGE_BEFORE_PUBLISH)) {
+			in_set(rt, r, IN_FINISHING);
+			if (!rec_swork_start(in, r, RGAPS_STAGE_BEFORE_PUBLISH)) {
+				in_set(rt, r, IN_COPIED);
+				in->blocked = true; /* out of memory: try again later */
+			}
+			break; /* rec_swork_done goes on */
+		}
+		if ((r->state == IN_COPIED || r->state == IN_FINISHED) &&
+		    (r->h.flags & RGAPS_RECORD_LAST)) {
 			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
 						    r->gap + in->pending_gap, r->h.origin_stream,
 						    r->h.origin_seq);
@@ -191,13 +340,13 @@ again:
 			}
 		}
 		if (r->state != IN_COPIED && r->state != IN_PUBLISHED && r->state != IN_DROPPED)
-			break;
+			break; /* not done yet (the head of a message keeps the ring in order) */
 		rgaps_ring_receiver_consume(&in->ring, &r->slot);
 		in_set(rt, r, IN_RELEASED);
 		released = true;
 		progress = true;
 		STAILQ_REMOVE_HEAD(&in->recs, link);
-		free(r);
+		rec_free(in, r);
 	}
 	/* A publish returned loans: records that waited for one may go on now. */
 	if (in->blocked && progress)
@@ -250,13 +399,16 @@ void rt_in_free(struct rt_in *in)
 		return; /* copy_done finishes the job */
 	while ((r = STAILQ_FIRST(&in->recs))) {
 		STAILQ_REMOVE_HEAD(&in->recs, link);
-		/* Copied chunks of an unfinished message own its loan: give it back once. */
+		/* The last record of an unpublished message owns its loan: give it back once. */
 		if ((r->h.flags & RGAPS_RECORD_LAST) &&
-		    (r->state == IN_ALLOCATED || r->state == IN_COPIED))
+		    (r->state == IN_ALLOCATED || r->state == IN_COPIED ||
+		     r->state == IN_FINISHED))
 			rt_local_pub_cancel(&in->pub, r->loan_token);
 		in_set(rt, r, IN_DROPPED);
-		free(r);
+		rec_free(in, r);
 	}
+	imsg_put(in, in->landing_im);
+	in->landing_im = NULL;
 	drop_assembly(in);
 	rt_local_pub_close(&in->pub);
 	if (in->pinned)
@@ -338,6 +490,24 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 		}
 		in->have_last_seq = true;
 		in->last_msg_seq = h.msg_seq;
+	}
+	if (rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING | RGAPS_STAGE_BEFORE_PUBLISH)) {
+		if (h.flags & RGAPS_RECORD_FIRST) {
+			imsg_put(in, in->landing_im);
+			in->landing_im = imsg_new(in);
+			if (!in->landing_im) {
+				free(r);
+				rt_hostile(p, "out of memory");
+				return;
+			}
+			in->landing_im->refs = 1; /* while it lands */
+		}
+		r->im = in->landing_im;
+		r->im->refs++;
+		if (h.flags & RGAPS_RECORD_LAST) {
+			imsg_put(in, in->landing_im);
+			in->landing_im = NULL;
+		}
 	}
 	rt_record_advance(&in->landing, &h);
 	in->records++;
@@ -433,6 +603,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 {
 	struct rt_transport *tr = &p->rt->tr[tr_idx];
 	struct rt_in *in = calloc(1, sizeof(*in));
+	char err[256];
 	int e;
 
 	if (!in) {
@@ -445,6 +616,12 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 	in->tr = tr_idx;
 	in->size = t->cfg.ring_size;
 	STAILQ_INIT(&in->recs);
+	in->stages = rt_stages_of(p->rt, t, err, sizeof(err));
+	if (!in->stages) {
+		free(in);
+		refuse_setup(p, m->ring_id, "topic '%s': %s", m->topic, err);
+		return NULL;
+	}
 	e = rgaps_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
 				 &in->geom);
 	if (!e)
@@ -487,6 +664,28 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 		return NULL;
 	}
 	return in;
+}
+
+/* Both hosts must run the same stages on a topic: the tags and checks must match. */
+static bool same_stages(const struct rgapsd_topic *t, const struct rt_wire_msg *m)
+{
+	if (t->cfg.nstages != m->nstages)
+		return false;
+	for (uint32_t i = 0; i < m->nstages; i++)
+		if (strcmp(t->cfg.stages[i], m->stages[i]) != 0)
+			return false;
+	return true;
+}
+
+static const char *stage_list(char *buf, size_t len, const char (*names)[RGAPS_CFG_NAME_MAX],
+			      uint32_t n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", names[i]);
+	return buf;
 }
 
 /* Receiver side of the topic initialisation sequence (DESIGN.md section 7). */
@@ -535,6 +734,14 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	e = rgapsd__topic_get(p->rt->d, m->topic, &t, err, sizeof(err));
 	if (e) {
 		refuse_setup(p, m->ring_id, "topic '%s': %s", m->topic, err);
+		return;
+	}
+	if (!same_stages(t, m)) {
+		char mine[RGAPS_CFG_MAX_STAGES * RGAPS_CFG_NAME_MAX], theirs[sizeof(mine)];
+
+		refuse_setup(p, m->ring_id, "topic '%s': the sender runs the stages [%s], this host [%s]",
+			     m->topic, stage_list(theirs, sizeof(theirs), m->stages, m->nstages),
+			     stage_list(mine, sizeof(mine), t->cfg.stages, t->cfg.nstages));
 		return;
 	}
 	r.desc_len = sizeof(r.desc);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -85,6 +86,7 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 	tt = rt_topic_of(rt, t, false);
 	if (tt)
 		rt_sender_topic_gone(tt);
+	rt_stages_topic_gone(rt, t);
 }
 
 void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
@@ -101,6 +103,14 @@ void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
 }
 
 /* ================================================================ start / stop */
+
+/* Stage workers: one per CPU, 1 to 4 (stages run beside the loop and the copies). */
+static unsigned stage_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
 
 int rgapsd_remote_start(struct rgapsd *d)
 {
@@ -124,6 +134,8 @@ int rgapsd_remote_start(struct rgapsd *d)
 	rt->d = d;
 	SLIST_INIT(&rt->peers);
 	SLIST_INIT(&rt->topics);
+	SLIST_INIT(&rt->stage_plugins);
+	SLIST_INIT(&rt->stages);
 	n = rgapsd_peers_load_key(d->cfg.key_file, rt->key, sizeof(rt->key), err, sizeof(err));
 	if (n < 0) {
 		rgaps_error("key file: %s", err);
@@ -136,9 +148,14 @@ int rgapsd_remote_start(struct rgapsd *d)
 		free(rt);
 		return e;
 	}
-	e = rgapsd_worker_start(&rt->worker, &rt->mb, "rgapsd-copy");
+	e = rgapsd_worker_start(&rt->worker, &rt->mb, "rgapsd-copy", 1);
 	if (e)
 		goto err_mb;
+	e = rgapsd_worker_start(&rt->stage_pool, &rt->mb, "rgapsd-stage", stage_threads());
+	if (e) {
+		rgapsd_worker_stop(&rt->worker);
+		goto err_mb;
+	}
 	e = rt_transports_start(rt);
 	if (e)
 		goto err_worker;
@@ -165,6 +182,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 	return 0;
 
 err_worker:
+	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
 	rt_transports_fini(rt);
 	rt_transports_unload(rt);
@@ -184,11 +202,13 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	/* Forwarders first (they post to the mailbox), then sessions, links, transports. */
 	for (struct rt_topic *tt = SLIST_FIRST(&rt->topics); tt; tt = SLIST_NEXT(tt, link))
 		rt_forwarder_stop(tt);
+	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
-	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the worker posted */
+	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the workers posted */
 	rgapsd_peers_stop(rt->pm); /* peer_down for each: rings and links go */
 	while (!SLIST_EMPTY(&rt->topics))
 		rgapsd_remote_topic_gone(d, SLIST_FIRST(&rt->topics)->t);
+	rt_stages_stop(rt);
 	/* fini closes the plugins' uv handles; their close callbacks live in the plugins,
 	 * so the modules are unloaded only in rgapsd_remote_free, after the loop ran. */
 	rt_transports_fini(rt);

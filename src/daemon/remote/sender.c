@@ -20,13 +20,13 @@ const char *const rt_out_state_names[OUT_NUM_STATES] = {
 };
 
 const char *const rt_chunk_state_names[CHUNK_NUM_STATES] = {
-	"queued", "staging", "staged", "reserved", "posted", "sent", "dropped",
+	"queued", "staging", "staged", "processing", "reserved", "posted", "sent", "dropped",
 };
 
 static void out_drive(struct rt_out *o);
 static void out_finish(struct rt_out *o);
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg);
-static void stage_ready(struct rt_stage *st);
+static void d2h_ready(struct rt_d2h *st);
 
 static void out_set(struct rgapsd_remote *rt, struct rt_omsg *m, enum rt_out_state s)
 {
@@ -50,9 +50,9 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 	tt->t = t;
 	SLIST_INIT(&tt->outs);
 	SLIST_INIT(&tt->waiters);
-	STAILQ_INIT(&tt->stage_q);
+	STAILQ_INIT(&tt->d2h_q);
 	tt->fwd_deliver = on_forwarded;
-	tt->stage_ready = stage_ready;
+	tt->d2h_ready = d2h_ready;
 	SLIST_INSERT_HEAD(&rt->topics, tt, link);
 	return tt;
 }
@@ -89,6 +89,8 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 		out_set(rt, m, m->dropped ? OUT_DROPPED : OUT_SENT);
 	rt_forwarder_release(m->tt, &m->msg);
 	out_set(rt, m, OUT_RELEASED);
+	free(m->works);
+	free(m->msg_state);
 	free(m);
 }
 
@@ -105,8 +107,8 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 	chunk_set(rt, c, s);
 	if (s == CHUNK_DROPPED)
 		c->m->dropped = true;
-	if (c->stage) {
-		struct rt_omsg *m = rt_stage_put(c->stage);
+	if (c->d2h) {
+		struct rt_omsg *m = rt_d2h_put(c->d2h);
 
 		if (m)
 			omsg_put(rt, m);
@@ -116,7 +118,7 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 }
 
 /* A chunk's D2H copy into its staging slot finished (device pools). */
-static void stage_ready(struct rt_stage *st)
+static void d2h_ready(struct rt_d2h *st)
 {
 	struct rt_topic *tt = st->tt;
 	struct rt_omsg *m;
@@ -132,7 +134,7 @@ static void stage_ready(struct rt_stage *st)
 		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 			out_drive(o);
 	}
-	m = rt_stage_put(st); /* the copy's reference */
+	m = rt_d2h_put(st); /* the copy's reference */
 	if (m)
 		omsg_put(tt->rt, m);
 }
@@ -160,15 +162,24 @@ static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
 	return src->pool_mr[o->tr];
 }
 
+_Static_assert(RGAPS_STAGE_TAG_MAX == RGAPS_RECORD_TAG_LEN, "a stage tag fills a record's tag");
+
+/* The stage tag each record of o carries behind its chunk: RGAPS_RECORD_TAG_LEN or 0 bytes. */
+static uint32_t record_tag_len(const struct rt_out *o)
+{
+	return o->tt->stages && o->tt->stages->tag_len ? RGAPS_RECORD_TAG_LEN : 0;
+}
+
 /* STAGED -> RESERVED: ring space (the Exceed check) and a header slot. -EAGAIN: no room now. */
 static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 {
 	struct rgaps_record_hdr *h;
+	uint32_t tag = record_tag_len(o);
 	int r;
 
 	if (o->hdr_used == RT_HDR_SLOTS)
 		return -EAGAIN; /* resumes on the next record_sent */
-	r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len, &c->slot);
+	r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len + tag, &c->slot);
 	if (r == -EAGAIN) {
 		o->ring_stalls++; /* resumes on the next head_update */
 		return r;
@@ -180,7 +191,7 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 		return r;
 	}
 	c->hdr_slot = (o->hdr_head + o->hdr_used) % RT_HDR_SLOTS;
-	h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR);
+	h = (struct rgaps_record_hdr *)(o->hdrs + (size_t)c->hdr_slot * RT_HDR_SLOT);
 	memset(h, 0, sizeof(*h));
 	h->magic = RGAPS_RECORD_MAGIC;
 	h->flags = c->flags;
@@ -193,6 +204,14 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 	h->record_seq = (uint32_t)o->record_seq++;
 	h->origin_stream = (uint32_t)c->m->msg.origin_stream;
 	h->origin_seq = c->m->msg.origin_seq;
+	if (tag) { /* what the before-send stages carry to the receiver, behind the chunk */
+		h->flags |= RGAPS_RECORD_TAG;
+		if (c->m->works)
+			memcpy((uint8_t *)h + RGAPS_RECORD_HDR, c->m->works[c->index].tag,
+			       RGAPS_RECORD_TAG_LEN);
+		else
+			memset((uint8_t *)h + RGAPS_RECORD_HDR, 0, RGAPS_RECORD_TAG_LEN);
+	}
 	o->hdr_used++;
 	return 0;
 }
@@ -202,17 +221,15 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_transport *tr = &rt->tr[o->tr];
-	struct rgaps_sg sg[2];
+	uint8_t *slot = o->hdrs + (size_t)c->hdr_slot * RT_HDR_SLOT;
+	struct rgaps_sg sg[3];
+	uint32_t nsg = 2;
 	int r;
 
-	sg[0] = (struct rgaps_sg){
-		.mr = o->hdrs_mr,
-		.addr = o->hdrs + (size_t)c->hdr_slot * RGAPS_RECORD_HDR,
-		.len = RGAPS_RECORD_HDR,
-	};
-	if (c->stage)
+	sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot, .len = RGAPS_RECORD_HDR };
+	if (c->d2h)
 		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
-					   .addr = o->tt->stg + c->stage->slot * o->tt->stg_slot,
+					   .addr = o->tt->stg + c->d2h->slot * o->tt->stg_slot,
 					   .len = c->len };
 	else
 		sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
@@ -220,8 +237,11 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 					   .len = c->len };
 	if (!sg[1].mr)
 		return -EINVAL; /* logged by pool_mr: the session restarts */
+	if (((struct rgaps_record_hdr *)slot)->flags & RGAPS_RECORD_TAG)
+		sg[nsg++] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot + RGAPS_RECORD_HDR,
+					       .len = RGAPS_RECORD_TAG_LEN };
 	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
-					      sg, 2, (uint64_t)(uintptr_t)c);
+					      sg, nsg, (uint64_t)(uintptr_t)c);
 	if (r == -EAGAIN)
 		o->credit_stalls++; /* resumes on the next record_sent */
 	else if (r && r != -ENOTCONN)
@@ -230,6 +250,101 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 			    "restarting the session",
 			    o->tt->t->cfg.name, o->id, rgapsd_peer_name(o->p->peer), strerror(-r));
 	return r;
+}
+
+/* Chunk k's before-send stages are done (on the loop): its chunks on every ring go on. */
+static void swork_sent_done(struct rt_swork *sw)
+{
+	struct rt_omsg *m = sw->arg, *sm = NULL; /* the chunks may be gone: the work held m */
+	struct rt_topic *tt = m->tt;
+
+	if (sw->result != RGAPS_STAGE_CONTINUE)
+		rgaps_warn("topic '%s': message %llu not sent: %s", tt->t->cfg.name,
+			   (unsigned long long)m->msg.seq, sw->why);
+	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
+		out_drive(o);
+	if (sw->arg2)
+		sm = rt_d2h_put(sw->arg2);
+	if (sm)
+		omsg_put(tt->rt, sm);
+	omsg_put(tt->rt, m); /* the work's own references */
+}
+
+/*
+ * Start chunk c's before-send stages if they may run now: the chunks of a
+ * message pass one at a time (their message state is shared), so chunk k
+ * waits until k - 1's are done. The work holds the message and the staging
+ * slot it reads until it is done, whatever becomes of the rings.
+ */
+static void swork_sent_start(struct rt_out *o, struct rt_chunk *c)
+{
+	struct rt_omsg *m = c->m;
+	struct rt_swork *sw = &m->works[c->index];
+
+	if (sw->phase != SWORK_IDLE ||
+	    (c->index > 0 && m->works[c->index - 1].phase != SWORK_DONE))
+		return;
+	sw->st = o->tt->stages;
+	sw->w.point = RGAPS_STAGE_BEFORE_SEND;
+	sw->w.mem_kind = RGAPS_MEM_HOST; /* the host pool, or the chunk's staging slot */
+	sw->w.msg_seq = m->msg.seq;
+	sw->w.msg_size = m->msg.size;
+	sw->w.chunk_off = c->off;
+	sw->w.data = c->d2h ? o->tt->stg + c->d2h->slot * o->tt->stg_slot : m->msg.data + c->off;
+	sw->w.len = c->len;
+	sw->msg_state = m->msg_state;
+	sw->done = swork_sent_done;
+	sw->arg = m;
+	sw->arg2 = c->d2h;
+	m->refs++;
+	if (c->d2h)
+		c->d2h->refs++;
+	rt_swork_start(o->p->rt, sw);
+}
+
+/*
+ * The head chunk's stages refused its message. Nothing of it left yet: drop it
+ * from this ring (counted, the receiver sees the gap). Part of it sent: this
+ * ring cannot finish the message; restart the session, as for a failed copy.
+ */
+static void chunk_stage_failed(struct rt_out *o, struct rt_chunk *c)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	struct rt_omsg *m = c->m;
+
+	if (c->index > 0) {
+		rgaps_error("topic '%s': a stage refused message %llu after part of it was sent "
+			    "to %s; restarting the session", o->tt->t->cfg.name,
+			    (unsigned long long)m->msg.seq, rgapsd_peer_name(o->p->peer));
+		rgapsd_peer_disconnect(o->p->peer, "a before-send stage failed in mid-message");
+		return;
+	}
+	while ((c = STAILQ_FIRST(&o->queue)) && c->m == m) {
+		STAILQ_REMOVE_HEAD(&o->queue, link);
+		chunk_end(rt, c, CHUNK_DROPPED);
+	}
+	o->dropped_msgs++;
+	o->tt->stage_drops++;
+}
+
+/* Reserve ring space for the head chunk c: RESERVED, or *stop, or dropped (NULL back). */
+static struct rt_chunk *chunk_to_reserved(struct rt_out *o, struct rt_chunk *c, bool *stop)
+{
+	struct rgapsd_remote *rt = o->p->rt;
+	int r = chunk_reserve(o, c);
+
+	if (r == 0) {
+		chunk_set(rt, c, CHUNK_RESERVED);
+		return c;
+	}
+	if (r == -EAGAIN) {
+		*stop = true;
+		return c;
+	}
+	STAILQ_REMOVE_HEAD(&o->queue, link);
+	o->dropped_msgs++;
+	chunk_end(rt, c, CHUNK_DROPPED);
+	return NULL;
 }
 
 /*
@@ -255,27 +370,35 @@ static void out_drive(struct rt_out *o)
 			prev = c->state;
 			switch (c->state) {
 			case CHUNK_QUEUED:
-				chunk_set(rt, c, c->stage ? CHUNK_STAGING : CHUNK_STAGED);
+				chunk_set(rt, c, c->d2h ? CHUNK_STAGING : CHUNK_STAGED);
 				break;
 			case CHUNK_STAGING:
-				if (c->stage->ready && !c->stage->status)
+				if (c->d2h->ready && !c->d2h->status)
 					chunk_set(rt, c, CHUNK_STAGED);
 				else
-					stop = true; /* resumes in stage_ready */
+					stop = true; /* resumes in d2h_ready */
 				break;
 			case CHUNK_STAGED:
-				r = chunk_reserve(o, c);
-				if (r == 0) {
-					chunk_set(rt, c, CHUNK_RESERVED);
-				} else if (r == -EAGAIN) {
-					stop = true;
-				} else {
-					STAILQ_REMOVE_HEAD(&o->queue, link);
-					o->dropped_msgs++;
-					chunk_end(rt, c, CHUNK_DROPPED);
+				if (c->m->works) /* before-send stages first */
+					chunk_set(rt, c, CHUNK_PROCESSING);
+				else
+					c = chunk_to_reserved(o, c, &stop);
+				break;
+			case CHUNK_PROCESSING: {
+				struct rt_swork *sw = &c->m->works[c->index];
+
+				swork_sent_start(o, c);
+				if (sw->phase != SWORK_DONE) {
+					stop = true; /* resumes in swork_sent_done */
+				} else if (sw->result != RGAPS_STAGE_CONTINUE) {
+					chunk_stage_failed(o, c);
 					c = NULL;
+					stop = o->state != OUT_RING_READY; /* the session is going down */
+				} else {
+					c = chunk_to_reserved(o, c, &stop);
 				}
 				break;
+			}
 			case CHUNK_RESERVED:
 				r = chunk_post(o, c);
 				if (r == 0) {
@@ -396,6 +519,15 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 			return;
 		}
 	}
+	if (!tt->stages) {
+		char err[256];
+
+		tt->stages = rt_stages_of(rt, tt->t, err, sizeof(err));
+		if (!tt->stages) {
+			rgaps_error("topic '%s': not sent to peers: %s", tt->t->cfg.name, err);
+			return;
+		}
+	}
 	if (rt_forwarder_start(tt))
 		return;
 	o = calloc(1, sizeof(*o));
@@ -408,9 +540,9 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	o->state = OUT_RING_PREPARING;
 	STAILQ_INIT(&o->queue);
 	STAILQ_INIT(&o->inflight);
-	o->hdrs = aligned_alloc(4096, (size_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR);
+	o->hdrs = aligned_alloc(4096, (size_t)RT_HDR_SLOTS * RT_HDR_SLOT);
 	if (!o->hdrs ||
-	    tr->lp->ops.transport.reg_local(tr->ctx, o->hdrs, (uint64_t)RT_HDR_SLOTS * RGAPS_RECORD_HDR,
+	    tr->lp->ops.transport.reg_local(tr->ctx, o->hdrs, (uint64_t)RT_HDR_SLOTS * RT_HDR_SLOT,
 					    &o->hdrs_mr) != 0) {
 		rgaps_error("topic '%s': cannot set up header buffers", tt->t->cfg.name);
 		free(o->hdrs);
@@ -433,6 +565,8 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	m.ring_id = id;
 	snprintf(m.transport, sizeof(m.transport), "%s", rt->tr[tr_idx].name);
 	m.chunk_size = tt->t->cfg.chunk_size;
+	m.nstages = tt->t->cfg.nstages;
+	memcpy(m.stages, tt->t->cfg.stages, sizeof(m.stages));
 	rt_peer_send(p, &m);
 	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
 		   rgapsd_peer_name(p->peer), rt->tr[tr_idx].name);
@@ -479,11 +613,11 @@ void rt_reconcile_all(struct rgapsd_remote *rt)
 }
 
 /* One D2H staging copy per chunk of m, shared by every ring that sends the chunk. */
-static struct rt_stage **stages_new(struct rt_topic *tt, struct rt_omsg *m, uint64_t chunk,
+static struct rt_d2h **d2h_new(struct rt_topic *tt, struct rt_omsg *m, uint64_t chunk,
 				    uint64_t *n_p)
 {
 	uint64_t n = (m->msg.size + chunk - 1) / chunk;
-	struct rt_stage **st = calloc(n, sizeof(*st));
+	struct rt_d2h **st = calloc(n, sizeof(*st));
 
 	for (uint64_t k = 0; st && k < n; k++) {
 		st[k] = calloc(1, sizeof(**st));
@@ -508,7 +642,7 @@ static struct rt_stage **stages_new(struct rt_topic *tt, struct rt_omsg *m, uint
  * cut short would break the receiver's landing order. false: out of memory.
  */
 static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk,
-			 struct rt_stage **stages)
+			 struct rt_d2h **d2h)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_chunk_q q = STAILQ_HEAD_INITIALIZER(q);
@@ -523,7 +657,8 @@ static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk,
 			}
 			return false;
 		}
-		c->stage = stages ? stages[k] : NULL;
+		c->d2h = d2h ? d2h[k] : NULL;
+		c->index = (uint32_t)k;
 		c->m = m;
 		c->o = o;
 		c->off = off;
@@ -536,8 +671,8 @@ static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk,
 	STAILQ_FOREACH(c, &q, link) {
 		rt->chunk_trans[CHUNK_QUEUED][CHUNK_QUEUED]++;
 		m->refs++;
-		if (c->stage)
-			c->stage->refs++;
+		if (c->d2h)
+			c->d2h->refs++;
 	}
 	STAILQ_CONCAT(&o->queue, &q);
 	return true;
@@ -549,8 +684,8 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	struct rgapsd_remote *rt = tt->rt;
 	struct rt_omsg *m = calloc(1, sizeof(*m));
 	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : msg->size;
-	struct rt_stage **stages = NULL;
-	uint64_t nstages = 0;
+	struct rt_d2h **d2h = NULL;
+	uint64_t nd2h = 0;
 	uint32_t rings = 0;
 
 	if (!m) {
@@ -563,13 +698,28 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	m->state = OUT_TAKEN;
 	rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
 	tt->forwarded++;
+	if (tt->stages && rt_stages_at(tt->stages, RGAPS_STAGE_BEFORE_SEND) && msg->size) {
+		m->nchunks = (uint32_t)((msg->size + chunk - 1) / chunk);
+		m->works = calloc(m->nchunks, sizeof(*m->works));
+		m->msg_state = calloc(1, tt->stages->msg_state_size + 1);
+		if (!m->works || !m->msg_state) {
+			rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
+				   tt->t->cfg.name, (unsigned long long)msg->seq);
+			tt->stage_drops++;
+			out_set(rt, m, OUT_DROPPED);
+			m->dropped = true;
+			omsg_put(rt, m);
+			return;
+		}
+	}
 	if (tt->staged && !SLIST_EMPTY(&tt->outs)) {
-		stages = stages_new(tt, m, chunk, &nstages);
-		if (!stages)
+		d2h = d2h_new(tt, m, chunk, &nd2h);
+		if (!d2h)
 			m->dropped = true;
 	}
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic)) {
-		if (RGAPS_RECORD_HDR + RGAPS_MIN(chunk, m->msg.size) > o->geom.max_record &&
+		if (RGAPS_RECORD_HDR + RGAPS_MIN(chunk, m->msg.size) + record_tag_len(o) >
+			    o->geom.max_record &&
 		    o->state == OUT_RING_READY) {
 			/* Whole-message mode with a message over half the ring. */
 			tt->too_large++;
@@ -578,7 +728,7 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 			continue;
 		}
 		rings++;
-		if ((tt->staged && !stages) || !msg_queue_on(o, m, chunk, stages)) {
+		if ((tt->staged && !d2h) || !msg_queue_on(o, m, chunk, d2h)) {
 			rgaps_warn("topic '%s': out of memory: message %llu not sent to %s",
 				   tt->t->cfg.name, (unsigned long long)m->msg.seq,
 				   rgapsd_peer_name(o->p->peer));
@@ -588,16 +738,16 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	}
 	if (!rings)
 		tt->unsent_no_peer++;
-	for (uint64_t k = 0; k < nstages; k++) {
-		if (!stages[k]->refs) { /* no ring took it */
-			free(stages[k]);
+	for (uint64_t k = 0; k < nd2h; k++) {
+		if (!d2h[k]->refs) { /* no ring took it */
+			free(d2h[k]);
 			continue;
 		}
 		m->refs++; /* dropped by the stage's last put */
-		rt_stage_queue(stages[k]);
+		rt_d2h_queue(d2h[k]);
 	}
-	free(stages);
-	rt_stage_pump(tt);
+	free(d2h);
+	rt_d2h_pump(tt);
 	out_set(rt, m, OUT_QUEUED);
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 		out_drive(o);

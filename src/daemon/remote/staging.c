@@ -13,9 +13,9 @@
 #include "../../common/log.h"
 #include "internal.h"
 
-static void stage_run(struct rgapsd_job *job)
+static void d2h_run(struct rgapsd_job *job)
 {
-	struct rt_stage *st = RGAPS_CONTAINER_OF(job, struct rt_stage, job);
+	struct rt_d2h *st = RGAPS_CONTAINER_OF(job, struct rt_d2h, job);
 	struct rgapsd_topic *t = st->tt->t;
 
 	st->status = t->mem->ops.memory.copy(t->mem->ctx, st->tt->stg + st->slot * st->tt->stg_slot,
@@ -23,43 +23,43 @@ static void stage_run(struct rgapsd_job *job)
 					     RGAPS_COPY_FROM_POOL);
 }
 
-static void stage_done(struct rgapsd_msg *m)
+static void d2h_done(struct rgapsd_msg *m)
 {
-	struct rt_stage *st = RGAPS_CONTAINER_OF(m, struct rt_stage, job.done);
+	struct rt_d2h *st = RGAPS_CONTAINER_OF(m, struct rt_d2h, job.done);
 
 	st->ready = true;
 	if (!st->status) {
 		st->tt->staged_chunks++;
 		st->tt->staged_bytes += st->len;
 	}
-	st->tt->stage_ready(st); /* drops the copy's reference */
+	st->tt->d2h_ready(st); /* drops the copy's reference */
 }
 
-void rt_stage_pump(struct rt_topic *tt)
+void rt_d2h_pump(struct rt_topic *tt)
 {
-	while (!STAILQ_EMPTY(&tt->stage_q) && tt->stg_nfree) {
-		struct rt_stage *st = STAILQ_FIRST(&tt->stage_q);
+	while (!STAILQ_EMPTY(&tt->d2h_q) && tt->stg_nfree) {
+		struct rt_d2h *st = STAILQ_FIRST(&tt->d2h_q);
 
-		STAILQ_REMOVE_HEAD(&tt->stage_q, link);
+		STAILQ_REMOVE_HEAD(&tt->d2h_q, link);
 		st->slot = tt->stg_free[--tt->stg_nfree];
-		st->refs++; /* held by the copy until stage_done */
-		st->job.run = stage_run;
-		st->job.done.fn = stage_done;
+		st->refs++; /* held by the copy until d2h_done */
+		st->job.run = d2h_run;
+		st->job.done.fn = d2h_done;
 		rt_copy_start(tt->rt, tt->t->mem, &st->job, &st->status,
 			      tt->stg + st->slot * tt->stg_slot, st->m->msg.data + st->off, st->len,
 			      RGAPS_COPY_FROM_POOL);
 	}
 }
 
-void rt_stage_queue(struct rt_stage *st)
+void rt_d2h_queue(struct rt_d2h *st)
 {
 	struct rt_topic *tt = st->tt;
 
 	st->slot = UINT32_MAX;
-	STAILQ_INSERT_TAIL(&tt->stage_q, st, link);
+	STAILQ_INSERT_TAIL(&tt->d2h_q, st, link);
 }
 
-struct rt_omsg *rt_stage_put(struct rt_stage *st)
+struct rt_omsg *rt_d2h_put(struct rt_d2h *st)
 {
 	struct rt_topic *tt = st->tt;
 	struct rt_omsg *m = st->m;
@@ -68,12 +68,12 @@ struct rt_omsg *rt_stage_put(struct rt_stage *st)
 		return NULL;
 	if (st->slot == UINT32_MAX) {
 		/* Never started: take it off the queue. */
-		STAILQ_REMOVE(&tt->stage_q, st, rt_stage, link);
+		STAILQ_REMOVE(&tt->d2h_q, st, rt_d2h, link);
 	} else {
 		tt->stg_free[tt->stg_nfree++] = st->slot;
 	}
 	free(st);
-	rt_stage_pump(tt);
+	rt_d2h_pump(tt);
 	return m;
 }
 

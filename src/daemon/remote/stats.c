@@ -30,6 +30,35 @@ static cJSON *transitions(const uint64_t *m, int n, const char *const *names)
 	return o;
 }
 
+/* peers.stages[]: per topic, its stages and how often each point ran and refused. */
+static void stages_stats(struct rgapsd_remote *rt, cJSON *peers, const char *topic_filter)
+{
+	cJSON *arr = cJSON_AddArrayToObject(peers, "stages");
+	struct rt_stages *st;
+
+	SLIST_FOREACH(st, &rt->stages, link) {
+		cJSON *so, *names;
+
+		if (topic_filter && strcmp(topic_filter, st->t->cfg.name) != 0)
+			continue;
+		so = cJSON_CreateObject();
+		cJSON_AddStringToObject(so, "topic", st->t->cfg.name);
+		names = cJSON_AddArrayToObject(so, "stages");
+		for (uint32_t i = 0; i < st->n; i++)
+			cJSON_AddItemToArray(names, cJSON_CreateString(st->s[i].sp->lp->name));
+		for (int p = 0; p < RT_POINTS; p++) {
+			cJSON *po;
+
+			if (!rt_stages_at(st, 1u << p))
+				continue;
+			po = cJSON_AddObjectToObject(so, rt_stage_point_names[p]);
+			cJSON_AddNumberToObject(po, "runs", (double)st->runs[p]);
+			cJSON_AddNumberToObject(po, "failed", (double)st->fails[p]);
+		}
+		cJSON_AddItemToArray(arr, so);
+	}
+}
+
 /* A ring's entry in peers.rings[], with the fields both directions have. */
 static cJSON *ring_new(cJSON *arr, const struct rgapsd_topic *t, const char *direction,
 		       const struct rt_peer *p, int tr, uint32_t id, uint64_t records, uint64_t bytes)
@@ -51,10 +80,21 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 {
 	struct rgapsd_remote *rt = d->remote;
 	struct rgapsd_peers_stats ps;
+	int by_name[RT_TR_MAX];
 	cJSON *peers, *topics, *sm;
 
 	if (!rt)
 		return;
+	/* Links are listed by transport name: a stable order for readers of the JSON. */
+	for (int k = 0; k < rt->ntr; k++) {
+		int i = k;
+
+		while (i > 0 && strcmp(rt->tr[by_name[i - 1]].name, rt->tr[k].name) > 0) {
+			by_name[i] = by_name[i - 1];
+			i--;
+		}
+		by_name[i] = k;
+	}
 	rgapsd_peers_get_stats(rt->pm, &ps);
 	peers = cJSON_AddObjectToObject(reply, "peers");
 	cJSON_AddStringToObject(peers, "listen", d->cfg.listen);
@@ -82,9 +122,10 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		for (uint32_t i = 0; i < p->nsubs; i++)
 			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
 		links = cJSON_AddObjectToObject(po, "links");
-		for (int i = 0; i < rt->ntr; i++) {
+		for (int k = 0; k < rt->ntr; k++) {
 			static const char *const ls[] = { "none", "offered", "connecting", "up" };
 			struct rgaps_link_stats lst;
+			int i = by_name[k];
 			cJSON *lo = cJSON_AddObjectToObject(links, rt->tr[i].name);
 
 			cJSON_AddStringToObject(lo, "state", ls[p->links[i].state]);
@@ -140,6 +181,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 				cJSON_AddNumberToObject(ro, "refused", (double)in->refused);
 				cJSON_AddNumberToObject(ro, "blocked_retries",
 							(double)in->blocked_retries);
+				cJSON_AddNumberToObject(ro, "stage_drops", (double)in->stage_drops);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_receiver_used(&in->ring));
 			}
@@ -157,9 +199,11 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(fo, "skipped_remote_origin", (double)tt->skipped_remote);
 		cJSON_AddNumberToObject(fo, "no_interested_peer", (double)tt->unsent_no_peer);
 		cJSON_AddNumberToObject(fo, "too_large_for_ring", (double)tt->too_large);
+		cJSON_AddNumberToObject(fo, "stage_drops", (double)tt->stage_drops);
 		cJSON_AddBoolToObject(fo, "staged", tt->staged);
 		cJSON_AddNumberToObject(fo, "staged_chunks", (double)tt->staged_chunks);
 		cJSON_AddNumberToObject(fo, "staged_bytes", (double)tt->staged_bytes);
 		cJSON_AddItemToArray(fw, fo);
 	}
+	stages_stats(rt, peers, topic_filter);
 }

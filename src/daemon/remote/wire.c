@@ -181,6 +181,26 @@ static int decode_subs(struct dec *d, struct rt_wire_msg *m)
 	return 0;
 }
 
+/* topic_setup's optional "stages": the stage plugins the sender runs on the topic. */
+static int decode_stages(struct dec *d, struct rt_wire_msg *m)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(d->o, "stages"), *it;
+
+	if (!arr)
+		return 0;
+	if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) > RGAPS_CFG_MAX_STAGES)
+		return bad(d->why, d->whylen, "bad %s: 'stages' is not an array of at most %d names",
+			   d->type, RGAPS_CFG_MAX_STAGES);
+	cJSON_ArrayForEach(it, arr)
+	{
+		if (!cJSON_IsString(it) || !rt_wire_name_valid(it->valuestring))
+			return bad(d->why, d->whylen, "bad %s: stage %u is not a name", d->type,
+				   m->nstages);
+		snprintf(m->stages[m->nstages++], sizeof(m->stages[0]), "%s", it->valuestring);
+	}
+	return 0;
+}
+
 int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *why, size_t whylen)
 {
 	struct dec d = { .why = why, .whylen = whylen };
@@ -237,6 +257,8 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 			get_hex(&d, "head_desc", m->desc, sizeof(m->desc), 0, &m->desc_len, &e);
 		if (!e)
 			m->chunk_size = get_uint(&d, "chunk_size", 1, RT_CHUNK_SIZE_MAX, true, &e);
+		if (!e)
+			e = decode_stages(&d, m);
 		break;
 	case RT_MSG_TOPIC_READY:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
@@ -311,6 +333,12 @@ char *rt_wire_encode(const struct rt_wire_msg *m)
 		     add_hex(o, "head_desc", m->desc, m->desc_len) &&
 		     (!m->chunk_size ||
 		      cJSON_AddNumberToObject(o, "chunk_size", (double)m->chunk_size));
+		if (ok && m->nstages) {
+			arr = cJSON_AddArrayToObject(o, "stages");
+			ok = arr != NULL;
+			for (uint32_t i = 0; ok && i < m->nstages && i < RGAPS_CFG_MAX_STAGES; i++)
+				ok = cJSON_AddItemToArray(arr, cJSON_CreateString(m->stages[i]));
+		}
 		break;
 	case RT_MSG_TOPIC_READY:
 		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
@@ -347,7 +375,8 @@ int rt_record_check(const void *rec, uint64_t len, uint32_t ring_id, uint64_t ma
 		return bad(why, whylen, "ring %u: record of %llu bytes has no header", ring_id,
 			   (unsigned long long)len);
 	memcpy(&h, rec, sizeof(h));
-	need = RGAPS_RECORD_HDR + (uint64_t)h.chunk_len;
+	need = RGAPS_RECORD_HDR + (uint64_t)h.chunk_len +
+	       (h.flags & RGAPS_RECORD_TAG ? RGAPS_RECORD_TAG_LEN : 0);
 	if (h.magic != RGAPS_RECORD_MAGIC || h.ring_id != ring_id)
 		return bad(why, whylen, "ring %u: bad record header", ring_id);
 	if (h.record_seq != (uint32_t)st->next_record_seq) /* 32 bits on the wire */
@@ -366,7 +395,7 @@ int rt_record_check(const void *rec, uint64_t len, uint32_t ring_id, uint64_t ma
 		return bad(why, whylen, "ring %u: message of %llu bytes over the topic's maximum %llu",
 			   ring_id, (unsigned long long)h.msg_size,
 			   (unsigned long long)max_message_size);
-	if (h.flags & ~(RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST))
+	if (h.flags & ~(RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST | RGAPS_RECORD_TAG))
 		return bad(why, whylen, "ring %u: unknown record flags 0x%x", ring_id, h.flags);
 	if (h.flags & RGAPS_RECORD_FIRST) {
 		if (st->in_msg || h.chunk_off != 0)

@@ -57,6 +57,8 @@ struct rt_wire_msg {
 	size_t desc_len;
 	uint64_t ring_size;  /* topic_ready */
 	uint64_t chunk_size; /* topic_setup, 0 when absent */
+	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* topic_setup: the sender's */
+	uint32_t nstages;
 	char reason[RT_REASON_MAX];		     /* topic_refused, printable */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1]; /* subs: malloc'd (rt_wire_free) */
 	uint32_t nsubs;
