@@ -65,7 +65,7 @@ static uint32_t crc_table(uint32_t crc, const uint8_t *p, uint64_t n)
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p,
-							  uint64_t n)
+							    uint64_t n)
 {
 	uint64_t c = crc;
 

@@ -74,7 +74,8 @@ int rgaps_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *po
 		memcpy(v6, h, hl);
 		v6[hl] = '\0';
 		if (inet_pton(AF_INET6, v6, &a) != 1)
-			return bad(s, why, whylen, " is not HOST:PORT: '%s' is not an IPv6 address", v6);
+			return bad(s, why, whylen, " is not HOST:PORT: '%s' is not an IPv6 address",
+				   v6);
 		if (pct) {
 			if (pct + 1 == he)
 				return bad(s, why, whylen, NULL);
@@ -88,12 +89,14 @@ int rgaps_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *po
 		if (!colon || colon == s)
 			return bad(s, why, whylen, NULL);
 		if (memchr(s, ':', (size_t)(colon - s)))
-			return bad(s, why, whylen, ": write an IPv6 address in brackets, [ADDR]:PORT");
+			return bad(s, why, whylen,
+				   ": write an IPv6 address in brackets, [ADDR]:PORT");
 		he = colon;
 		for (const char *c = h; c < he; c++)
 			if (!host_char_ok(*c))
-				return bad(s, why, whylen,
-					   " is not HOST:PORT: a host name holds only A-Z a-z 0-9 . _ -");
+				return bad(
+					s, why, whylen,
+					" is not HOST:PORT: a host name holds only A-Z a-z 0-9 . _ -");
 	}
 	digits = strlen(colon + 1);
 	if (digits == 0 || digits > 5)

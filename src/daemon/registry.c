@@ -44,10 +44,11 @@ int rgapsd_registry_scan(struct rgapsd_registry *reg, const char *dir, char *err
 			const struct rgaps_plugin_info *b = &reg->of[RGAPS_PLUGIN_TRANSPORT][j];
 
 			if (a->data_port_offset == b->data_port_offset) {
-				snprintf(err, errlen,
-					 "transport plugins '%s' and '%s' in %s both declare data-port "
-					 "offset %u: remove one", b->name, a->name, dir,
-					 a->data_port_offset);
+				snprintf(
+					err, errlen,
+					"transport plugins '%s' and '%s' in %s both declare data-port "
+					"offset %u: remove one",
+					b->name, a->name, dir, a->data_port_offset);
 				rgapsd_registry_free(reg);
 				return -EINVAL;
 			}
@@ -66,7 +67,7 @@ void rgapsd_registry_free(struct rgapsd_registry *reg)
 }
 
 const struct rgaps_plugin_info *rgapsd_registry_find(const struct rgapsd_registry *reg,
-						      uint32_t kind, const char *name)
+						     uint32_t kind, const char *name)
 {
 	for (uint32_t i = 0; kind < RGAPSD_KINDS && i < reg->n[kind]; i++)
 		if (strcmp(reg->of[kind][i].name, name) == 0)
@@ -74,8 +75,7 @@ const struct rgaps_plugin_info *rgapsd_registry_find(const struct rgapsd_registr
 	return NULL;
 }
 
-void rgapsd_registry_names(const struct rgapsd_registry *reg, uint32_t kind, char *buf,
-			   size_t len)
+void rgapsd_registry_names(const struct rgapsd_registry *reg, uint32_t kind, char *buf, size_t len)
 {
 	size_t off = 0;
 

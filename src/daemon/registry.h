@@ -37,7 +37,7 @@ void rgapsd_registry_free(struct rgapsd_registry *reg);
 
 /* The plugin of kind named name, or NULL. */
 const struct rgaps_plugin_info *rgapsd_registry_find(const struct rgapsd_registry *reg,
-						      uint32_t kind, const char *name);
+						     uint32_t kind, const char *name);
 
 /*
  * Every plugin name in cfg (each topic's memory, transport and stages, the
@@ -49,7 +49,6 @@ int rgapsd_registry_check(const struct rgapsd_registry *reg, const struct rgapsd
 			  char *err, size_t errlen);
 
 /* "a, b, c" (or "none"): the names of kind, for messages. */
-void rgapsd_registry_names(const struct rgapsd_registry *reg, uint32_t kind, char *buf,
-			   size_t len);
+void rgapsd_registry_names(const struct rgapsd_registry *reg, uint32_t kind, char *buf, size_t len);
 
 #endif

@@ -38,8 +38,8 @@
 #define MAX_COPIES 64 /* "chunk": spoiled copies in flight at once */
 
 enum fault { F_NONE, F_MAGIC, F_OVERSIZE, F_OFFSET, F_ORDER, F_OUTSIDE, F_CHUNK, F_LATE_ACCEPT };
-static const char *const fault_names[] = { "", "magic", "oversize", "offset", "order",
-					   "outside", "chunk", "late_accept" };
+static const char *const fault_names[] = { "",	    "magic",   "oversize", "offset",
+					   "order", "outside", "chunk",	   "late_accept" };
 
 struct copy { /* "chunk": a spoiled copy of a record, freed at its record_sent */
 	uint64_t cookie;
@@ -141,7 +141,8 @@ static void cb_link_accepted(void *arg, struct rgaps_link *link,
 	if (c->fault == F_LATE_ACCEPT && !c->late_timer) {
 		c->late_timer = calloc(1, sizeof(*c->late_timer));
 		if (c->late_timer) {
-			LOG(c, 1, "fault injection: data link accepted, handed to rgapsd in %llu ms",
+			LOG(c, 1,
+			    "fault injection: data link accepted, handed to rgapsd in %llu ms",
 			    (unsigned long long)c->after);
 			uv_timer_init(c->uv_loop, c->late_timer);
 			c->late_timer->data = c;

@@ -66,8 +66,10 @@ void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const 
 	int e;
 
 	if (node < 0) {
-		rgaps_info("topic '%s': %s: GPU %d reports no NUMA node (one-node host): no placement "
-			   "needed", t->cfg.name, what, t->cfg.device);
+		rgaps_info(
+			"topic '%s': %s: GPU %d reports no NUMA node (one-node host): no placement "
+			"needed",
+			t->cfg.name, what, t->cfg.device);
 		return;
 	}
 	e = rgaps_numa_place(addr, len, node, &on, &n);

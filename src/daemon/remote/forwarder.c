@@ -87,8 +87,8 @@ int rt_forwarder_start(struct rt_topic *tt)
 		return 0;
 	r = rt_local_sub_open(tt->t, &tt->fwd);
 	if (r) {
-		rgaps_error("topic '%s': no subscriber slot for the forwarder: %s",
-			    tt->t->cfg.name, strerror(-r));
+		rgaps_error("topic '%s': no subscriber slot for the forwarder: %s", tt->t->cfg.name,
+			    strerror(-r));
 		return r;
 	}
 	r = pthread_create(&tt->fwd_thread, NULL, forwarder_main, tt);

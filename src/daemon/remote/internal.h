@@ -47,10 +47,10 @@
 #define RT_HDR_SLOT 128		 /* bytes per header slot: the header, at +64 the stage tag */
 #define RT_SETUP_TIMEOUT_MS 5000 /* a publisher's attach waits at most this for peers */
 #define RT_TICK_MS 500
-#define RT_RETRY_MS 2		/* blocked receivers retry this often */
-#define RT_RESETUP_MIN_MS 500	/* a refused topic set-up is asked again after this, */
-#define RT_RESETUP_MAX_MS 8000	/* doubling up to this */
-#define RT_DEFERRED_MAX 64	/* set-ups held while the data link they need connects */
+#define RT_RETRY_MS 2	       /* blocked receivers retry this often */
+#define RT_RESETUP_MIN_MS 500  /* a refused topic set-up is asked again after this, */
+#define RT_RESETUP_MAX_MS 8000 /* doubling up to this */
+#define RT_DEFERRED_MAX 64     /* set-ups held while the data link they need connects */
 
 #define RT_TR_MAX RGAPSD_MAX_TRANSPORTS /* transport plugins one daemon uses */
 
@@ -59,13 +59,13 @@
 /* A message the forwarder took from the local topic. */
 struct rt_local_msg {
 	uint64_t seq, size, ts_ns;
-	uint64_t gap;		 /* messages of its stream the forwarder missed before it */
+	uint64_t gap; /* messages of its stream the forwarder missed before it */
 	uint64_t origin_stream, origin_seq;
-	const uint8_t *data;	 /* its bytes in this process (a device address for device pools) */
+	const uint8_t *data; /* its bytes in this process (a device address for device pools) */
 	struct rgapsd_member *src; /* the publisher stream it is in (valid until release) */
-	uint64_t fwd_seq;	 /* the forwarder's count, messages it missed included */
-	bool remote_origin;	 /* landed from a peer: never forwarded again */
-	uint32_t token;		 /* the hold, for release */
+	uint64_t fwd_seq;	   /* the forwarder's count, messages it missed included */
+	bool remote_origin;	   /* landed from a peer: never forwarded again */
+	uint32_t token;		   /* the hold, for release */
 };
 
 /*
@@ -141,14 +141,14 @@ extern const char *const rt_out_state_names[OUT_NUM_STATES];
  * chunks of a ring strictly in queue order, since ring space is taken in order.
  */
 enum rt_chunk_state {
-	CHUNK_QUEUED,	/* in its ring's queue; earlier chunks of the ring go first */
-	CHUNK_STAGING,	/* reached; its D2H copy into a staging slot runs (device pools) */
-	CHUNK_STAGED,	/* its bytes are where the transport reads them (host pool or slot) */
+	CHUNK_QUEUED,	  /* in its ring's queue; earlier chunks of the ring go first */
+	CHUNK_STAGING,	  /* reached; its D2H copy into a staging slot runs (device pools) */
+	CHUNK_STAGED,	  /* its bytes are where the transport reads them (host pool or slot) */
 	CHUNK_PROCESSING, /* the topic's before-send stages run on it (stages.c) */
-	CHUNK_RESERVED, /* ring space taken, header written; waits for send credits */
-	CHUNK_POSTED,	/* handed to the transport; the source may still be read */
-	CHUNK_SENT,	/* record_sent: out of the source memory */
-	CHUNK_DROPPED,	/* never sent (ring closed, link lost, no room) or failed in flight */
+	CHUNK_RESERVED,	  /* ring space taken, header written; waits for send credits */
+	CHUNK_POSTED,	  /* handed to the transport; the source may still be read */
+	CHUNK_SENT,	  /* record_sent: out of the source memory */
+	CHUNK_DROPPED,	  /* never sent (ring closed, link lost, no room) or failed in flight */
 	CHUNK_NUM_STATES
 };
 extern const char *const rt_chunk_state_names[CHUNK_NUM_STATES];
@@ -204,15 +204,15 @@ struct rt_stages {
 struct rt_swork {
 	struct rgapsd_job job; /* on the stage workers; job.done brings it back */
 	struct rt_stages *st;
-	struct rgaps_stage_work w; /* the caller sets point, mem_kind, msg_*, chunk_off, data, len */
+	struct rgaps_stage_work w; /* the caller sets the point, the data and the message */
 	void *msg_state;	   /* the message's state (st->msg_state_size bytes) */
 	uint8_t tag[RGAPS_STAGE_TAG_MAX];
 	enum { SWORK_IDLE, SWORK_RUNNING, SWORK_DONE } phase;
 	int result; /* RGAPS_STAGE_CONTINUE or RGAPS_STAGE_FAIL, with why */
 	char why[160];
-	uint32_t next;			    /* the stage to run next */
+	uint32_t next;			   /* the stage to run next */
 	void (*done)(struct rt_swork *sw); /* on the loop, once */
-	void *arg, *arg2;		    /* the caller's */
+	void *arg, *arg2;		   /* the caller's */
 	struct rgapsd_remote *rt;
 };
 
@@ -237,8 +237,8 @@ struct rt_transport {
 	struct rgapsd_remote *rt;
 	int idx;
 	char name[32];
-	uint32_t priority;	/* "auto" takes the first usable one with priority > 0 */
-	uint16_t port_offset;	/* data links on the control port + this */
+	uint32_t priority;    /* "auto" takes the first usable one with priority > 0 */
+	uint16_t port_offset; /* data links on the control port + this */
 	struct rgaps_loaded_plugin *lp;
 	void *ctx;
 	struct rgaps_transport_cbs cbs;
@@ -276,7 +276,7 @@ struct rt_omsg {
  * interested ring (DP1). Chunk k+1 is staged while chunk k is on the wire.
  */
 struct rt_d2h {
-	struct rgapsd_job job; /* worker fallback; job.done is the completion message */
+	struct rgapsd_job job;	   /* worker fallback; job.done is the completion message */
 	STAILQ_ENTRY(rt_d2h) link; /* tt->d2h_q, while waiting for a slot */
 	struct rt_topic *tt;
 	struct rt_omsg *m;
@@ -331,8 +331,8 @@ struct rt_imsg {
 
 struct rt_rec {
 	struct rgapsd_job job;
-	struct rt_swork *work; /* after-landing or before-publish stages, while they run */
-	struct rt_imsg *im;    /* NULL for topics without stages */
+	struct rt_swork *work;	   /* after-landing or before-publish stages, while they run */
+	struct rt_imsg *im;	   /* NULL for topics without stages */
 	STAILQ_ENTRY(rt_rec) link; /* in->recs, in landing order */
 	struct rt_in *in;
 	struct rgaps_ring_slot slot;
@@ -370,10 +370,10 @@ struct rt_in {
 	bool asm_open; /* a loan is open for the message being assembled */
 	uint32_t asm_token;
 	uint8_t *asm_dst;
-	uint32_t asm_gap; /* lost upstream before it: reported when it is published */
+	uint32_t asm_gap;	    /* lost upstream before it: reported when it is published */
 	STAILQ_HEAD(, rt_rec) recs; /* landed, not yet released */
-	uint32_t jobs; /* records with the worker */
-	struct rt_rec *drive_from; /* first record not yet handed to the worker */
+	uint32_t jobs;		    /* records with the worker */
+	struct rt_rec *drive_from;  /* first record not yet handed to the worker */
 	bool blocked;
 	bool dead;
 	uint32_t pending_gap; /* refused here: reported with the next published message */
@@ -423,8 +423,8 @@ struct rt_waiter {
 struct rt_topic {
 	struct rgapsd_remote *rt;
 	struct rgapsd_topic *t;
-	SLIST_ENTRY(rt_topic) link; /* rt->topics */
-	SLIST_HEAD(, rt_out) outs;  /* one per interested peer */
+	SLIST_ENTRY(rt_topic) link;	 /* rt->topics */
+	SLIST_HEAD(, rt_out) outs;	 /* one per interested peer */
 	SLIST_HEAD(, rt_waiter) waiters; /* publishers whose attach waits for the set-ups */
 	/* forwarder */
 	pthread_t fwd_thread;
@@ -444,7 +444,7 @@ struct rt_topic {
 	uint32_t *stg_free;
 	bool stg_pinned;
 	void *stg_mr[RT_TR_MAX];
-	STAILQ_HEAD(, rt_d2h) d2h_q; /* waiting for a slot */
+	STAILQ_HEAD(, rt_d2h) d2h_q;	      /* waiting for a slot */
 	void (*d2h_ready)(struct rt_d2h *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
 };
@@ -457,8 +457,8 @@ struct rgapsd_remote {
 	SLIST_HEAD(, rt_peer) peers;
 	SLIST_HEAD(, rt_topic) topics;
 	struct rgapsd_mailbox mb;
-	struct rgapsd_worker worker;	   /* copies (one thread: completions in order) */
-	struct rgapsd_worker stage_pool;   /* stages (several threads) */
+	struct rgapsd_worker worker;	 /* copies (one thread: completions in order) */
+	struct rgapsd_worker stage_pool; /* stages (several threads) */
 	SLIST_HEAD(, rt_stage_plugin) stage_plugins;
 	SLIST_HEAD(, rt_stages) stages;
 	uv_timer_t tick, retry;

@@ -40,8 +40,7 @@ void rt_on_link_down(void *arg, struct rgaps_link *link, int err, const char *wh
 	if (!p)
 		return;
 	p->link_downs++;
-	rgaps_warn("peer %s: %s data link down: %s", rgapsd_peer_name(p->peer), tr->name,
-		   why);
+	rgaps_warn("peer %s: %s data link down: %s", rgapsd_peer_name(p->peer), tr->name, why);
 	rt_link_lost(p, tr->idx);
 	rt_reconcile_all(tr->rt); /* another transport may still carry the topics */
 }
@@ -84,8 +83,7 @@ void rt_on_link_connected(void *arg, struct rgaps_link *link, int status)
 		return;
 	}
 	p->links[tr->idx].state = LINK_UP;
-	rgaps_info("peer %s: %s data link up (connected)", rgapsd_peer_name(p->peer),
-		   tr->name);
+	rgaps_info("peer %s: %s data link up (connected)", rgapsd_peer_name(p->peer), tr->name);
 	rt_reconcile_all(tr->rt);
 }
 
@@ -119,7 +117,9 @@ void rt_on_link_offer(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (i >= 0 && rt->tr[i].usable) {
 		r.type = RT_MSG_LINK_ACCEPT;
 		if (p->links[i].state != LINK_NONE)
-			rt_link_lost(p, i); /* a new offer replaces the old link and what waited for it */
+			rt_link_lost(
+				p,
+				i); /* a new offer replaces the old link and what waited for it */
 		memcpy(p->links[i].token, m->token, sizeof(p->links[i].token));
 		p->links[i].state = LINK_OFFERED;
 		p->links[i].link = NULL;
@@ -140,14 +140,15 @@ void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 		rt_hostile(p, "link_accept for %s, which we did not offer", m->transport);
 		return;
 	}
-	if (rgaps_hostport_parse(rgapsd_peer_name(p->peer), host, sizeof(host), &port, NULL, 0) != 0)
+	if (rgaps_hostport_parse(rgapsd_peer_name(p->peer), host, sizeof(host), &port, NULL, 0) !=
+	    0)
 		return;
 	e = rt->tr[i].lp->ops.transport.connect(rt->tr[i].ctx, host,
-						 (uint16_t)(port + rt->tr[i].port_offset),
-						 p->links[i].token, &link);
+						(uint16_t)(port + rt->tr[i].port_offset),
+						p->links[i].token, &link);
 	if (e) {
-		rgaps_warn("peer %s: %s connect failed: %s", rgapsd_peer_name(p->peer), rt->tr[i].name,
-			   strerror(-e));
+		rgaps_warn("peer %s: %s connect failed: %s", rgapsd_peer_name(p->peer),
+			   rt->tr[i].name, strerror(-e));
 		p->links[i].state = LINK_NONE;
 		return;
 	}

@@ -12,7 +12,6 @@
 #include "../../common/log.h"
 #include "internal.h"
 
-
 struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 {
 	struct rt_peer *p = rgapsd_peer_get_data(peer);

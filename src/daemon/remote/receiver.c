@@ -17,8 +17,8 @@
 #include "internal.h"
 
 const char *const rt_in_state_names[IN_NUM_STATES] = {
-	"landed",    "checking", "checked",	"allocated", "copying",
-	"copied",    "finishing", "finished",	"published", "released", "dropped",
+	"landed",    "checking", "checked",   "allocated", "copying", "copied",
+	"finishing", "finished", "published", "released",  "dropped",
 };
 
 static void in_drive(struct rt_in *in);
@@ -36,10 +36,9 @@ static void copy_run(struct rgapsd_job *job)
 	struct rt_in *in = r->in;
 	struct rgaps_loaded_plugin *mem = in->topic->mem;
 
-	r->copy_status = mem->ops.memory.copy(mem->ctx,
-					      r->loan_dst + r->h.chunk_off,
-					      in->mem + r->slot.off + RGAPS_RECORD_HDR, r->h.chunk_len,
-					      RGAPS_COPY_TO_POOL);
+	r->copy_status = mem->ops.memory.copy(mem->ctx, r->loan_dst + r->h.chunk_off,
+					      in->mem + r->slot.off + RGAPS_RECORD_HDR,
+					      r->h.chunk_len, RGAPS_COPY_TO_POOL);
 }
 
 static void copy_done(struct rgapsd_msg *m)
@@ -56,9 +55,10 @@ static void copy_done(struct rgapsd_msg *m)
 	}
 	if (r->copy_status) {
 		/* Our own memory failed us: the message cannot be trusted; restart the session. */
-		rgaps_error("topic '%s': copy into the pool failed: %s; dropping the session with %s",
-			    in->topic->cfg.name, strerror(-r->copy_status),
-			    rgapsd_peer_name(in->p->peer));
+		rgaps_error(
+			"topic '%s': copy into the pool failed: %s; dropping the session with %s",
+			in->topic->cfg.name, strerror(-r->copy_status),
+			rgapsd_peer_name(in->p->peer));
 		rgapsd_peer_disconnect(in->p->peer, "local copy into the pool failed");
 		return;
 	}
@@ -236,14 +236,17 @@ again:
 						break;
 					}
 					if (e) {
-						rgaps_warn("topic '%s': message of %llu bytes from %s "
-							   "refused: %s",
-							   in->topic->cfg.name,
-							   (unsigned long long)r->h.msg_size,
-							   rgapsd_peer_name(in->p->peer), strerror(-e));
+						rgaps_warn(
+							"topic '%s': message of %llu bytes from %s "
+							"refused: %s",
+							in->topic->cfg.name,
+							(unsigned long long)r->h.msg_size,
+							rgapsd_peer_name(in->p->peer),
+							strerror(-e));
 						in->refused++;
 						in->topic->refused_msgs++;
-						in->pending_gap += 1 + r->gap; /* nothing lost silently */
+						in->pending_gap +=
+							1 + r->gap; /* nothing lost silently */
 						in_set(rt, r, IN_DROPPED);
 						break;
 					}
@@ -260,7 +263,8 @@ again:
 				r->loan_dst = in->asm_dst;
 				if (r->h.flags & RGAPS_RECORD_LAST) {
 					in->asm_open = false; /* the record now owns the loan */
-					r->gap = in->asm_gap; /* and reports what was lost before it */
+					r->gap =
+						in->asm_gap; /* and reports what was lost before it */
 				}
 				in_set(rt, r, IN_ALLOCATED);
 				break;
@@ -269,7 +273,8 @@ again:
 					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
 					break;
 				}
-				if (!r->work && !rec_swork_start(in, r, RGAPS_STAGE_AFTER_LANDING)) {
+				if (!r->work &&
+				    !rec_swork_start(in, r, RGAPS_STAGE_AFTER_LANDING)) {
 					msg_failed(in, r, "out of memory for its stages");
 					break;
 				}
@@ -281,9 +286,9 @@ again:
 				r->job.run = copy_run;
 				r->job.done.fn = copy_done;
 				rt_copy_start(rt, in->topic->mem, &r->job, &r->copy_status,
-					   r->loan_dst + r->h.chunk_off,
-					   in->mem + r->slot.off + RGAPS_RECORD_HDR, r->h.chunk_len,
-					   RGAPS_COPY_TO_POOL);
+					      r->loan_dst + r->h.chunk_off,
+					      in->mem + r->slot.off + RGAPS_RECORD_HDR,
+					      r->h.chunk_len, RGAPS_COPY_TO_POOL);
 				break;
 			case IN_COPYING: /* async: copy_done moves it on */
 			case IN_COPIED:
@@ -316,9 +321,9 @@ again:
 		}
 		if ((r->state == IN_COPIED || r->state == IN_FINISHED) &&
 		    (r->h.flags & RGAPS_RECORD_LAST)) {
-			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
-						    r->gap + in->pending_gap, r->h.origin_stream,
-						    r->h.origin_seq);
+			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size,
+						    r->h.ts_ns, r->gap + in->pending_gap,
+						    r->h.origin_stream, r->h.origin_seq);
 
 			if (e == -EAGAIN) {
 				in->blocked = true; /* queue full under "block": retry */
@@ -401,8 +406,7 @@ void rt_in_free(struct rt_in *in)
 		STAILQ_REMOVE_HEAD(&in->recs, link);
 		/* The last record of an unpublished message owns its loan: give it back once. */
 		if ((r->h.flags & RGAPS_RECORD_LAST) &&
-		    (r->state == IN_ALLOCATED || r->state == IN_COPIED ||
-		     r->state == IN_FINISHED))
+		    (r->state == IN_ALLOCATED || r->state == IN_COPIED || r->state == IN_FINISHED))
 			rt_local_pub_cancel(&in->pub, r->loan_token);
 		in_set(rt, r, IN_DROPPED);
 		rec_free(in, r);
@@ -485,8 +489,9 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 			in->topic->landed_gaps += r->gap; /* outlives the ring, for stats */
 		} else if (in->have_last_seq && h.msg_seq <= in->last_msg_seq) {
 			/* The sender's topic started over (its daemon restarted): no gap to count. */
-			rgaps_info("topic '%s': %s restarted its sequence at %llu", in->topic->cfg.name,
-				   rgapsd_peer_name(p->peer), (unsigned long long)h.msg_seq);
+			rgaps_info("topic '%s': %s restarted its sequence at %llu",
+				   in->topic->cfg.name, rgapsd_peer_name(p->peer),
+				   (unsigned long long)h.msg_seq);
 		}
 		in->have_last_seq = true;
 		in->last_msg_seq = h.msg_seq;
@@ -536,7 +541,6 @@ static void arm_retry(struct rgapsd_remote *rt)
 	rt->retry_armed = true;
 	uv_timer_start(&rt->retry, rt_on_retry, RT_RETRY_MS, 0);
 }
-
 
 void rt_deferred_drop(struct rt_peer *p, int tr)
 {
@@ -739,7 +743,8 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (!same_stages(t, m)) {
 		char mine[RGAPS_CFG_MAX_STAGES * RGAPS_CFG_NAME_MAX], theirs[sizeof(mine)];
 
-		refuse_setup(p, m->ring_id, "topic '%s': the sender runs the stages [%s], this host [%s]",
+		refuse_setup(p, m->ring_id,
+			     "topic '%s': the sender runs the stages [%s], this host [%s]",
 			     m->topic, stage_list(theirs, sizeof(theirs), m->stages, m->nstages),
 			     stage_list(mine, sizeof(mine), t->cfg.stages, t->cfg.nstages));
 		return;

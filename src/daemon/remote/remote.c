@@ -59,7 +59,8 @@ void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 {
 	struct rgapsd_remote *rt = d->remote;
 
-	for (struct rt_topic *tt = rt ? SLIST_FIRST(&rt->topics) : NULL; tt; tt = SLIST_NEXT(tt, link)) {
+	for (struct rt_topic *tt = rt ? SLIST_FIRST(&rt->topics) : NULL; tt;
+	     tt = SLIST_NEXT(tt, link)) {
 		struct rt_waiter *w, *next;
 
 		for (w = SLIST_FIRST(&tt->waiters); w; w = next) {
@@ -123,7 +124,8 @@ int rgapsd_remote_start(struct rgapsd *d)
 	if (!d->cfg.listen[0])
 		return 0;
 	if (!d->cfg.key_file[0]) {
-		rgaps_error("\"listen\" needs \"key_file\": peers authenticate with a pre-shared key");
+		rgaps_error(
+			"\"listen\" needs \"key_file\": peers authenticate with a pre-shared key");
 		return -EINVAL;
 	}
 	if (sodium_init() < 0)
@@ -205,7 +207,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the workers posted */
-	rgapsd_peers_stop(rt->pm); /* peer_down for each: rings and links go */
+	rgapsd_peers_stop(rt->pm);     /* peer_down for each: rings and links go */
 	while (!SLIST_EMPTY(&rt->topics))
 		rgapsd_remote_topic_gone(d, SLIST_FIRST(&rt->topics)->t);
 	rt_stages_stop(rt);

@@ -71,9 +71,10 @@ void rt_waiters_check(struct rt_topic *tt, bool force)
 		if (preparing && !force && now < w->deadline)
 			continue;
 		if (preparing)
-			rgaps_warn("topic '%s': set-up with every interested peer not finished in %d ms; "
-				   "the publisher attaches anyway",
-				   tt->t->cfg.name, RT_SETUP_TIMEOUT_MS);
+			rgaps_warn(
+				"topic '%s': set-up with every interested peer not finished in %d ms; "
+				"the publisher attaches anyway",
+				tt->t->cfg.name, RT_SETUP_TIMEOUT_MS);
 		SLIST_REMOVE(&tt->waiters, w, rt_waiter, link);
 		w->done(w->arg, 0);
 		free(w);
@@ -93,7 +94,6 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 	free(m->msg_state);
 	free(m);
 }
-
 
 static void chunk_set(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chunk_state s)
 {
@@ -238,7 +238,8 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 	if (!sg[1].mr)
 		return -EINVAL; /* logged by pool_mr: the session restarts */
 	if (((struct rgaps_record_hdr *)slot)->flags & RGAPS_RECORD_TAG)
-		sg[nsg++] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot + RGAPS_RECORD_HDR,
+		sg[nsg++] = (struct rgaps_sg){ .mr = o->hdrs_mr,
+					       .addr = slot + RGAPS_RECORD_HDR,
 					       .len = RGAPS_RECORD_TAG_LEN };
 	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
 					      sg, nsg, (uint64_t)(uintptr_t)c);
@@ -281,8 +282,7 @@ static void swork_sent_start(struct rt_out *o, struct rt_chunk *c)
 	struct rt_omsg *m = c->m;
 	struct rt_swork *sw = &m->works[c->index];
 
-	if (sw->phase != SWORK_IDLE ||
-	    (c->index > 0 && m->works[c->index - 1].phase != SWORK_DONE))
+	if (sw->phase != SWORK_IDLE || (c->index > 0 && m->works[c->index - 1].phase != SWORK_DONE))
 		return;
 	sw->st = o->tt->stages;
 	sw->w.point = RGAPS_STAGE_BEFORE_SEND;
@@ -314,8 +314,9 @@ static void chunk_stage_failed(struct rt_out *o, struct rt_chunk *c)
 
 	if (c->index > 0) {
 		rgaps_error("topic '%s': a stage refused message %llu after part of it was sent "
-			    "to %s; restarting the session", o->tt->t->cfg.name,
-			    (unsigned long long)m->msg.seq, rgapsd_peer_name(o->p->peer));
+			    "to %s; restarting the session",
+			    o->tt->t->cfg.name, (unsigned long long)m->msg.seq,
+			    rgapsd_peer_name(o->p->peer));
 		rgapsd_peer_disconnect(o->p->peer, "a before-send stage failed in mid-message");
 		return;
 	}
@@ -393,7 +394,8 @@ static void out_drive(struct rt_out *o)
 				} else if (sw->result != RGAPS_STAGE_CONTINUE) {
 					chunk_stage_failed(o, c);
 					c = NULL;
-					stop = o->state != OUT_RING_READY; /* the session is going down */
+					stop = o->state !=
+					       OUT_RING_READY; /* the session is going down */
 				} else {
 					c = chunk_to_reserved(o, c, &stop);
 				}
@@ -411,8 +413,8 @@ static void out_drive(struct rt_out *o)
 				} else {
 					stop = true; /* -ENOTCONN: link_down follows */
 					if (r != -EAGAIN && r != -ENOTCONN)
-						rgapsd_peer_disconnect(o->p->peer,
-								       "transport refused a record");
+						rgapsd_peer_disconnect(
+							o->p->peer, "transport refused a record");
 				}
 				break;
 			case CHUNK_POSTED:  /* in o->inflight: record_sent moves it on */
@@ -507,15 +509,16 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 			p->next_ring = (id - base + 1) % (RT_RINGS / 2);
 	}
 	if (id == RT_RINGS) {
-		rgaps_error("peer %s: all %d rings of this direction in use; topic '%s' not sent there",
-			    rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
+		rgaps_error(
+			"peer %s: all %d rings of this direction in use; topic '%s' not sent there",
+			rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
 		return;
 	}
 	if (tt->t->lim.mem_kind != RGAPS_MEM_HOST) {
 		r = rt_staging_setup(tt, tr_idx);
 		if (r) {
-			rgaps_error("topic '%s': %s cannot use a staging buffer: %s", tt->t->cfg.name,
-				    rt->tr[tr_idx].name, strerror(-r));
+			rgaps_error("topic '%s': %s cannot use a staging buffer: %s",
+				    tt->t->cfg.name, rt->tr[tr_idx].name, strerror(-r));
 			return;
 		}
 	}
@@ -614,7 +617,7 @@ void rt_reconcile_all(struct rgapsd_remote *rt)
 
 /* One D2H staging copy per chunk of m, shared by every ring that sends the chunk. */
 static struct rt_d2h **d2h_new(struct rt_topic *tt, struct rt_omsg *m, uint64_t chunk,
-				    uint64_t *n_p)
+			       uint64_t *n_p)
 {
 	uint64_t n = (m->msg.size + chunk - 1) / chunk;
 	struct rt_d2h **st = calloc(n, sizeof(*st));
@@ -641,8 +644,7 @@ static struct rt_d2h **d2h_new(struct rt_topic *tt, struct rt_omsg *m, uint64_t 
  * Cut m into chunks queued on ring o (QUEUED), all of them or none: a message
  * cut short would break the receiver's landing order. false: out of memory.
  */
-static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk,
-			 struct rt_d2h **d2h)
+static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk, struct rt_d2h **d2h)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_chunk_q q = STAILQ_HEAD_INITIALIZER(q);
@@ -703,8 +705,9 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 		m->works = calloc(m->nchunks, sizeof(*m->works));
 		m->msg_state = calloc(1, tt->stages->msg_state_size + 1);
 		if (!m->works || !m->msg_state) {
-			rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
-				   tt->t->cfg.name, (unsigned long long)msg->seq);
+			rgaps_warn(
+				"topic '%s': out of memory for its stages: message %llu not sent",
+				tt->t->cfg.name, (unsigned long long)msg->seq);
 			tt->stage_drops++;
 			out_set(rt, m, OUT_DROPPED);
 			m->dropped = true;
@@ -791,7 +794,7 @@ void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 	}
 	if (rgaps_ring_sender_update_dhead(&o->ring, head) != 0) {
 		rt_hostile(p, "ring %u: Head %llu goes backwards or past Tail", ring_id,
-			(unsigned long long)head);
+			   (unsigned long long)head);
 		return;
 	}
 	out_drive(o);
@@ -834,8 +837,8 @@ void rt_on_topic_refused(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (!o)
 		return;
 	p->setup_refusals++;
-	p->resetup_ms = p->resetup_ms ? RGAPS_MIN(2 * p->resetup_ms, RT_RESETUP_MAX_MS)
-				      : RT_RESETUP_MIN_MS;
+	p->resetup_ms =
+		p->resetup_ms ? RGAPS_MIN(2 * p->resetup_ms, RT_RESETUP_MAX_MS) : RT_RESETUP_MIN_MS;
 	p->resetup_at_ns = rgaps_now_ns(CLOCK_MONOTONIC) + p->resetup_ms * 1000000ull;
 	rgaps_warn("topic '%s': %s refused the set-up: %s (asking again in %u ms)",
 		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer), m->reason, p->resetup_ms);

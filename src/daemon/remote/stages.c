@@ -63,8 +63,9 @@ static struct rt_stage_plugin *plugin_get(struct rgapsd_remote *rt, const char *
 	    sp->desc.msg_state_size > STATE_MAX) {
 		snprintf(err, errlen,
 			 "stage '%s' describes itself out of bounds (points 0x%x, tag %u bytes, "
-			 "states %u and %u bytes)", name, sp->desc.points, sp->desc.tag_len,
-			 sp->desc.topic_state_size, sp->desc.msg_state_size);
+			 "states %u and %u bytes)",
+			 name, sp->desc.points, sp->desc.tag_len, sp->desc.topic_state_size,
+			 sp->desc.msg_state_size);
 		goto err;
 	}
 	rgaps_info("loaded stage plugin '%s' from %s (points 0x%x, tag %u bytes)", name,
@@ -109,7 +110,8 @@ struct rt_stages *rt_stages_of(struct rgapsd_remote *rt, struct rgapsd_topic *t,
 		state += sp->desc.msg_state_size;
 		st->points |= sp->desc.points;
 		if (tag > RGAPS_STAGE_TAG_MAX) {
-			snprintf(err, errlen, "the stages of topic '%s' need %u tag bytes, at most %d",
+			snprintf(err, errlen,
+				 "the stages of topic '%s' need %u tag bytes, at most %d",
 				 t->cfg.name, tag, RGAPS_STAGE_TAG_MAX);
 			goto err;
 		}
@@ -140,7 +142,8 @@ void rt_stages_free(struct rt_stages *st)
 {
 	for (uint32_t i = 0; i < st->n; i++) {
 		if (st->s[i].sp)
-			st->s[i].sp->lp->ops.stage.topic_close(st->s[i].sp->ctx, st->s[i].topic_state);
+			st->s[i].sp->lp->ops.stage.topic_close(st->s[i].sp->ctx,
+							       st->s[i].topic_state);
 		free(st->s[i].topic_state);
 	}
 	free(st);
@@ -177,8 +180,9 @@ void rt_stages_stop(struct rgapsd_remote *rt)
 
 static int point_index(uint32_t point)
 {
-	return point == RGAPS_STAGE_BEFORE_SEND ? RT_POINT_SEND :
-	       point == RGAPS_STAGE_AFTER_LANDING ? RT_POINT_LANDING : RT_POINT_PUBLISH;
+	return point == RGAPS_STAGE_BEFORE_SEND	    ? RT_POINT_SEND
+	       : point == RGAPS_STAGE_AFTER_LANDING ? RT_POINT_LANDING
+						    : RT_POINT_PUBLISH;
 }
 
 static void swork_run(struct rgapsd_job *job);
@@ -214,7 +218,8 @@ static void swork_run(struct rgapsd_job *job)
 			continue;
 		sw->w.tag = sw->tag + st->s[i].tag_off;
 		sw->w.topic_state = st->s[i].topic_state;
-		sw->w.msg_state = sw->msg_state ? (uint8_t *)sw->msg_state + st->s[i].state_off : NULL;
+		sw->w.msg_state =
+			sw->msg_state ? (uint8_t *)sw->msg_state + st->s[i].state_off : NULL;
 		r = sp->lp->ops.stage.process(sp->ctx, &sw->w);
 		if (r == RGAPS_STAGE_ASYNC)
 			return; /* swork_async_done goes on, from wherever the stage calls it */

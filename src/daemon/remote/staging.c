@@ -18,9 +18,9 @@ static void d2h_run(struct rgapsd_job *job)
 	struct rt_d2h *st = RGAPS_CONTAINER_OF(job, struct rt_d2h, job);
 	struct rgapsd_topic *t = st->tt->t;
 
-	st->status = t->mem->ops.memory.copy(t->mem->ctx, st->tt->stg + st->slot * st->tt->stg_slot,
-					     st->m->msg.data + st->off, st->len,
-					     RGAPS_COPY_FROM_POOL);
+	st->status =
+		t->mem->ops.memory.copy(t->mem->ctx, st->tt->stg + st->slot * st->tt->stg_slot,
+					st->m->msg.data + st->off, st->len, RGAPS_COPY_FROM_POOL);
 }
 
 static void d2h_done(struct rgapsd_msg *m)
@@ -85,10 +85,11 @@ int rt_staging_setup(struct rt_topic *tt, int tr_idx)
 
 	if (!tt->stg) {
 		tt->stg_slot = t->cfg.chunking ? t->cfg.chunk_size : t->cfg.max_message_size;
-		tt->stg_nslots = (uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (256ull << 20) / tt->stg_slot));
+		tt->stg_nslots =
+			(uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (256ull << 20) / tt->stg_slot));
 		tt->stg_size = tt->stg_slot * tt->stg_nslots;
-		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			       -1, 0);
+		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		tt->stg_free = calloc(tt->stg_nslots, sizeof(*tt->stg_free));
 		if (tt->stg == MAP_FAILED || !tt->stg_free) {
 			if (tt->stg != MAP_FAILED)
@@ -104,8 +105,9 @@ int rt_staging_setup(struct rt_topic *tt, int tr_idx)
 		e = t->mem->ops.memory.host_register(t->mem->ctx, tt->stg, tt->stg_size);
 		tt->stg_pinned = e == 0;
 		if (e)
-			rgaps_warn("topic '%s': staging buffer not pinned (%s): D2H copies run slower",
-				   t->cfg.name, strerror(-e));
+			rgaps_warn(
+				"topic '%s': staging buffer not pinned (%s): D2H copies run slower",
+				t->cfg.name, strerror(-e));
 		tt->staged = true;
 		rgaps_info("topic '%s': device pool; staging %u x %llu bytes of pinned host memory",
 			   t->cfg.name, tt->stg_nslots, (unsigned long long)tt->stg_slot);

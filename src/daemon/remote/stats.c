@@ -61,7 +61,8 @@ static void stages_stats(struct rgapsd_remote *rt, cJSON *peers, const char *top
 
 /* A ring's entry in peers.rings[], with the fields both directions have. */
 static cJSON *ring_new(cJSON *arr, const struct rgapsd_topic *t, const char *direction,
-		       const struct rt_peer *p, int tr, uint32_t id, uint64_t records, uint64_t bytes)
+		       const struct rt_peer *p, int tr, uint32_t id, uint64_t records,
+		       uint64_t bytes)
 {
 	cJSON *ro = cJSON_CreateObject();
 
@@ -132,7 +133,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 			if (p->links[i].state != LINK_UP)
 				continue;
 			rt->tr[i].lp->ops.transport.link_stats(rt->tr[i].ctx, p->links[i].link,
-								&lst);
+							       &lst);
 			cJSON_AddNumberToObject(lo, "records_sent", (double)lst.records_sent);
 			cJSON_AddNumberToObject(lo, "bytes_sent", (double)lst.bytes_sent);
 			cJSON_AddNumberToObject(lo, "records_landed", (double)lst.records_landed);
@@ -147,13 +148,14 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddItemToArray(arr, po);
 	}
 	sm = cJSON_AddObjectToObject(peers, "state_machine");
-	cJSON_AddItemToObject(sm, "sender", transitions(&rt->out_trans[0][0], OUT_NUM_STATES,
-						       rt_out_state_names));
-	cJSON_AddItemToObject(sm, "sender_chunks",
-			      transitions(&rt->chunk_trans[0][0], CHUNK_NUM_STATES,
-					  rt_chunk_state_names));
-	cJSON_AddItemToObject(sm, "receiver", transitions(&rt->in_trans[0][0], IN_NUM_STATES,
-							 rt_in_state_names));
+	cJSON_AddItemToObject(
+		sm, "sender",
+		transitions(&rt->out_trans[0][0], OUT_NUM_STATES, rt_out_state_names));
+	cJSON_AddItemToObject(
+		sm, "sender_chunks",
+		transitions(&rt->chunk_trans[0][0], CHUNK_NUM_STATES, rt_chunk_state_names));
+	cJSON_AddItemToObject(sm, "receiver",
+			      transitions(&rt->in_trans[0][0], IN_NUM_STATES, rt_in_state_names));
 
 	topics = cJSON_AddArrayToObject(peers, "rings");
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
@@ -167,23 +169,27 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 					      o->bytes);
 				cJSON_AddBoolToObject(ro, "ready", o->state == OUT_RING_READY);
 				cJSON_AddNumberToObject(ro, "ring_stalls", (double)o->ring_stalls);
-				cJSON_AddNumberToObject(ro, "credit_stalls", (double)o->credit_stalls);
+				cJSON_AddNumberToObject(ro, "credit_stalls",
+							(double)o->credit_stalls);
 				cJSON_AddNumberToObject(ro, "dropped_messages",
 							(double)o->dropped_msgs);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_sender_used(&o->ring));
 			}
-			if (in && (!topic_filter || strcmp(topic_filter, in->topic->cfg.name) == 0)) {
-				ro = ring_new(topics, in->topic, "in", p, in->tr, in->id, in->records,
-					      in->bytes);
+			if (in &&
+			    (!topic_filter || strcmp(topic_filter, in->topic->cfg.name) == 0)) {
+				ro = ring_new(topics, in->topic, "in", p, in->tr, in->id,
+					      in->records, in->bytes);
 				cJSON_AddNumberToObject(ro, "messages", (double)in->messages);
-				cJSON_AddNumberToObject(ro, "upstream_gaps", (double)in->upstream_gaps);
+				cJSON_AddNumberToObject(ro, "upstream_gaps",
+							(double)in->upstream_gaps);
 				cJSON_AddNumberToObject(ro, "refused", (double)in->refused);
 				cJSON_AddNumberToObject(ro, "blocked_retries",
 							(double)in->blocked_retries);
 				cJSON_AddNumberToObject(ro, "stage_drops", (double)in->stage_drops);
-				cJSON_AddNumberToObject(ro, "ring_used",
-							(double)rgaps_ring_receiver_used(&in->ring));
+				cJSON_AddNumberToObject(
+					ro, "ring_used",
+					(double)rgaps_ring_receiver_used(&in->ring));
 			}
 		}
 	}

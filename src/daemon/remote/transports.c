@@ -14,11 +14,12 @@
 #include "../../common/log.h"
 #include "internal.h"
 
-
 void rgapsd_remote_print_options(FILE *f, const struct rgapsd_registry *reg)
 {
-	fprintf(f, "\nTransport options (\"transport_options\": { \"<transport>\": { ... } } in "
-		   "the daemon's file),\nas the plugins in %s declare them:\n", reg->dir);
+	fprintf(f,
+		"\nTransport options (\"transport_options\": { \"<transport>\": { ... } } in "
+		"the daemon's file),\nas the plugins in %s declare them:\n",
+		reg->dir);
 	if (!reg->n[RGAPS_PLUGIN_TRANSPORT])
 		fprintf(f, "\n  (no transport plugins there)\n");
 	for (uint32_t i = 0; i < reg->n[RGAPS_PLUGIN_TRANSPORT]; i++) {
@@ -37,7 +38,8 @@ void rgapsd_remote_print_options(FILE *f, const struct rgapsd_registry *reg)
 		fprintf(f, "\n  %s (priority %u, data port +%u):%s\n", pi->name, pi->priority,
 			pi->data_port_offset, n ? "" : " no options");
 		for (uint32_t k = 0; k < n; k++)
-			fprintf(f, "    %s (integer, %llu..%llu)\n        default: %llu\n        %s\n",
+			fprintf(f,
+				"    %s (integer, %llu..%llu)\n        default: %llu\n        %s\n",
 				o[k].name, (unsigned long long)o[k].min,
 				(unsigned long long)o[k].max, (unsigned long long)o[k].def,
 				o[k].doc);
@@ -45,8 +47,8 @@ void rgapsd_remote_print_options(FILE *f, const struct rgapsd_registry *reg)
 	}
 }
 
-int rgapsd_remote_check_options(const struct rgapsd_config *cfg,
-				const struct rgapsd_registry *reg, char *err, size_t errlen)
+int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const struct rgapsd_registry *reg,
+				char *err, size_t errlen)
 {
 	cJSON *all = cJSON_Parse(cfg->transport_options), *it;
 	int e = 0;
@@ -125,8 +127,7 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	if (!e)
 		e = tr->lp->ops.transport.probe(tr->ctx, why, sizeof(why));
 	if (e) {
-		rgaps_info("transport %s not usable here: %s", name,
-			   why[0] ? why : strerror(-e));
+		rgaps_info("transport %s not usable here: %s", name, why[0] ? why : strerror(-e));
 		goto err;
 	}
 	rgaps_hostport_parse(rt->d->cfg.listen, host, sizeof(host), &port, NULL, 0);
@@ -137,8 +138,7 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 		goto err;
 	}
 	tr->usable = true;
-	rgaps_info("transport %s: data links on %s:%u", name, host,
-		   port + tr->port_offset);
+	rgaps_info("transport %s: data links on %s:%u", name, host, port + tr->port_offset);
 	return 0;
 err:
 	tr->lp->ops.transport.fini(tr->ctx);

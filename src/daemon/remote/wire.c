@@ -189,8 +189,9 @@ static int decode_stages(struct dec *d, struct rt_wire_msg *m)
 	if (!arr)
 		return 0;
 	if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) > RGAPS_CFG_MAX_STAGES)
-		return bad(d->why, d->whylen, "bad %s: 'stages' is not an array of at most %d names",
-			   d->type, RGAPS_CFG_MAX_STAGES);
+		return bad(d->why, d->whylen,
+			   "bad %s: 'stages' is not an array of at most %d names", d->type,
+			   RGAPS_CFG_MAX_STAGES);
 	cJSON_ArrayForEach(it, arr)
 	{
 		if (!cJSON_IsString(it) || !rt_wire_name_valid(it->valuestring))
@@ -392,15 +393,15 @@ int rt_record_check(const void *rec, uint64_t len, uint32_t ring_id, uint64_t ma
 			   ring_id, (unsigned long long)h.chunk_off, h.chunk_len,
 			   (unsigned long long)h.msg_size);
 	if (h.msg_size > max_message_size)
-		return bad(why, whylen, "ring %u: message of %llu bytes over the topic's maximum %llu",
-			   ring_id, (unsigned long long)h.msg_size,
-			   (unsigned long long)max_message_size);
+		return bad(why, whylen,
+			   "ring %u: message of %llu bytes over the topic's maximum %llu", ring_id,
+			   (unsigned long long)h.msg_size, (unsigned long long)max_message_size);
 	if (h.flags & ~(RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST | RGAPS_RECORD_TAG))
 		return bad(why, whylen, "ring %u: unknown record flags 0x%x", ring_id, h.flags);
 	if (h.flags & RGAPS_RECORD_FIRST) {
 		if (st->in_msg || h.chunk_off != 0)
-			return bad(why, whylen, "ring %u: a message starts before the last one ended",
-				   ring_id);
+			return bad(why, whylen,
+				   "ring %u: a message starts before the last one ended", ring_id);
 	} else if (!st->in_msg || h.msg_seq != st->msg_seq || h.msg_size != st->msg_size ||
 		   h.chunk_off != st->next_off) {
 		return bad(why, whylen, "ring %u: chunk out of order", ring_id);

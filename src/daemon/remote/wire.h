@@ -24,11 +24,11 @@
 #include "../../common/record.h"
 #include "rgaps/plugin.h"
 
-#define RT_RINGS 128	    /* ring ids per direction of a peer pair (immediate: 7 bits) */
-#define RT_SUBS_MAX 4096    /* topic names in one subs message */
-#define RT_REASON_MAX 512   /* topic_refused text */
-#define RT_TYPE_MAX 32	    /* a message type name */
-#define RT_RING_SIZE_MIN (8ull << 10)  /* the ring_size bounds of the topic configuration */
+#define RT_RINGS 128	  /* ring ids per direction of a peer pair (immediate: 7 bits) */
+#define RT_SUBS_MAX 4096  /* topic names in one subs message */
+#define RT_REASON_MAX 512 /* topic_refused text */
+#define RT_TYPE_MAX 32	  /* a message type name */
+#define RT_RING_SIZE_MIN (8ull << 10) /* the ring_size bounds of the topic configuration */
 #define RT_RING_SIZE_MAX (64ull << 30)
 #define RT_CHUNK_SIZE_MAX (1ull << 30) /* the chunk_size bound of the topic configuration */
 
@@ -49,17 +49,17 @@ enum rt_msg_type {
 struct rt_wire_msg {
 	enum rt_msg_type type;
 	char type_name[RT_TYPE_MAX + 1];      /* RT_MSG_UNKNOWN: the type as sent, printable */
-	char transport[RGAPS_CFG_NAME_MAX];    /* link_*, topic_setup */
-	uint8_t token[RGAPS_LINK_TOKEN_LEN];   /* link_offer */
+	char transport[RGAPS_CFG_NAME_MAX];   /* link_*, topic_setup */
+	uint8_t token[RGAPS_LINK_TOKEN_LEN];  /* link_offer */
 	char topic[RGAPS_TOPIC_NAME_MAX + 1]; /* topic_setup */
-	uint32_t ring_id;		       /* topic_* */
-	uint8_t desc[RGAPS_RING_DESC_MAX];     /* topic_setup: head_desc; topic_ready: ring_desc */
+	uint32_t ring_id;		      /* topic_* */
+	uint8_t desc[RGAPS_RING_DESC_MAX];    /* topic_setup: head_desc; topic_ready: ring_desc */
 	size_t desc_len;
-	uint64_t ring_size;  /* topic_ready */
-	uint64_t chunk_size; /* topic_setup, 0 when absent */
+	uint64_t ring_size;				       /* topic_ready */
+	uint64_t chunk_size;				       /* topic_setup, 0 when absent */
 	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* topic_setup: the sender's */
 	uint32_t nstages;
-	char reason[RT_REASON_MAX];		     /* topic_refused, printable */
+	char reason[RT_REASON_MAX];		/* topic_refused, printable */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1]; /* subs: malloc'd (rt_wire_free) */
 	uint32_t nsubs;
 };
