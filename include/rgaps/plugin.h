@@ -260,7 +260,7 @@ struct rgaps_memory_ops {
 
 /*
  * A transport moves records from a sender daemon into a receive ring of a
- * receiver daemon (DESIGN.md section 4; docs/PROTOCOL.md section 3). The core
+ * receiver daemon (docs/ARCHITECTURE.md section 4; docs/PROTOCOL.md section 3). The core
  * decides every offset (Tail/Head/Delayed Head arithmetic, src/common/ring.h);
  * the transport only writes bytes where it is told and reports completions.
  * Everything runs on the daemon's loop thread (the plugin puts its fds under
@@ -398,7 +398,7 @@ struct rgaps_transport_ops {
 /*
  * A stage is a processing step that rgapsd runs on the messages of the topics
  * that name it in their "stages" key, at fixed points of the remote path
- * (docs/ARCHITECTURE.md, "Stages"): on the sending host before each chunk's
+ * (docs/ARCHITECTURE.md section 5): on the sending host before each chunk's
  * record is posted, on the receiving host after each record landed (before
  * its copy into the pool) and before a whole message is published to local
  * subscribers. process() runs on rgapsd's stage worker threads, never on the

@@ -2,7 +2,7 @@
  * The verbs transport (libibverbs + librdmacm): records go from the sender's
  * registered staging memory into the receiver's ring with RDMA WRITE WITH
  * IMMEDIATE, Head comes back with an 8-byte inline RDMA WRITE WITH IMMEDIATE
- * into the sender's Delayed Head word (DESIGN.md section 4, docs/PROTOCOL.md
+ * into the sender's Delayed Head word (docs/ARCHITECTURE.md section 4, docs/PROTOCOL.md
  * section 3, design notes in docs/VERBS.md). This file holds the operations
  * table of include/rgaps/plugin.h: context and device set-up, probe, local
  * registrations, the ring descriptors, and the posting path (send credits,

@@ -1,5 +1,5 @@
 /*
- * What rgapsd, librgaps and the tools share of the configuration (DESIGN.md
+ * What rgapsd, librgaps and the tools share of the configuration (docs/ARCHITECTURE.md
  * section 8): the limits on names and counts, one topic's settings as a
  * struct (the topic segment's layout is computed from it), the rule for topic
  * names and the size strings ("256MiB"). Reading files, the key tables and

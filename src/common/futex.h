@@ -7,7 +7,7 @@
  * publishers, a publisher waiting for any of its subscribers to progress) sleeps
  * on all of them at once with futex_waitv (Linux 5.16). One FUTEX_WAKE by a
  * publisher wakes every subscriber asleep on its doorbell, whatever their number
- * (DESIGN.md section 1, DP3: "cost does not grow with N").
+ * (docs/ARCHITECTURE.md section 1, the local path: its cost does not grow with N).
  */
 #ifndef RGAPS_COMMON_FUTEX_H
 #define RGAPS_COMMON_FUTEX_H

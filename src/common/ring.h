@@ -1,5 +1,5 @@
 /*
- * Pure arithmetic of the DP2 receive ring (DESIGN.md section 4, drawn in
+ * Pure arithmetic of the DP2 receive ring (docs/ARCHITECTURE.md section 4, drawn in
  * docs/RING.md): where a record goes, when the sender must stop (the "Exceed"
  * check against its Delayed Head), how the receiver follows the same placement
  * from record lengths alone, and when it writes Head back (the watermark). No
@@ -194,7 +194,7 @@ int rgaps_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **
 
 /**
  * Invariants of a sender and its receiver together (tests, loopback): each side
- * alone, the same geometry, and the three rules of DESIGN.md section 4: Tail
+ * alone, the same geometry, and the three rules of docs/ARCHITECTURE.md section 4: Tail
  * never passes Delayed Head + size, Head never passes Tail, Delayed Head never
  * leads Head (nor the last reported Head).
  *

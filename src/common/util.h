@@ -2,7 +2,7 @@
  * Small helpers shared by rgapsd, librgaps and the plugins' build: compiler
  * attributes, the fatal invariant check, and arithmetic on sizes. Nothing here
  * allocates or logs except rgaps_require(), which aborts on a broken invariant
- * (never on bad input: input is checked and refused, see docs/STYLE-NOTES.md).
+ * (never on bad input: input is checked and refused; CONTRIBUTING.md, "Style").
  */
 #ifndef RGAPS_COMMON_UTIL_H
 #define RGAPS_COMMON_UTIL_H

@@ -1,5 +1,5 @@
 /*
- * Configuration of rgapsd and its topics (DESIGN.md section 8). Each component
+ * Configuration of rgapsd and its topics (docs/ARCHITECTURE.md section 8). Each component
  * declares its keys once, in a table of struct rgaps_cfg_field: the daemon's
  * keys in daemon_table, a topic's in topic_table. Everything is driven from
  * those tables: defaults are JSON text run through the same setter as values

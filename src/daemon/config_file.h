@@ -1,5 +1,5 @@
 /*
- * rgapsd's configuration files (DESIGN.md section 8): the daemon's file and
+ * rgapsd's configuration files (docs/ARCHITECTURE.md section 8): the daemon's file and
  * one file per topic in topics.d.
  *
  * Each component declares its keys once, in a table of struct rgaps_cfg_field

@@ -1,5 +1,5 @@
 /*
- * The peer control plane of rgapsd (peers.h, DESIGN.md section 7): one TCP
+ * The peer control plane of rgapsd (peers.h, docs/ARCHITECTURE.md section 7): one TCP
  * listener and, per configured peer, one connection attempt at a time with
  * jittered exponential back-off, all libuv handles on the loop thread. Every
  * connection runs the same handshake (HELLO both ways, then the initiator's

@@ -1,5 +1,5 @@
 /*
- * The peer control plane of rgapsd (DESIGN.md section 7, docs/PROTOCOL.md
+ * The peer control plane of rgapsd (docs/ARCHITECTURE.md section 7, docs/PROTOCOL.md
  * section 2): authenticated TCP sessions with the other daemons, on the loop
  * (libuv). It listens on "listen", connects to every configured peer with
  * back-off, runs the versioned handshake and the pre-shared-key

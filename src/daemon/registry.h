@@ -1,5 +1,5 @@
 /*
- * The plugins rgapsd found (DESIGN.md section 6): every memory, transport and
+ * The plugins rgapsd found (docs/ARCHITECTURE.md section 6): every memory, transport and
  * stage plugin in the plugin directory, discovered by kind with the fields
  * each declares (name, priority for "auto", a transport's data-port offset).
  * The configuration names plugins; it is checked against what was found, at

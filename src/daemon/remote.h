@@ -1,5 +1,5 @@
 /*
- * rgapsd across hosts (DESIGN.md sections 1, 4, 7): the peer sessions, the
+ * rgapsd across hosts (docs/ARCHITECTURE.md sections 1, 4, 7): the peer sessions, the
  * data links of the transport plugins, and the two halves of the remote path
  * for every topic:
  *

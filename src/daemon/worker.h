@@ -1,5 +1,5 @@
 /*
- * Threads and the loop (DESIGN.md section 2, STYLE.md item 7). Only the loop
+ * Threads and the loop (docs/ARCHITECTURE.md section 2, STYLE.md item 7). Only the loop
  * thread touches uv handles and daemon state; other threads hand work back as
  * messages {fn, ctx} on a mailbox: a multi-producer queue plus uv_async_send,
  * whose handler drains the whole queue (several sends may give one wake-up).

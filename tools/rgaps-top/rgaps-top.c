@@ -1,5 +1,5 @@
 /*
- * rgaps-top: the live view of one rgapsd (DESIGN.md section 9). Polls the
+ * rgaps-top: the live view of one rgapsd (docs/ARCHITECTURE.md section 9). Polls the
  * daemon's `stats` request every --interval through the public API
  * (rgaps_query(), include/rgaps/rgaps.h) and shows per topic rates, totals,
  * pool and queue fill, drops, gaps and subscriber lag, and per peer sessions,

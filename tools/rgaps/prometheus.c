@@ -1,7 +1,7 @@
 /*
  * `rgaps stats --prometheus`: a `stats` reply in the Prometheus text
  * exposition format (version 0.0.4), for node_exporter's textfile collector
- * or any scraper that runs a command (DESIGN.md section 9).
+ * or any scraper that runs a command (docs/ARCHITECTURE.md section 9).
  *
  * Each metric is declared once, in a table per scope (daemon, topic,
  * subscriber slot, peer, data link): name, type, help, and where its value is

@@ -1,5 +1,5 @@
 /*
- * The receiver half of the remote path (DESIGN.md sections 1 and 4): one in
+ * The receiver half of the remote path (docs/ARCHITECTURE.md sections 1 and 4): one in
  * ring per (topic, sending peer). Each landed record is checked, copied off
  * the loop into a block of the local pool (allocated on a message's first
  * chunk), its ring space is given back (Head, watermark), and the last chunk
@@ -692,7 +692,7 @@ static const char *stage_list(char *buf, size_t len, const char (*names)[RGAPS_C
 	return buf;
 }
 
-/* Receiver side of the topic initialisation sequence (DESIGN.md section 7). */
+/* Receiver side of the topic initialisation sequence (docs/ARCHITECTURE.md section 7). */
 void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_READY, .ring_id = m->ring_id };

@@ -1,10 +1,10 @@
 /*
- * The sender half of the remote path (DESIGN.md sections 1 and 4): for each
+ * The sender half of the remote path (docs/ARCHITECTURE.md sections 1 and 4): for each
  * topic with a local publisher, one out ring per interested peer; each message
  * the forwarder takes is cut into chunks, and every chunk becomes one record
  * written into the peer's receive ring (one transfer per interested host).
  * Also the sender's side of the topic initialisation sequence (topic_setup ->
- * topic_ready / topic_refused, DESIGN.md section 7) and the publishers that
+ * topic_ready / topic_refused, docs/ARCHITECTURE.md section 7) and the publishers that
  * wait for it at attach.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * DP1 staging (DESIGN.md section 1): a topic whose pool is device memory is
+ * DP1 staging (docs/ARCHITECTURE.md section 1): a topic whose pool is device memory is
  * sent from pinned host memory the transports can read. Each chunk is copied
  * once (D2H) into a slot of the topic's staging buffer and sent from there to
  * every interested ring; chunk k+1 is staged while chunk k is on the wire.
