@@ -448,7 +448,7 @@ struct rgaps_stage_work {
 	const uint8_t *data;   /**< the bytes, readable for the call (device memory: mem_kind) */
 	uint64_t len;
 	uint8_t *tag;	       /**< tag_len bytes: BEFORE_SEND writes, AFTER_LANDING reads */
-	void *topic_state;     /**< topic_state_size bytes */
+	void *topic_state;     /**< topic_state_size bytes, shared by concurrent calls: lock it */
 	void *msg_state;       /**< msg_state_size bytes (chunks of one message never run at once) */
 	char *why;	       /**< FAIL: why, for the log and stats */
 	size_t whylen;

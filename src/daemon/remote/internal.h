@@ -13,6 +13,7 @@
  *   sender.c      out rings and chunks: the sender's state machine and its driver
  *   receiver.c    in rings and records: the receiver's state machine and its driver
  *   forwarder.c   the thread that takes each local message for the sender
+ *   attach.c      publishers whose attach waits for the topic's set-ups
  *   staging.c     DP1: device-pool chunks copied to pinned host slots
  *   stages.c      pluggable stages: a topic's stage plugins, run on the stage workers
  *   copies.c      copies between pools and host memory off the loop; NUMA placement
@@ -523,6 +524,15 @@ void rt_d2h_pump(struct rt_topic *tt);
 struct rt_omsg *rt_d2h_put(struct rt_d2h *st);
 void rt_staging_free(struct rt_topic *tt);
 
+/* ---------------------------------------------------------------- attach.c */
+
+/* A publisher's attach waits for the topic's set-ups: done(arg, 0) later. 0 or -ENOMEM. */
+int rt_waiter_add(struct rt_topic *tt, void (*done)(void *arg, int status), void *arg);
+/* Answer publishers that wait for the set-ups (force: even while some still run). */
+void rt_waiters_check(struct rt_topic *tt, bool force);
+/* Withdraw the waits of arg (its connection closed). */
+void rt_waiters_cancel(struct rgapsd_remote *rt, void *arg);
+
 /* ---------------------------------------------------------------- forwarder.c */
 
 /* Start the topic's forwarder (idempotent): each local message reaches tt->fwd_deliver. */
@@ -537,8 +547,7 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 /* Make the out rings of one topic (of every topic) match who subscribes to it. */
 void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t);
 void rt_reconcile_all(struct rgapsd_remote *rt);
-/* Answer publishers that wait for the set-ups (force: even while some still run). */
-void rt_waiters_check(struct rt_topic *tt, bool force);
+
 /* Retire an out ring (tell_peer: send topic_teardown once its records are back). */
 void rt_out_free(struct rt_out *o, bool tell_peer);
 void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m);

@@ -32,7 +32,6 @@ bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
 {
 	struct rgapsd_remote *rt = d->remote;
 	struct rt_topic *tt;
-	struct rt_waiter *w;
 	bool preparing = false;
 
 	t->publishers_seen = true;
@@ -45,32 +44,13 @@ bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
 			preparing = true;
 	if (!preparing)
 		return false;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return false;
-	w->done = done;
-	w->arg = arg;
-	w->deadline = rgaps_now_ns(CLOCK_MONOTONIC) + RT_SETUP_TIMEOUT_MS * 1000000ull;
-	SLIST_INSERT_HEAD(&tt->waiters, w, link);
-	return true;
+	return rt_waiter_add(tt, done, arg) == 0;
 }
 
 void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 {
-	struct rgapsd_remote *rt = d->remote;
-
-	for (struct rt_topic *tt = rt ? SLIST_FIRST(&rt->topics) : NULL; tt;
-	     tt = SLIST_NEXT(tt, link)) {
-		struct rt_waiter *w, *next;
-
-		for (w = SLIST_FIRST(&tt->waiters); w; w = next) {
-			next = SLIST_NEXT(w, link);
-			if (w->arg == arg) {
-				SLIST_REMOVE(&tt->waiters, w, rt_waiter, link);
-				free(w);
-			}
-		}
-	}
+	if (d->remote)
+		rt_waiters_cancel(d->remote, arg);
 }
 
 void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)

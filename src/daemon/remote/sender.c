@@ -57,30 +57,6 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 	return tt;
 }
 
-void rt_waiters_check(struct rt_topic *tt, bool force)
-{
-	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-	struct rt_waiter *w, *next;
-	bool preparing = false;
-
-	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-		if (o->state == OUT_RING_PREPARING)
-			preparing = true;
-	for (w = SLIST_FIRST(&tt->waiters); w; w = next) {
-		next = SLIST_NEXT(w, link);
-		if (preparing && !force && now < w->deadline)
-			continue;
-		if (preparing)
-			rgaps_warn(
-				"topic '%s': set-up with every interested peer not finished in %d ms; "
-				"the publisher attaches anyway",
-				tt->t->cfg.name, RT_SETUP_TIMEOUT_MS);
-		SLIST_REMOVE(&tt->waiters, w, rt_waiter, link);
-		w->done(w->arg, 0);
-		free(w);
-	}
-}
-
 static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 {
 	rgaps_require(m->refs > 0);
