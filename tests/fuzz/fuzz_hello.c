@@ -9,15 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "peer_wire.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(c)                                                                        \
-	do {                                                                              \
-		if (!(c))                                                                 \
-			__builtin_trap();                                                 \
-	} while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

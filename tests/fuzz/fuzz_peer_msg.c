@@ -10,15 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "remote/wire.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(c)                                                                        \
-	do {                                                                              \
-		if (!(c))                                                                 \
-			__builtin_trap();                                                 \
-	} while (0)
 
 static void same(const struct rt_wire_msg *a, const struct rt_wire_msg *b)
 {

@@ -6,23 +6,18 @@
  * bytes. Every accepted record must keep the stream's invariants: the
  * sequence numbers follow each other, a chunk lies inside its message, the
  * message is within the topic's maximum and is assembled from consecutive
- * chunks, first to last; the check reads nothing beyond the landed bytes.
+ * chunks, first to last; a record that says it carries a stage tag holds it;
+ * the check reads nothing beyond the landed bytes.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "remote/wire.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 #define MAXMSG 4096u
-#define REQUIRE(c)                                                                        \
-	do {                                                                              \
-		if (!(c))                                                                 \
-			__builtin_trap();                                                 \
-	} while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -45,8 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		REQUIRE(rec);
 		memcpy(rec, data, len);
 		if (rt_record_check(rec, len, 3, MAXMSG, &st, &h, why, sizeof(why)) == 0) {
-			REQUIRE(len >= RGAPS_RECORD_HDR + h.chunk_len);
-			REQUIRE(h.record_seq == before.next_record_seq);
+			REQUIRE(len >= RGAPS_RECORD_HDR + h.chunk_len +
+					       (h.flags & RGAPS_RECORD_TAG ? RGAPS_RECORD_TAG_LEN : 0));
+			REQUIRE(h.record_seq == (uint32_t)before.next_record_seq);
 			REQUIRE(h.msg_size && h.msg_size <= MAXMSG && h.chunk_len);
 			REQUIRE(h.chunk_off + h.chunk_len <= h.msg_size);
 			if (h.flags & RGAPS_RECORD_FIRST) {
