@@ -24,6 +24,8 @@
 # Reuses tests/integration/lib.sh and remote_lib.sh (hosts with their own
 # addresses). E2E_TRANSPORT=tcp runs the same test over tcp (with RXE_ADDR=
 # RXE_ADDR2=127.0.0.1: a check of the test itself on a machine without RDMA).
+# E2E_STAGES='"crc32c"' runs it with those stages on the topic (records then
+# carry a stage tag: a third gather piece per record).
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 RGAPS_BUILD=$(cd "$1" && pwd -P) || exit 2
@@ -71,7 +73,7 @@ TRANSPORT=$TR
 # a second or so under TCG, longer than 3 x 200 ms (B's death is seen at once:
 # its sockets close).
 DEFAULTS=', "pool_size": "64MiB", "max_message_size": "16MiB", "ring_size": "32MiB",
-  "block_timeout_ms": 60000'
+  "block_timeout_ms": 60000'${E2E_STAGES:+", \"stages\": [$E2E_STAGES]"}
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000}
 # Transport options from the daemons' configuration (not the default of 2 QPs).
 [ "$TR" = verbs ] && DAEMON_EXTRA='"transport_options": { "verbs": { "qps": 3 } },'
