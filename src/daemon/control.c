@@ -1,5 +1,5 @@
 /*
- * rgapsd's local control socket (control.h, DESIGN.md section 7): a Unix stream
+ * rgapsd's local control socket (control.h, docs/ARCHITECTURE.md section 7): a Unix stream
  * socket served through io_uring on the loop thread. One multishot accept
  * feeds connections; each connection has at most one recvmsg (into its frame
  * reader) and one sendmsg (the head of its reply queue) in flight. The ring's

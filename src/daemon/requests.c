@@ -370,7 +370,8 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		    (unsigned long long)c->member->gen, (int)spec.gpu, path);
 	if (sub && t->local_subs++ == 0)
 		rgapsd_remote_subscribers_changed(d, t);
-	/* DESIGN.md 7: a publisher's attach completes once interested peers set the topic up. */
+	/* A publisher's attach completes once interested peers set the topic up
+	 * (docs/ARCHITECTURE.md section 7). */
 	if (!sub && rgapsd_remote_publisher_attach(d, t, attach_done, c)) {
 		c->pending_reply = r;
 		return;
