@@ -70,16 +70,32 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 	rt_stages_topic_gone(rt, t);
 }
 
-void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
+/* Drop m's pool registrations (the sender's pool_mr) with every transport. */
+static void member_dereg(struct rgapsd_remote *rt, struct rgapsd_member *m)
 {
-	struct rgapsd_remote *rt = d->remote ? d->remote : d->remote_dead;
-
 	for (int i = 0; i < RT_TR_MAX; i++) {
 		if (!m->pool_mr[i])
 			continue;
-		if (rt && rt->tr[i].lp)
+		if (rt && rt->tr[i].lp && rt->tr[i].ctx)
 			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, m->pool_mr[i]);
 		m->pool_mr[i] = NULL;
+	}
+}
+
+void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
+{
+	member_dereg(d->remote ? d->remote : d->remote_dead, m);
+}
+
+/* Before the transports go: every pool they registered, of members that outlive them. */
+static void dereg_all_pools(struct rgapsd *d, struct rgapsd_remote *rt)
+{
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
+		for (uint32_t k = 0; t->pubs && k < t->lim.max_publishers; k++)
+			if (t->pubs[k])
+				member_dereg(rt, t->pubs[k]);
+		for (uint32_t k = 0; k < t->ngone; k++)
+			member_dereg(rt, t->gone[k]);
 	}
 }
 
@@ -191,6 +207,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	while (!SLIST_EMPTY(&rt->topics))
 		rgapsd_remote_topic_gone(d, SLIST_FIRST(&rt->topics)->t);
 	rt_stages_stop(rt);
+	dereg_all_pools(d, rt); /* the topics and their members outlive the transports */
 	/* fini closes the plugins' uv handles; their close callbacks live in the plugins,
 	 * so the modules are unloaded only in rgapsd_remote_free, after the loop ran. */
 	rt_transports_fini(rt);

@@ -186,9 +186,11 @@ int rt_transports_start(struct rgapsd_remote *rt)
 
 void rt_transports_fini(struct rgapsd_remote *rt)
 {
-	for (int i = 0; i < rt->ntr; i++)
+	for (int i = 0; i < rt->ntr; i++) {
 		if (rt->tr[i].lp)
 			rt->tr[i].lp->ops.transport.fini(rt->tr[i].ctx);
+		rt->tr[i].ctx = NULL; /* nothing may call into it any more */
+	}
 }
 
 void rt_transports_unload(struct rgapsd_remote *rt)
