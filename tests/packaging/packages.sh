@@ -192,7 +192,7 @@ lacks() {
 }
 PLUG=/usr/lib/$MA/rgaps/plugins
 MAN=/usr/share/man
-has "$RGAPSD_DEB" /usr/sbin/rgapsd "$PLUG/transport-tcp.so" "$PLUG/transport-verbs.so" \
+has "$RGAPSD_DEB" /usr/sbin/rgapsd "$PLUG/transport-tcp.so" "$PLUG/transport-verbs.so" "$PLUG/stage-crc32c.so" \
 	/lib/systemd/system/rgapsd.service /usr/lib/sysusers.d/rgaps.conf /etc/rgaps/rgapsd.json \
 	/etc/rgaps/topics.d/example.json.example "$MAN/man8/rgapsd.8.gz" "$MAN/man5/rgapsd.json.5.gz"
 lacks "$RGAPSD_DEB" "memory-.*\.so$"
@@ -514,7 +514,7 @@ if command -v rpmbuild >/dev/null; then
 	RMAN=$(rpm --eval '%{_mandir}')
 	RPLUG=$LIBDIR/rgaps/plugins
 	f=$(rpmf rgapsd)
-	rhas "$f" /usr/sbin/rgapsd "$RPLUG/transport-tcp.so" "$RPLUG/transport-verbs.so" \
+	rhas "$f" /usr/sbin/rgapsd "$RPLUG/transport-tcp.so" "$RPLUG/transport-verbs.so" "$RPLUG/stage-crc32c.so" \
 		/usr/lib/systemd/system/rgapsd.service /usr/lib/sysusers.d/rgaps.conf /etc/rgaps/rgapsd.json \
 		/etc/rgaps/topics.d/example.json.example "$RMAN/man8/rgapsd.8$GZ" "$RMAN/man5/rgapsd.json.5$GZ" \
 		"/usr/share/doc/rgapsd(-$VERSION)?/README.md" "/usr/share/doc/rgapsd(-$VERSION)?/docs/PROTOCOL.md"
