@@ -307,7 +307,7 @@ static const struct rgaps_cfg_field topic_fields[] = {
 	  .doc = "GPUs the topic serves, by CUDA ordinal as rgapsd sees them (cuda memory only); "
 		 "a client on another GPU is refused at attach. Must hold \"device\". Empty: "
 		 "every GPU of the host." },
-	{ .name = "chunk_size", .type = RGAPS_CFG_SIZE, CFG_AT(T, chunk_size), .def = "\"4MiB\"",
+	{ .name = "chunk_size", .type = RGAPS_CFG_SIZE, CFG_AT(T, chunk_size), .def = "\"16MiB\"",
 	  .min = 4 * KiB, .max = GiB,
 	  .doc = "Pipelining unit on the wire: a large message moves in chunks, so the "
 		 "device-to-host copy, the network write and the host-to-device copy overlap. "

@@ -6,8 +6,8 @@
 # from registered memory straight into the receiver's ring, headers and samples
 # of every record verified). Runs are interleaved and repeated; medians compared.
 #
-#   a 64 MiB message as rgapsd sends it by default: 16 records of 4 MiB
-#   (chunk_size), ring 64 MiB, watermark 0.25 (the daemon's defaults);
+#   a 64 MiB message in 16 records of 4 MiB (chunk_size "4MiB", the default
+#   before 0.2: docs/DECISIONS.md 55), ring 64 MiB, watermark 0.25;
 #   the same message unchunked: one 64 MiB record, ring 256 MiB.
 #
 # BENCH_EXTRA=1 adds a ring small enough to stay in the CPU caches (256 KiB

@@ -138,7 +138,7 @@ static void check_topic_defaults(const struct rgaps_topic_config *tc)
 	assert_string_equal(tc->memory, "auto");
 	assert_string_equal(tc->transport, "auto");
 	assert_int_equal(tc->device, 0);
-	assert_int_equal(tc->chunk_size, 4 * MiB);
+	assert_int_equal(tc->chunk_size, 16 * MiB);
 	assert_true(tc->chunking);
 	assert_int_equal(tc->ring_size, 64 * MiB);
 	assert_true(tc->watermark == 0.25);
@@ -611,7 +611,7 @@ static const struct reject rejects[] = {
 	{ NULL, NULL, "{\"queue_depth\": 8, \"history\": 8}", "history",
 	  "must be less than queue_depth (8), got 8" },
 	{ NULL, NULL, "{\"ring_size\": \"4MiB\"}", "chunk_size",
-	  "4MiB is more than half of ring_size (4MiB)" },
+	  "16MiB is more than half of ring_size (4MiB)" },
 	{ NULL, NULL, "{\"chunking\": false, \"ring_size\": \"32MiB\"}", "max_message_size",
 	  "64MiB does not fit in ring_size (32MiB), and chunking is off" },
 	{ NULL, NULL, "{\"chunking\": false, \"ring_size\": \"4MiB\", \"chunk_size\": \"4MiB\","
@@ -622,7 +622,7 @@ static const struct reject rejects[] = {
 	  "64MiB is larger than pool_size (16MiB)" },
 	/* defaults that a topic file repairs are still refused: they must stand alone */
 	{ "{\"defaults\": {\"ring_size\": \"6MiB\"}}", NULL, "{\"chunk_size\": \"1MiB\"}",
-	  "defaults.chunk_size", "4MiB is more than half of ring_size (6MiB)" },
+	  "defaults.chunk_size", "16MiB is more than half of ring_size (6MiB)" },
 };
 
 static void test_rejects(void **state)
@@ -1032,7 +1032,7 @@ static void test_print_help(void **state)
 		"  memory (string, at most 31 bytes)\n      default: \"auto\"\n",
 		"  transport (string, at most 31 bytes)\n      default: \"auto\"\n",
 		"  device (integer, 0..1023)\n      default: 0\n",
-		"  chunk_size (size, 4KiB..1GiB)\n      default: \"4MiB\"\n",
+		"  chunk_size (size, 4KiB..1GiB)\n      default: \"16MiB\"\n",
 		"  chunking (boolean)\n      default: true\n",
 		"  ring_size (size, 8KiB..64GiB)\n      default: \"64MiB\"\n",
 		"  watermark (number, 0..1)\n      default: 0.25\n",

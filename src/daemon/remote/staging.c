@@ -85,8 +85,9 @@ int rt_staging_setup(struct rt_topic *tt, int tr_idx)
 
 	if (!tt->stg) {
 		tt->stg_slot = t->cfg.chunking ? t->cfg.chunk_size : t->cfg.max_message_size;
+		/* 64 MiB in flight (4 slots of the default 16 MiB chunk), two at least */
 		tt->stg_nslots =
-			(uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (256ull << 20) / tt->stg_slot));
+			(uint32_t)RGAPS_MAX(2, RGAPS_MIN(16, (64ull << 20) / tt->stg_slot));
 		tt->stg_size = tt->stg_slot * tt->stg_nslots;
 		tt->stg = mmap(NULL, tt->stg_size, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
