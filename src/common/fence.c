@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,7 @@ int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *f
 			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg)
 {
 	uint64_t start = rgaps_now_ns(CLOCK_MONOTONIC), next_ask = start + 100000000ull;
-	uint64_t pause_ns = 10000;
+	uint64_t pause_ns = 50000;
 
 	for (;;) {
 		int e = ops->fence_query(ctx, fence);
@@ -307,10 +308,14 @@ int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *f
 			if (give_up(arg))
 				return -ECANCELED;
 		}
-		if (now - start < 20000) { /* a copy about to end: catch it at once */
+		if (now - start < RGAPS_FENCE_SPIN_NS) { /* a copy about to end: catch it at once */
 #if defined(__x86_64__) || defined(__i386__)
 			__builtin_ia32_pause();
 #endif
+			continue;
+		}
+		if (now - start < RGAPS_FENCE_YIELD_NS) { /* a copy under way: its end, not 50 us later */
+			sched_yield();
 			continue;
 		}
 		{

@@ -56,11 +56,16 @@ enum rgaps_fence_verdict { RGAPS_FENCE_USE, RGAPS_FENCE_DONE, RGAPS_FENCE_LOST }
 enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, bool live);
 
 /*
- * Wait on this thread until fence completes: a short spin, then sleeps that
- * grow to 1 ms. 0; -ETIMEDOUT at deadline_ns (CLOCK_MONOTONIC; UINT64_MAX:
+ * Wait on this thread until fence completes: a spin, then yields, up to
+ * RGAPS_FENCE_YIELD_NS (the copies rgaps waits for take 10 us to 1 ms: a
+ * sleep would oversleep them by the timer slack, 50 us or more), then sleeps
+ * that grow to 1 ms. 0; -ETIMEDOUT at deadline_ns (CLOCK_MONOTONIC; UINT64_MAX:
  * none); -ECANCELED when give_up(arg) says so (asked every 100 ms or so); or
  * the fence's error.
  */
+#define RGAPS_FENCE_SPIN_NS 20000ull	 /* pause instructions, then */
+#define RGAPS_FENCE_YIELD_NS 2000000ull /* sched_yield(), then sleeps */
+
 int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
 			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg);
 
