@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# compare_local.sh: issue 7's host-memory benchmark at 4 KiB, three contenders
+# side by side in one run, interleaved so that drift of a shared machine hits
+# them alike:
+#
+#   now      rgaps-bench and rgapsd built from this work tree
+#   before   the same benchmark built from commit b4f3916 (one mutex per topic),
+#            from a temporary git worktree that this script removes again
+#   iceoryx  tools/rgaps-bench/iox_bench.c (iceoryx 2.0.3, C binding, subscribers
+#            sleep on a WaitSet), with its own iox-roudi started and stopped
+#
+# Usage: tools/rgaps-bench/compare_local.sh [-r ROUNDS] [-o DIR] [-b COMMIT]
+#   -r ROUNDS  rounds (default 3); round k runs the three contenders in an order
+#              rotated by k, each one complete measurement
+#   -o DIR     where the raw output goes (default build-compare/results/<UTC time>)
+#   -b COMMIT  the "before" commit (default b4f3916)
+#
+# Prerequisites (Debian 12), besides rgaps' own build dependencies:
+#   apt-get install iceoryx libiceoryx-binding-c-dev python3 git
+# No other iox-roudi may run (iceoryx 2.0 allows one per machine).
+#
+# What one round runs (each contender its own private daemon):
+#   rgaps-bench --spawn-daemon --sizes 4KiB --subs 1,8 --json ...-default.json
+#       latency: push with the library's default spin (20 us) and with spin 0,
+#       loan/commit; throughput with the default spin
+#   rgaps-bench --spawn-daemon --sizes 4KiB --subs 1,8 --mode throughput --spin-us 0
+#       throughput with spin 0 (subscribers only sleep, as iceoryx's do)
+#   iox-bench --spawn-roudi --size 4096 --subs 1,8
+#       latency and throughput with 1 and 8 subscriber processes
+# Each program itself runs its configurations round-robin in 8 rounds.
+#
+# Output in DIR: rN-now-default.json, rN-now-spin0.json, rN-before-*.json,
+# rN-iceoryx.json (the programs' raw JSON), rN-*.log (their text output),
+# machine.txt, summary.txt (the tables, also printed) and summary.json.
+# Builds: build-compare/now and build-compare/before (kept between runs).
+set -euo pipefail
+unset RGAPS_SPIN_US RGAPS_SOCKET
+
+rounds=3
+out=""
+before_commit=b4f3916
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+while getopts "r:o:b:h" opt; do
+	case $opt in
+	r) rounds=$OPTARG ;;
+	o) out=$OPTARG ;;
+	b) before_commit=$OPTARG ;;
+	h) usage; exit 0 ;;
+	*) usage >&2; exit 2 ;;
+	esac
+done
+if ! [[ $rounds =~ ^[1-9][0-9]?$ ]]; then
+	echo "compare_local.sh: -r: 1..99 rounds" >&2
+	exit 2
+fi
+
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+cd "$root"
+missing=()
+for c in meson ninja git python3 iox-roudi; do
+	command -v "$c" >/dev/null || missing+=("$c")
+done
+[ -e /usr/include/iceoryx/v2.0.3/iceoryx_binding_c/runtime.h ] ||
+	[ -e /usr/local/include/iceoryx/v2.0.3/iceoryx_binding_c/runtime.h ] ||
+	missing+=("iceoryx C binding headers")
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "compare_local.sh: missing: ${missing[*]}" >&2
+	echo "  apt-get install iceoryx libiceoryx-binding-c-dev python3 git meson ninja-build" >&2
+	exit 2
+fi
+if pgrep -x iox-roudi >/dev/null; then
+	echo "compare_local.sh: an iox-roudi runs already (pid $(pgrep -x iox-roudi | head -1));" \
+		"iceoryx 2.0 allows one per machine: stop it first" >&2
+	exit 2
+fi
+
+bdir=$root/build-compare
+src_before=$bdir/src-before
+[ -n "$out" ] || out=$bdir/results/$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$bdir" "$out"
+
+cleanup() {
+	if [ -e "$src_before" ]; then
+		git worktree remove --force "$src_before" >/dev/null 2>&1 || rm -rf "$src_before"
+		git worktree prune
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build() { # build DIR SRC: the programs the comparison runs, host memory only
+	local dir=$1 src=$2
+	if [ ! -e "$dir/build.ninja" ]; then
+		meson setup "$dir" "$src" -Dwerror=true -Dcuda=disabled -Dtests=false \
+			>"$dir.setup.log" 2>&1 || { cat "$dir.setup.log" >&2; return 1; }
+	fi
+	ninja -C "$dir" tools/rgaps-bench src/daemon/rgapsd plugins/memory-host.so \
+		>"$dir.ninja.log" 2>&1 || { tail -40 "$dir.ninja.log" >&2; return 1; }
+}
+
+echo "== building this work tree into build-compare/now" >&2
+build "$bdir/now" "$root"
+if ! ninja -C "$bdir/now" tools/iox-bench >>"$bdir/now.ninja.log" 2>&1; then
+	echo "compare_local.sh: tools/iox-bench did not build (is libiceoryx-binding-c-dev" \
+		"installed? then: rm -rf build-compare/now)" >&2
+	tail -20 "$bdir/now.ninja.log" >&2
+	exit 1
+fi
+echo "== building $before_commit into build-compare/before" >&2
+cleanup
+git worktree add --detach "$src_before" "$before_commit" >/dev/null 2>&1
+build "$bdir/before" "$src_before"
+before_sha=$(git -C "$src_before" rev-parse HEAD)
+cleanup
+
+now_sha=$(git rev-parse HEAD)
+dirty=$(git status --porcelain --untracked-files=no | wc -l)
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "loadavg at start: $(cat /proc/loadavg)"
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')," \
+		"$(nproc) CPUs online"
+	echo "kernel: $(uname -srvm)"
+	echo "now: $now_sha ($(git rev-parse --abbrev-ref HEAD))$([ "$dirty" = 0 ] ||
+		echo ", with $dirty uncommitted changes")"
+	echo "before: $before_sha"
+	echo "iceoryx: $(dpkg-query -W -f '${Version}' iceoryx 2>/dev/null || echo unknown)"
+	echo "command: tools/rgaps-bench/compare_local.sh $*"
+	echo "rounds: $rounds"
+	echo "raw output: $out"
+} >"$out/machine.txt"
+cat "$out/machine.txt" >&2
+
+run_rgaps() { # run_rgaps NAME ROUND
+	local name=$1 k=$2 exe=$bdir/$1/tools/rgaps-bench
+	"$exe" --spawn-daemon --sizes 4KiB --subs 1,8 --json "$out/r$k-$name-default.json" \
+		>"$out/r$k-$name-default.log" 2>&1 ||
+		{ tail -30 "$out/r$k-$name-default.log" >&2; return 1; }
+	"$exe" --spawn-daemon --sizes 4KiB --subs 1,8 --mode throughput --spin-us 0 \
+		--json "$out/r$k-$name-spin0.json" >"$out/r$k-$name-spin0.log" 2>&1 ||
+		{ tail -30 "$out/r$k-$name-spin0.log" >&2; return 1; }
+}
+
+run_iceoryx() { # run_iceoryx ROUND
+	"$bdir/now/tools/iox-bench" --spawn-roudi --size 4096 --subs 1,8 \
+		--json "$out/r$1-iceoryx.json" >"$out/r$1-iceoryx.log" 2>&1 ||
+		{ tail -30 "$out/r$1-iceoryx.log" >&2; return 1; }
+}
+
+contenders=(now before iceoryx)
+for ((k = 1; k <= rounds; k++)); do
+	for ((j = 0; j < 3; j++)); do
+		c=${contenders[$(((j + k - 1) % 3))]}
+		echo "== round $k/$rounds: $c ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+		if [ "$c" = iceoryx ]; then run_iceoryx "$k"; else run_rgaps "$c" "$k"; fi
+	done
+done
+
+python3 - "$out" "$rounds" <<'EOF' | tee "$out/summary.txt"
+import json, os, statistics, sys
+
+out, rounds = sys.argv[1], int(sys.argv[2])
+
+def load(path):
+    with open(os.path.join(out, path)) as f:
+        return json.load(f)["runs"]
+
+def pick(runs, subs, mode, api="push", spin=None):
+    for r in runs:
+        if (r["size"] == 4096 and r["subscribers"] == subs and r["mode"] == mode
+                and r["api"] == api and (spin is None or r["spin_us"] == spin)):
+            return r
+    raise KeyError((subs, mode, api, spin))
+
+# One value per round and figure: rows[(contender, subs)][column] = [round1, round2, ...]
+cols = ["p50", "p99", "msg/s"]
+rows = {}
+def add(key, col, v):
+    rows.setdefault(key, {c: [] for c in cols})[col].append(v)
+
+for k in range(1, rounds + 1):
+    for name in ("now", "before"):
+        d, z = load(f"r{k}-{name}-default.json"), load(f"r{k}-{name}-spin0.json")
+        for n in (1, 8):
+            lat0 = pick(d, n, "latency", spin="0")
+            latd = pick(d, n, "latency", spin="20*")
+            add((name, "spin 0", n), "p50", lat0["p50_ns"] / 1e3)
+            add((name, "spin 0", n), "p99", lat0["p99_ns"] / 1e3)
+            add((name, "spin 0", n), "msg/s", pick(z, n, "throughput", spin="0")["msgs_per_s_per_sub"])
+            add((name, "spin 20", n), "p50", latd["p50_ns"] / 1e3)
+            add((name, "spin 20", n), "p99", latd["p99_ns"] / 1e3)
+            add((name, "spin 20", n), "msg/s", pick(d, n, "throughput", spin="20*")["msgs_per_s_per_sub"])
+    x = load(f"r{k}-iceoryx.json")
+    for n in (1, 8):
+        lat = pick(x, n, "latency", api="iceoryx")
+        add(("iceoryx", "WaitSet", n), "p50", lat["p50_ns"] / 1e3)
+        add(("iceoryx", "WaitSet", n), "p99", lat["p99_ns"] / 1e3)
+        add(("iceoryx", "WaitSet", n), "msg/s", pick(x, n, "throughput", api="iceoryx")["msgs_per_s_per_sub"])
+
+def mmm(v, fmt):
+    s = sorted(v)
+    return f"{fmt.format(statistics.median(s))} ({fmt.format(s[0])}-{fmt.format(s[-1])})"
+
+print(open(os.path.join(out, "machine.txt")).read().rstrip())
+print(f"\n4 KiB, median over the {rounds} rounds (min-max); latency p50/p99 in us (paced,"
+      " publish start -> take returns),\nthroughput: msg/s of the slowest subscriber,"
+      " back-to-back publishing\n")
+print("| contender | subscribers wait | subs | p50 (us) | p99 (us) | msg/s per subscriber |")
+print("|---|---|---|---|---|---|")
+order = [("now", "spin 0"), ("before", "spin 0"), ("now", "spin 20"), ("before", "spin 20"),
+         ("iceoryx", "WaitSet")]
+label = {"spin 0": "sleep (spin 0)", "spin 20": "spin 20 us, sleep (default)",
+         "WaitSet": "sleep (WaitSet)"}
+for n in (1, 8):
+    for c, w in order:
+        r = rows[(c, w, n)]
+        print(f"| {c} | {label[w]} | {n} | {mmm(r['p50'], '{:.1f}')} | {mmm(r['p99'], '{:.1f}')}"
+              f" | {mmm(r['msg/s'], '{:,.0f}')} |")
+
+print("\nPer round (p50 us / p99 us / msg/s per subscriber):")
+for k in range(rounds):
+    print(f"round {k + 1}: " + "; ".join(
+        f"{c} {w} N={n}: {rows[(c, w, n)]['p50'][k]:.1f} / {rows[(c, w, n)]['p99'][k]:.1f} / "
+        f"{rows[(c, w, n)]['msg/s'][k]:,.0f}" for n in (1, 8) for c, w in order))
+
+def ratio(a, b, col):  # paired per round
+    return [x / y for x, y in zip(rows[a][col], rows[b][col])]
+
+targets = []
+def target(text, vals, ok):
+    s = sorted(vals)
+    med = statistics.median(s)
+    verdict = "met" if ok(med) else "missed"
+    if ok(s[0]) != ok(s[-1]):
+        verdict += " (not in every round)"
+    targets.append({"target": text, "median": med, "min": s[0], "max": s[-1], "verdict": verdict})
+    print(f"- {text}: {med:.2f} ({s[0]:.2f}-{s[-1]:.2f}) -> {verdict}")
+
+print("\nTargets of issue 7 (ratios paired within each round; median (min-max)):")
+for w in ("spin 20", "spin 0"):
+    target(f"throughput per subscriber, N=8, now / before, {w}: >= 2",
+           ratio(("now", w, 8), ("before", w, 8), "msg/s"), lambda v: v >= 2)
+for w in ("spin 20", "spin 0"):
+    target(f"latency p50, N=1, now / before, {w}: <= 1 (no worse)",
+           ratio(("now", w, 1), ("before", w, 1), "p50"), lambda v: v <= 1)
+    target(f"latency p99, N=1, now / before, {w}: <= 1 (no worse)",
+           ratio(("now", w, 1), ("before", w, 1), "p99"), lambda v: v <= 1)
+for w in ("spin 0", "spin 20"):
+    for c in ("now", "before"):
+        for n in (1, 8):
+            r = ratio((c, w, n), ("iceoryx", "WaitSet", n), "p50")
+            if c == "now" and n == 8:
+                target(f"p50 rgaps {c} / iceoryx, N=8, {w}: <= 0.5", r, lambda v: v <= 0.5)
+            else:
+                s = sorted(r)
+                print(f"  (for information: p50 rgaps {c} / iceoryx, N={n}, {w}:"
+                      f" {statistics.median(s):.2f} ({s[0]:.2f}-{s[-1]:.2f}))")
+
+with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump({"rows": [{"contender": c, "wait": w, "subscribers": n, **rows[(c, w, n)]}
+                        for (c, w, n) in rows], "targets": targets}, f, indent=1)
+EOF
+echo "raw JSON and logs: $out" >&2
