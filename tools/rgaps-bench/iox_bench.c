@@ -55,7 +55,7 @@
 #define MAX_LIST 16
 #define WAIT_MS 10000		  /* bound on every wait, as in rgaps-bench */
 #define SLICE_NS (100ll * 1000 * 1000) /* re-check children and deadlines this often */
-#define ROUND_ALARM_S 300	  /* a round that takes longer is killed with everything */
+#define ROUND_ALARM_S 120	  /* a round that takes longer is killed with everything */
 #define ROUDI_SOCKET "/tmp/roudi" /* where iceoryx 2.0's RouDi listens */
 #define NS_PER_S 1000000000.0
 #define HDR_BYTES 24 /* payload header: counter, size, publish timestamp */
@@ -374,6 +374,17 @@ struct kids {
 	int n;
 };
 
+/* The socket and lock file an iceoryx 2.0 runtime named NAME leaves in /tmp when killed. */
+static void runtime_files_remove(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/tmp/iox-bench-sub-%d", (int)pid);
+	unlink(path);
+	snprintf(path, sizeof(path), "/tmp/iox-bench-sub-%d.lock", (int)pid);
+	unlink(path);
+}
+
 static void kids_kill(struct kids *k)
 {
 	for (int i = 0; i < k->n; i++) {
@@ -381,6 +392,7 @@ static void kids_kill(struct kids *k)
 			continue;
 		kill(k->pid[i], SIGKILL);
 		waitpid(k->pid[i], &k->status[i], 0);
+		runtime_files_remove(k->pid[i]);
 		k->pid[i] = kid_pids[i] = 0;
 	}
 }
@@ -627,7 +639,14 @@ static int roudi_start(const struct opts *o)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		execlp(o->roudi, o->roudi, "-c", roudi_cfg, "-l", "warning", (char *)NULL);
+		/*
+		 * Monitoring off: on a loaded machine RouDi's keepalive check declared
+		 * live subscribers dead (their ports gone, their exit then hung), and a
+		 * process that dies here fails the run anyway. Kill delay 2 s: a RouDi
+		 * stopped after a failure does not wait 45 s for leftover processes.
+		 */
+		execlp(o->roudi, o->roudi, "-c", roudi_cfg, "-l", "warning", "-m", "off", "-k", "2",
+		       (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", o->roudi, strerror(errno));
 		_exit(127);
 	}
