@@ -75,6 +75,7 @@ struct shared {
 	char event[32];
 	uint64_t t_first[MAX_SUBS]; /* publish timestamp of the first measured message */
 	uint64_t t_last[MAX_SUBS];  /* CLOCK_REALTIME when the last take returned */
+	uint32_t done[MAX_SUBS];    /* measured everything and left its subscriber */
 	char err[MAX_SUBS][160];
 	int64_t lat[]; /* [sub][message], ns */
 };
@@ -97,6 +98,14 @@ struct opts {
 };
 
 static volatile sig_atomic_t interrupted;
+/*
+ * Subscribers that had taken every message and left their subscriber but did
+ * not exit within WAIT_MS, killed: iceoryx 2.0's exit handshake with RouDi
+ * (PREPARE_APP_TERMINATION) was seen to hang at a load average of 20 ("unknown
+ * application", a reply that belonged to another request). Counted and
+ * reported; the round's numbers are complete.
+ */
+static unsigned exit_hangs;
 /* What the SIGALRM watchdog kills (async-signal-safe: plain arrays and kill()). */
 static volatile pid_t kid_pids[MAX_SUBS], roudi_pid;
 static char roudi_dir[64], roudi_cfg[128], roudi_log[128];
@@ -362,6 +371,7 @@ static int child_main(const char *idx_s, const char *fd_s)
 	iox_ws_detach_subscriber_state(ws, sub, SubscriberState_HAS_DATA);
 	iox_ws_deinit(ws);
 	iox_sub_deinit(sub);
+	__atomic_store_n(&sh->done[idx], 1, __ATOMIC_RELEASE);
 	iox_runtime_shutdown();
 	return 0;
 }
@@ -437,6 +447,25 @@ static int kids_wait(struct kids *k, const struct shared *sh)
 		if (!left)
 			break;
 		if (mono_ns() >= deadline || interrupted) {
+			bool all_done = !interrupted;
+
+			for (int i = 0; i < k->n; i++)
+				if (k->pid[i] > 0 && !__atomic_load_n(&sh->done[i], __ATOMIC_ACQUIRE))
+					all_done = false;
+			if (all_done) {
+				for (int i = 0; i < k->n; i++) {
+					if (k->pid[i] <= 0)
+						continue;
+					fprintf(stderr, "iox-bench: subscriber %d hung in iceoryx's exit "
+							"after its last message: killed\n", i);
+					exit_hangs++;
+					kill(k->pid[i], SIGKILL);
+					waitpid(k->pid[i], NULL, 0);
+					runtime_files_remove(k->pid[i]);
+					k->pid[i] = kid_pids[i] = 0;
+				}
+				break;
+			}
 			fprintf(stderr, "iox-bench: subscribers did not exit within %d s\n",
 				WAIT_MS / 1000);
 			kids_kill(k);
@@ -857,6 +886,7 @@ static int json_write(const struct opts *o, const struct run *runs, int nruns, c
 	cJSON_AddStringToObject(root, "date", date);
 	cJSON_AddStringToObject(root, "command", cmd);
 	cJSON_AddNumberToObject(root, "rounds", o->rounds);
+	cJSON_AddNumberToObject(root, "exit_hangs", exit_hangs);
 	cJSON_AddStringToObject(root, "loadavg_start", load0);
 	cJSON_AddStringToObject(root, "loadavg_end", load1);
 	arr = cJSON_AddArrayToObject(root, "runs");
@@ -922,6 +952,9 @@ static void print_tables(const struct opts *o, const struct run *runs, int nruns
 	}
 	printf("latency in us, publish start -> take returns, paced, over all subscribers' "
 	       "samples; msg/s/sub: the slowest subscriber\n");
+	if (exit_hangs)
+		printf("%u subscriber(s) hung in iceoryx's exit after their last message and "
+		       "were killed\n", exit_hangs);
 }
 
 static int plan_add(struct run *runs, int *nruns, const struct opts *o, int nsubs, enum mode m)
