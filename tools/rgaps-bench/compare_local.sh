@@ -10,10 +10,13 @@
 #            sleep on a WaitSet), with its own iox-roudi started and stopped
 #
 # Usage: tools/rgaps-bench/compare_local.sh [-r ROUNDS] [-o DIR] [-b COMMIT]
+#        tools/rgaps-bench/compare_local.sh -s DIR...
 #   -r ROUNDS  rounds (default 3); round k runs the three contenders in an order
 #              rotated by k, each one complete measurement
 #   -o DIR     where the raw output goes (default build-compare/results/<UTC time>)
 #   -b COMMIT  the "before" commit (default b4f3916)
+#   -s         measure nothing: summarise the result folders of earlier runs
+#              together (median and min-max over all their rounds)
 #
 # Prerequisites (Debian 12), besides rgaps' own build dependencies:
 #   apt-get install iceoryx libiceoryx-binding-c-dev python3 git
@@ -39,11 +42,13 @@ unset RGAPS_SPIN_US RGAPS_SOCKET
 rounds=3
 out=""
 before_commit=b4f3916
+summarize_only=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-while getopts "r:o:b:h" opt; do
+while getopts "r:o:b:sh" opt; do
 	case $opt in
+	s) summarize_only=1 ;;
 	r) rounds=$OPTARG ;;
 	o) out=$OPTARG ;;
 	b) before_commit=$OPTARG ;;
@@ -51,9 +56,136 @@ while getopts "r:o:b:h" opt; do
 	*) usage >&2; exit 2 ;;
 	esac
 done
+shift $((OPTIND - 1))
 if ! [[ $rounds =~ ^[1-9][0-9]?$ ]]; then
 	echo "compare_local.sh: -r: 1..99 rounds" >&2
 	exit 2
+fi
+
+# summarize SUMMARY_JSON DIR...: the tables and targets over every round of the folders
+summarize() {
+	python3 - "$@" <<'EOF'
+import json, os, statistics, sys
+
+summary_json, dirs = sys.argv[1], sys.argv[2:]
+
+def load(d, path):
+    with open(os.path.join(d, path)) as f:
+        return json.load(f)["runs"]
+
+def machine(d):
+    with open(os.path.join(d, "machine.txt")) as f:
+        return f.read().rstrip()
+
+rlist = []  # (folder, round) of every round
+for d in dirs:
+    n = int([l.split(":")[1] for l in machine(d).splitlines() if l.startswith("rounds:")][0])
+    rlist += [(d, k) for k in range(1, n + 1)]
+rounds = len(rlist)
+
+def pick(runs, subs, mode, api="push", spin=None):
+    for r in runs:
+        if (r["size"] == 4096 and r["subscribers"] == subs and r["mode"] == mode
+                and r["api"] == api and (spin is None or r["spin_us"] == spin)):
+            return r
+    raise KeyError((subs, mode, api, spin))
+
+# One value per round and figure: rows[(contender, subs)][column] = [round1, round2, ...]
+cols = ["p50", "p99", "msg/s"]
+rows = {}
+def add(key, col, v):
+    rows.setdefault(key, {c: [] for c in cols})[col].append(v)
+
+for rd, k in rlist:
+    for name in ("now", "before"):
+        d, z = load(rd, f"r{k}-{name}-default.json"), load(rd, f"r{k}-{name}-spin0.json")
+        for n in (1, 8):
+            lat0 = pick(d, n, "latency", spin="0")
+            latd = pick(d, n, "latency", spin="20*")
+            add((name, "spin 0", n), "p50", lat0["p50_ns"] / 1e3)
+            add((name, "spin 0", n), "p99", lat0["p99_ns"] / 1e3)
+            add((name, "spin 0", n), "msg/s", pick(z, n, "throughput", spin="0")["msgs_per_s_per_sub"])
+            add((name, "spin 20", n), "p50", latd["p50_ns"] / 1e3)
+            add((name, "spin 20", n), "p99", latd["p99_ns"] / 1e3)
+            add((name, "spin 20", n), "msg/s", pick(d, n, "throughput", spin="20*")["msgs_per_s_per_sub"])
+    x = load(rd, f"r{k}-iceoryx.json")
+    for n in (1, 8):
+        lat = pick(x, n, "latency", api="iceoryx")
+        add(("iceoryx", "WaitSet", n), "p50", lat["p50_ns"] / 1e3)
+        add(("iceoryx", "WaitSet", n), "p99", lat["p99_ns"] / 1e3)
+        add(("iceoryx", "WaitSet", n), "msg/s", pick(x, n, "throughput", api="iceoryx")["msgs_per_s_per_sub"])
+
+def mmm(v, fmt):
+    s = sorted(v)
+    return f"{fmt.format(statistics.median(s))} ({fmt.format(s[0])}-{fmt.format(s[-1])})"
+
+for d in dirs:
+    print(machine(d) + "\n")
+print(f"4 KiB, median over the {rounds} rounds of {len(dirs)} run(s) (min-max); latency p50/p99 in us (paced,"
+      " publish start -> take returns),\nthroughput: msg/s of the slowest subscriber,"
+      " back-to-back publishing\n")
+print("| contender | subscribers wait | subs | p50 (us) | p99 (us) | msg/s per subscriber |")
+print("|---|---|---|---|---|---|")
+order = [("now", "spin 0"), ("before", "spin 0"), ("now", "spin 20"), ("before", "spin 20"),
+         ("iceoryx", "WaitSet")]
+label = {"spin 0": "sleep (spin 0)", "spin 20": "spin 20 us, sleep (default)",
+         "WaitSet": "sleep (WaitSet)"}
+for n in (1, 8):
+    for c, w in order:
+        r = rows[(c, w, n)]
+        print(f"| {c} | {label[w]} | {n} | {mmm(r['p50'], '{:.1f}')} | {mmm(r['p99'], '{:.1f}')}"
+              f" | {mmm(r['msg/s'], '{:,.0f}')} |")
+
+print("\nPer round (p50 us / p99 us / msg/s per subscriber):")
+for k, (rd, rk) in enumerate(rlist):
+    print(f"{os.path.basename(os.path.normpath(rd))} round {rk}: " + "; ".join(
+        f"{c} {w} N={n}: {rows[(c, w, n)]['p50'][k]:.1f} / {rows[(c, w, n)]['p99'][k]:.1f} / "
+        f"{rows[(c, w, n)]['msg/s'][k]:,.0f}" for n in (1, 8) for c, w in order))
+
+def ratio(a, b, col):  # paired per round
+    return [x / y for x, y in zip(rows[a][col], rows[b][col])]
+
+targets = []
+def target(text, vals, ok):
+    s = sorted(vals)
+    med = statistics.median(s)
+    verdict = "met" if ok(med) else "missed"
+    if ok(s[0]) != ok(s[-1]):
+        verdict += " (not in every round)"
+    targets.append({"target": text, "median": med, "min": s[0], "max": s[-1], "verdict": verdict})
+    print(f"- {text}: {med:.2f} ({s[0]:.2f}-{s[-1]:.2f}) -> {verdict}")
+
+print("\nTargets of issue 7 (ratios paired within each round; median (min-max)):")
+for w in ("spin 20", "spin 0"):
+    target(f"throughput per subscriber, N=8, now / before, {w}: >= 2",
+           ratio(("now", w, 8), ("before", w, 8), "msg/s"), lambda v: v >= 2)
+for w in ("spin 20", "spin 0"):
+    target(f"latency p50, N=1, now / before, {w}: <= 1 (no worse)",
+           ratio(("now", w, 1), ("before", w, 1), "p50"), lambda v: v <= 1)
+    target(f"latency p99, N=1, now / before, {w}: <= 1 (no worse)",
+           ratio(("now", w, 1), ("before", w, 1), "p99"), lambda v: v <= 1)
+for w in ("spin 0", "spin 20"):
+    for c in ("now", "before"):
+        for n in (1, 8):
+            r = ratio((c, w, n), ("iceoryx", "WaitSet", n), "p50")
+            if c == "now" and n == 8:
+                target(f"p50 rgaps {c} / iceoryx, N=8, {w}: <= 0.5", r, lambda v: v <= 0.5)
+            else:
+                s = sorted(r)
+                print(f"  (for information: p50 rgaps {c} / iceoryx, N={n}, {w}:"
+                      f" {statistics.median(s):.2f} ({s[0]:.2f}-{s[-1]:.2f}))")
+
+with open(summary_json, "w") as f:
+    json.dump({"folders": dirs,
+               "rows": [{"contender": c, "wait": w, "subscribers": n, **rows[(c, w, n)]}
+                        for (c, w, n) in rows], "targets": targets}, f, indent=1)
+EOF
+}
+
+if [ "$summarize_only" = 1 ]; then
+	[ $# -gt 0 ] || { usage >&2; exit 2; }
+	summarize /dev/null "$@"
+	exit 0
 fi
 
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -158,108 +290,5 @@ for ((k = 1; k <= rounds; k++)); do
 	done
 done
 
-python3 - "$out" "$rounds" <<'EOF' | tee "$out/summary.txt"
-import json, os, statistics, sys
-
-out, rounds = sys.argv[1], int(sys.argv[2])
-
-def load(path):
-    with open(os.path.join(out, path)) as f:
-        return json.load(f)["runs"]
-
-def pick(runs, subs, mode, api="push", spin=None):
-    for r in runs:
-        if (r["size"] == 4096 and r["subscribers"] == subs and r["mode"] == mode
-                and r["api"] == api and (spin is None or r["spin_us"] == spin)):
-            return r
-    raise KeyError((subs, mode, api, spin))
-
-# One value per round and figure: rows[(contender, subs)][column] = [round1, round2, ...]
-cols = ["p50", "p99", "msg/s"]
-rows = {}
-def add(key, col, v):
-    rows.setdefault(key, {c: [] for c in cols})[col].append(v)
-
-for k in range(1, rounds + 1):
-    for name in ("now", "before"):
-        d, z = load(f"r{k}-{name}-default.json"), load(f"r{k}-{name}-spin0.json")
-        for n in (1, 8):
-            lat0 = pick(d, n, "latency", spin="0")
-            latd = pick(d, n, "latency", spin="20*")
-            add((name, "spin 0", n), "p50", lat0["p50_ns"] / 1e3)
-            add((name, "spin 0", n), "p99", lat0["p99_ns"] / 1e3)
-            add((name, "spin 0", n), "msg/s", pick(z, n, "throughput", spin="0")["msgs_per_s_per_sub"])
-            add((name, "spin 20", n), "p50", latd["p50_ns"] / 1e3)
-            add((name, "spin 20", n), "p99", latd["p99_ns"] / 1e3)
-            add((name, "spin 20", n), "msg/s", pick(d, n, "throughput", spin="20*")["msgs_per_s_per_sub"])
-    x = load(f"r{k}-iceoryx.json")
-    for n in (1, 8):
-        lat = pick(x, n, "latency", api="iceoryx")
-        add(("iceoryx", "WaitSet", n), "p50", lat["p50_ns"] / 1e3)
-        add(("iceoryx", "WaitSet", n), "p99", lat["p99_ns"] / 1e3)
-        add(("iceoryx", "WaitSet", n), "msg/s", pick(x, n, "throughput", api="iceoryx")["msgs_per_s_per_sub"])
-
-def mmm(v, fmt):
-    s = sorted(v)
-    return f"{fmt.format(statistics.median(s))} ({fmt.format(s[0])}-{fmt.format(s[-1])})"
-
-print(open(os.path.join(out, "machine.txt")).read().rstrip())
-print(f"\n4 KiB, median over the {rounds} rounds (min-max); latency p50/p99 in us (paced,"
-      " publish start -> take returns),\nthroughput: msg/s of the slowest subscriber,"
-      " back-to-back publishing\n")
-print("| contender | subscribers wait | subs | p50 (us) | p99 (us) | msg/s per subscriber |")
-print("|---|---|---|---|---|---|")
-order = [("now", "spin 0"), ("before", "spin 0"), ("now", "spin 20"), ("before", "spin 20"),
-         ("iceoryx", "WaitSet")]
-label = {"spin 0": "sleep (spin 0)", "spin 20": "spin 20 us, sleep (default)",
-         "WaitSet": "sleep (WaitSet)"}
-for n in (1, 8):
-    for c, w in order:
-        r = rows[(c, w, n)]
-        print(f"| {c} | {label[w]} | {n} | {mmm(r['p50'], '{:.1f}')} | {mmm(r['p99'], '{:.1f}')}"
-              f" | {mmm(r['msg/s'], '{:,.0f}')} |")
-
-print("\nPer round (p50 us / p99 us / msg/s per subscriber):")
-for k in range(rounds):
-    print(f"round {k + 1}: " + "; ".join(
-        f"{c} {w} N={n}: {rows[(c, w, n)]['p50'][k]:.1f} / {rows[(c, w, n)]['p99'][k]:.1f} / "
-        f"{rows[(c, w, n)]['msg/s'][k]:,.0f}" for n in (1, 8) for c, w in order))
-
-def ratio(a, b, col):  # paired per round
-    return [x / y for x, y in zip(rows[a][col], rows[b][col])]
-
-targets = []
-def target(text, vals, ok):
-    s = sorted(vals)
-    med = statistics.median(s)
-    verdict = "met" if ok(med) else "missed"
-    if ok(s[0]) != ok(s[-1]):
-        verdict += " (not in every round)"
-    targets.append({"target": text, "median": med, "min": s[0], "max": s[-1], "verdict": verdict})
-    print(f"- {text}: {med:.2f} ({s[0]:.2f}-{s[-1]:.2f}) -> {verdict}")
-
-print("\nTargets of issue 7 (ratios paired within each round; median (min-max)):")
-for w in ("spin 20", "spin 0"):
-    target(f"throughput per subscriber, N=8, now / before, {w}: >= 2",
-           ratio(("now", w, 8), ("before", w, 8), "msg/s"), lambda v: v >= 2)
-for w in ("spin 20", "spin 0"):
-    target(f"latency p50, N=1, now / before, {w}: <= 1 (no worse)",
-           ratio(("now", w, 1), ("before", w, 1), "p50"), lambda v: v <= 1)
-    target(f"latency p99, N=1, now / before, {w}: <= 1 (no worse)",
-           ratio(("now", w, 1), ("before", w, 1), "p99"), lambda v: v <= 1)
-for w in ("spin 0", "spin 20"):
-    for c in ("now", "before"):
-        for n in (1, 8):
-            r = ratio((c, w, n), ("iceoryx", "WaitSet", n), "p50")
-            if c == "now" and n == 8:
-                target(f"p50 rgaps {c} / iceoryx, N=8, {w}: <= 0.5", r, lambda v: v <= 0.5)
-            else:
-                s = sorted(r)
-                print(f"  (for information: p50 rgaps {c} / iceoryx, N={n}, {w}:"
-                      f" {statistics.median(s):.2f} ({s[0]:.2f}-{s[-1]:.2f}))")
-
-with open(os.path.join(out, "summary.json"), "w") as f:
-    json.dump({"rows": [{"contender": c, "wait": w, "subscribers": n, **rows[(c, w, n)]}
-                        for (c, w, n) in rows], "targets": targets}, f, indent=1)
-EOF
+summarize "$out/summary.json" "$out" | tee "$out/summary.txt"
 echo "raw JSON and logs: $out" >&2
