@@ -669,10 +669,10 @@ static int roudi_start(const struct opts *o)
 			dup2(fd, 2);
 		}
 		/*
-		 * Monitoring off: on a loaded machine RouDi's keepalive check declared
-		 * live subscribers dead (their ports gone, their exit then hung), and a
-		 * process that dies here fails the run anyway. Kill delay 2 s: a RouDi
-		 * stopped after a failure does not wait 45 s for leftover processes.
+		 * Monitoring off: a process of this benchmark either exits cleanly or
+		 * fails the run, so RouDi's keepalive checks would only add traffic.
+		 * Kill delay 2 s: a RouDi stopped after a failure does not wait 45 s
+		 * for leftover processes.
 		 */
 		execlp(o->roudi, o->roudi, "-c", roudi_cfg, "-l", "warning", "-m", "off", "-k", "2",
 		       (char *)NULL);
