@@ -29,6 +29,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -108,6 +109,7 @@ static volatile sig_atomic_t interrupted;
 static unsigned exit_hangs;
 /* What the SIGALRM watchdog kills (async-signal-safe: plain arrays and kill()). */
 static volatile pid_t kid_pids[MAX_SUBS], roudi_pid;
+static volatile pid_t pub_pid; /* in the parent: the publisher process, told to stop too */
 static char roudi_dir[64], roudi_cfg[128], roudi_log[128];
 
 static uint64_t mono_ns(void)
@@ -123,6 +125,8 @@ static uint64_t real_ns(void)
 static void on_signal(int sig)
 {
 	interrupted = 1;
+	if (pub_pid > 0)
+		kill(pub_pid, SIGTERM);
 }
 
 static void on_alarm(int sig)
@@ -594,12 +598,37 @@ static void print_file(const char *path)
 	fclose(f);
 }
 
+/*
+ * What a RouDi that did not shut down cleanly leaves: its shared memory
+ * (management, and the payload segment named after the user), its socket and
+ * lock files, and the publisher's runtime files. RouDi 2.0 aborts in its
+ * shutdown when a registered client is already gone (killed subscribers of an
+ * interrupted run). Only called for our own RouDi, which held the lock: no
+ * other RouDi can own these.
+ */
+static void roudi_leftovers_remove(void)
+{
+	static const char *const files[] = {
+		"/dev/shm/iceoryx_mgmt", ROUDI_SOCKET,		"/tmp/roudi.lock",
+		"/tmp/iox-unique-roudi.lock", "/tmp/iox-bench-pub", "/tmp/iox-bench-pub.lock",
+	};
+	struct passwd *pw = getpwuid(geteuid());
+	char path[300];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		unlink(files[i]);
+	if (pw && pw->pw_name[0] && !strchr(pw->pw_name, '/')) {
+		snprintf(path, sizeof(path), "/dev/shm/%s", pw->pw_name);
+		unlink(path);
+	}
+}
+
 static void roudi_stop(bool show_log)
 {
 	if (roudi_pid > 0) {
 		uint64_t deadline = mono_ns() + 10 * 1000000000ull;
 		pid_t pid = roudi_pid;
-		int st;
+		int st = 0;
 
 		kill(pid, SIGTERM);
 		while (waitpid(pid, &st, WNOHANG) == 0) {
@@ -613,6 +642,13 @@ static void roudi_stop(bool show_log)
 			usleep(10000);
 		}
 		roudi_pid = 0;
+		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			fprintf(stderr, "iox-bench: iox-roudi did not shut down cleanly (%s %d): "
+					"removing what it left\n",
+				WIFSIGNALED(st) ? "signal" : "status",
+				WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+			roudi_leftovers_remove();
+		}
 	}
 	if (show_log)
 		print_file(roudi_log);
@@ -664,6 +700,9 @@ static int roudi_start(const struct opts *o)
 		int fd = open(roudi_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		/* Its own process group: a Ctrl-C reaches the benchmark, which then stops
+		 * RouDi after its clients have left, not RouDi first. */
+		setpgid(0, 0);
 		if (fd >= 0) {
 			dup2(fd, 1);
 			dup2(fd, 2);
@@ -1095,6 +1134,9 @@ int main(int argc, char **argv)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		exit(publisher_main(&o, argc, argv));
 	}
+	pub_pid = pid;
+	if (interrupted) /* a signal that came before pub_pid was set */
+		kill(pid, SIGTERM);
 	/* The publisher bounds its own waits (and a round's time, with SIGALRM). */
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
