@@ -21,6 +21,11 @@
  * With --spawn-roudi it starts its own iox-roudi with a private config (one
  * mempool sized for the message) and stops it at the end; iceoryx 2.0 allows
  * one RouDi per machine, so it refuses to run beside another one.
+ *
+ * The harness (children, bounded waits, percentiles) is a copy of bench.c's on
+ * purpose: bench.c is kept as it was at b4f3916, so that compare_local.sh's
+ * "now" and "before" builds run the same benchmark source; change both
+ * together.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
