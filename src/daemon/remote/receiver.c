@@ -102,27 +102,33 @@ static void rec_free(struct rt_in *in, struct rt_rec *r)
 	free(r);
 }
 
+/* A stage refused r's message (gap: lost upstream before it): drop it, report the loss later. */
+static void msg_refused(struct rt_in *in, struct rt_rec *r, uint32_t gap, const char *why)
+{
+	rgaps_warn("topic '%s': message %llu from %s dropped: %s", in->topic->cfg.name,
+		   (unsigned long long)r->h.msg_seq, rgapsd_peer_name(in->p->peer), why);
+	r->im->failed = true;
+	in->stage_drops++;
+	in->topic->refused_msgs++;
+	in->pending_gap += 1 + gap; /* nothing lost silently */
+	in_set(in->p->rt, r, IN_DROPPED);
+}
+
 /*
- * A stage refused r's message: nothing of it is published and its loss is
- * reported with the next message (a gap, counted as a stage drop). Its loan,
- * if one is open, is given back once its last record is released.
+ * A stage refused r's message on landing (a gap, counted as a stage drop).
+ * Records are checked in order before they are allocated, so a loan in
+ * assembly is this message's: given back once its last record is released.
  */
 static void msg_failed(struct rt_in *in, struct rt_rec *r, const char *why)
 {
 	uint32_t gap = (r->h.flags & RGAPS_RECORD_FIRST) ? r->gap : in->asm_gap;
 
-	rgaps_warn("topic '%s': message %llu from %s dropped: %s", in->topic->cfg.name,
-		   (unsigned long long)r->h.msg_seq, rgapsd_peer_name(in->p->peer), why);
-	r->im->failed = true;
 	if (in->asm_open && !(r->h.flags & RGAPS_RECORD_FIRST)) {
 		r->im->loan_open = true;
 		r->im->loan_token = in->asm_token;
 		in->asm_open = false;
 	}
-	in->stage_drops++;
-	in->topic->refused_msgs++;
-	in->pending_gap += 1 + gap; /* nothing lost silently */
-	in_set(in->p->rt, r, IN_DROPPED);
+	msg_refused(in, r, gap, why);
 }
 
 /* r's stages are done (on the loop). */
@@ -143,10 +149,9 @@ static void rec_swork_done(struct rt_swork *sw)
 		in_set(in->p->rt, r, IN_FINISHED);
 	} else if (r->state == IN_CHECKING) {
 		msg_failed(in, r, sw->why);
-	} else { /* IN_FINISHING: the last record owns the loan */
+	} else { /* IN_FINISHING: r owns its loan; one in assembly is a later message's */
 		rt_local_pub_cancel(&in->pub, r->loan_token);
-		in->asm_gap = r->gap;
-		msg_failed(in, r, sw->why);
+		msg_refused(in, r, r->gap, sw->why);
 	}
 	in_drive(in);
 }
