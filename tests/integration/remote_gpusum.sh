@@ -53,7 +53,9 @@ for p in "A before_send" "B after_landing" "B before_publish"; do
 	set -- $p
 	[ "$(count $1 sum $2 failed)" = 0 ] || fail "$1 refused $(count $1 sum $2 failed) at $2"
 done
-ok "gpusum: $N messages verified; A summed $CHUNKS chunks, B added their tags and checked $N messages"
+ns=$(count B sum before_publish ns)
+[ "$ns" -gt 0 ] || fail "B's stats give no time for its checks (before_publish.ns $ns)"
+ok "gpusum: $N messages verified; A summed $CHUNKS chunks, B added their tags and checked $N messages ($((ns / N / 1000)) us a message on the CPU, stats)"
 
 # ---- 2. chunks cut off word boundaries, messages of every size
 BG_TIMEOUT=120 bg osub env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub odd --count $ODD --verify --timeout 100

@@ -199,6 +199,7 @@ struct rt_stages {
 	uint32_t msg_state_size; /* all of them together */
 	uint32_t tag_len;	 /* all of them together; > 0: every record carries a tag */
 	uint64_t runs[RT_POINTS], fails[RT_POINTS];
+	uint64_t ns[RT_POINTS]; /* on the workers: from taking the work to its result */
 };
 
 /* One pass of a chunk or message through a topic's stages at one point. */
@@ -215,6 +216,7 @@ struct rt_swork {
 	void (*done)(struct rt_swork *sw); /* on the loop, once */
 	void *arg, *arg2;		   /* the caller's */
 	struct rgapsd_remote *rt;
+	uint64_t t_run, t_end; /* CLOCK_MONOTONIC: a worker took it, the result was posted */
 };
 
 /* The stages of topic t (an empty set without "stages"). NULL: err says why. */

@@ -197,6 +197,7 @@ static void swork_async_done(struct rgaps_stage_work *work, int result)
 		if (!sw->why[0])
 			snprintf(sw->why, sizeof(sw->why), "stage '%s' failed",
 				 sw->st->s[sw->next - 1].sp->lp->name);
+		sw->t_end = rgaps_now_ns(CLOCK_MONOTONIC);
 		rgapsd_mailbox_post(&sw->rt->mb, &sw->job.done);
 		return;
 	}
@@ -209,6 +210,8 @@ static void swork_run(struct rgapsd_job *job)
 	struct rt_swork *sw = RGAPS_CONTAINER_OF(job, struct rt_swork, job);
 	struct rt_stages *st = sw->st;
 
+	if (!sw->t_run)
+		sw->t_run = rgaps_now_ns(CLOCK_MONOTONIC);
 	while (sw->next < st->n) {
 		uint32_t i = sw->next++;
 		struct rt_stage_plugin *sp = st->s[i].sp;
@@ -231,6 +234,7 @@ static void swork_run(struct rgapsd_job *job)
 			break;
 		}
 	}
+	sw->t_end = rgaps_now_ns(CLOCK_MONOTONIC);
 	rgapsd_mailbox_post(&sw->rt->mb, &job->done); /* job->manual: we report */
 }
 
@@ -240,6 +244,7 @@ static void swork_done(struct rgapsd_msg *m)
 	int p = point_index(sw->w.point);
 
 	sw->st->runs[p]++;
+	sw->st->ns[p] += sw->t_end - sw->t_run;
 	if (sw->result != RGAPS_STAGE_CONTINUE)
 		sw->st->fails[p]++;
 	sw->phase = SWORK_DONE;
@@ -256,6 +261,7 @@ void rt_swork_start(struct rgapsd_remote *rt, struct rt_swork *sw)
 	sw->rt = rt;
 	sw->phase = SWORK_RUNNING;
 	sw->next = 0;
+	sw->t_run = 0;
 	sw->result = RGAPS_STAGE_CONTINUE;
 	sw->why[0] = '\0';
 	sw->w.why = sw->why;

@@ -30,7 +30,11 @@ static cJSON *transitions(const uint64_t *m, int n, const char *const *names)
 	return o;
 }
 
-/* peers.stages[]: per topic, its stages and how often each point ran and refused. */
+/*
+ * peers.stages[]: per topic, its stages and how often each point ran and
+ * refused, and the time its stages took there in all (ns: from a worker
+ * taking the work to its result, an ASYNC stage's wait included).
+ */
 static void stages_stats(struct rgapsd_remote *rt, cJSON *peers, const char *topic_filter)
 {
 	cJSON *arr = cJSON_AddArrayToObject(peers, "stages");
@@ -54,6 +58,7 @@ static void stages_stats(struct rgapsd_remote *rt, cJSON *peers, const char *top
 			po = cJSON_AddObjectToObject(so, rt_stage_point_names[p]);
 			cJSON_AddNumberToObject(po, "runs", (double)st->runs[p]);
 			cJSON_AddNumberToObject(po, "failed", (double)st->fails[p]);
+			cJSON_AddNumberToObject(po, "ns", (double)st->ns[p]);
 		}
 		cJSON_AddItemToArray(arr, so);
 	}
