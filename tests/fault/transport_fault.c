@@ -407,13 +407,15 @@ RGAPS_PLUGIN_EXPORT struct rgaps_plugin rgaps_plugin;
 
 __attribute__((constructor)) static void load_real(void)
 {
-	void *dl = dlopen(REAL_TCP_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+	/* RGAPSD_FAULT_TCP: the real plugin elsewhere (a build tree copied to a GPU machine) */
+	const char *path = getenv("RGAPSD_FAULT_TCP") ? getenv("RGAPSD_FAULT_TCP") : REAL_TCP_PLUGIN;
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	const void *const *op;
 
 	real_desc = dl ? dlsym(dl, RGAPS_PLUGIN_SYMBOL) : NULL;
 	if (!real_desc || real_desc->abi_version != RGAPS_PLUGIN_ABI_VERSION ||
 	    real_desc->ops_size < sizeof(struct rgaps_transport_ops)) {
-		fprintf(stderr, "transport-fault: cannot use %s: %s\n", REAL_TCP_PLUGIN,
+		fprintf(stderr, "transport-fault: cannot use %s: %s\n", path,
 			dl ? "not a matching tcp plugin" : dlerror());
 		return; /* rgaps_plugin stays zero: the loader refuses this module */
 	}
