@@ -32,7 +32,8 @@ if [ "${1:-}" != --on-device ]; then
 		ninja -C .device/build src/daemon/rgapsd tools/rgaps plugins/memory-host.so \
 			plugins/memory-cuda.so plugins/transport-tcp/transport-tcp.so \
 			tests/gpu/gpu-pub tests/gpu/gpu-sub tests/gpu/gpu-bench tests/gpu/gpu-e2e \
-			tests/gpu/gpu-mbench
+			tests/gpu/gpu-mbench \
+			plugins/stage-gpusum.so tests/gpu/gpu-stage-check tests/fault/transport-tcp.so
 		# The loader wants every plugin in one folder; the build links the tcp one there
 		# with a symbolic link, which the carry to the device may not keep: copy it.
 		cp --remove-destination .device/build/plugins/transport-tcp/transport-tcp.so \
@@ -145,6 +146,7 @@ part suite 150 bash tests/gpu/gpu_suite.sh
 part multi 180 bash tests/gpu/gpu_multi.sh
 part stream 200 bash tests/gpu/gpu_stream.sh
 part remote 120 bash tests/gpu/gpu_remote.sh
+part gpustage 120 bash tests/gpu/gpu_stage.sh
 part mbench 240 bash tests/gpu/gpu_mbench.sh
 part dp1-run1 60 bash -c dp1
 part dp1-run2 60 bash -c dp1
