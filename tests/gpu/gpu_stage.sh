@@ -32,19 +32,6 @@ done
 . "$(dirname "$0")/../integration/lib.sh"
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000} # pinning rings stalls a loop for a moment
 . "$(dirname "$0")/../integration/remote_lib.sh"
-gpu_stage_exit() {
-	local rc=$1
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	if [ "$rc" -ne 0 ]; then
-		for h in A B; do
-			[ -f "$T/$h.log" ] && { echo "---- $h log (last 40 lines) ----"; tail -n 40 "$T/$h.log"; }
-		done
-	fi
-	rm -f /dev/shm/rgaps-"$INSTANCE"A-* /dev/shm/rgaps-"$INSTANCE"B-* 2>/dev/null
-	return "$rc"
-}
-trap 'gpu_stage_exit $?; cleanup' EXIT
-
 # ---- 1. the kernel alone
 "$CHECK" "$PLUGINS" | tee "$T/check.out"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "gpu-stage-check: $(grep FAIL "$T/check.out" | head -3)"
@@ -61,33 +48,11 @@ for p in "$PLUGINS"/*.so; do
 	[ "${p##*/}" = transport-tcp.so ] || cp -L "$p" "$T/fault/"
 done
 cp -L "$FAULT_TCP" "$T/fault/transport-tcp.so"
-export RGAPSD_FAULT_TCP=$(readlink -f "$PLUGINS/transport-tcp.so")
-gstart() { # NAME [fault]
-	local name=$1 peers=""
-	for h in "${!PORT[@]}"; do
-		[ "$h" = "$name" ] || peers="$peers${peers:+, }\"${ADDR[$h]}:${PORT[$h]}\""
-	done
-	cat >"$T/$name.json" <<JSON
-{ "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
-  "keepalive_ms": $KEEPALIVE_MS, "topics_dir": "$T/topics.d",
-  "defaults": { "transport": "tcp", "memory": "cuda", "stages": ["gpusum"],
-                "chunk_size": "4MiB", "ring_size": "256MiB" } }
-JSON
-	env ${2:+RGAPSD_FAULT=$2 RGAPS_PLUGIN_DIR=$T/fault} \
-		"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
-		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
-	DPID[$name]=$!; PIDS+=(${DPID[$name]})
-	wait_until 10 on $name "$RGAPS" topics >/dev/null || fail "$name did not come up: $(tail -5 "$T/$name.log")"
-}
-# count HOST TOPIC POINT FIELD: peers.stages[] of TOPIC, POINT's FIELD (0 when absent)
-count() {
-	local v
-	v=$(on "$1" "$RGAPS" stats --json | flat | grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^]]*}}" |
-		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2)
-	echo "${v:-0}"
-}
-gstart A
-gstart B
+export RGAPSD_FAULT_TCP=$(readlink -f "$PLUGINS/transport-tcp.so") FAULT_PLUGIN_DIR=$T/fault
+DAEMON_EXTRA="\"topics_dir\": \"$T/topics.d\","
+DEF=', "memory": "cuda", "stages": ["gpusum"], "chunk_size": "4MiB", "ring_size": "256MiB"'
+start_host A "$DEF"
+start_host B "$DEF"
 wait_until 15 peer_up A B || fail "A-B session did not come up: $(tail -5 "$T/A.log")"
 ok "two daemons up over tcp on 127.0.0.1, cuda topics with the gpusum stage"
 
@@ -102,11 +67,11 @@ run_topic() { # TOPIC SIZE COUNT [SUB_COUNT --allow-gaps]
 }
 checked() { # TOPIC N LABEL: B checked N messages on its GPU, none refused; their time
 	local topic=$1 n=$2 ns
-	wait_until 10 test "$(count B $topic before_publish runs)" = "$n" ||
-		fail "B checked $(count B $topic before_publish runs) messages of $topic, expected $n"
-	[ "$(count B $topic before_publish failed)" = 0 ] || fail "B refused a message of $topic"
+	wait_until 10 test "$(stage_count B $topic before_publish runs)" = "$n" ||
+		fail "B checked $(stage_count B $topic before_publish runs) messages of $topic, expected $n"
+	[ "$(stage_count B $topic before_publish failed)" = 0 ] || fail "B refused a message of $topic"
 	on B "$RGAPS" stats $topic --json | flat | grep -q '"memory":"cuda"' || fail "$topic on B is not in GPU memory"
-	ns=$(count B $topic before_publish ns)
+	ns=$(stage_count B $topic before_publish ns)
 	echo "RESULT gpustage size=$3 messages=$n check_ms=$(awk -v t="$ns" -v n="$n" 'BEGIN { printf "%.3f", t / n / 1e6 }')"
 	ok "$3: $n messages verified in place by gpu-sub on B and checked by B's kernel before publishing; $(awk -v t="$ns" -v n="$n" 'BEGIN { printf "%.3f", t / n / 1e6 }') ms a message (B's stats)"
 }
@@ -119,14 +84,14 @@ checked g1g 4 1GiB
 
 # ---- 3. a chunk spoiled on the wire
 stop_host A
-gstart A chunk:6
+RGAPSD_FAULT=chunk:6 start_host A "$DEF"
 wait_until 15 peer_up A B || fail "A (corrupting) did not come up"
-before=$(count B g64 before_publish failed)
+before=$(stage_count B g64 before_publish failed)
 run_topic g64 64MiB 20 19 --allow-gaps # gpu-sub counts what it receives
 grep -q "fault injection: spoiling record 6" "$T/A.log" || fail "A corrupted nothing: $(grep -i fault "$T/A.log")"
 grep -q "received 19 verified 19 mismatched 0 gaps 1 drops 0" "$T/sg64.out" || fail "g64 with a fault: $(tail -2 "$T/sg64.out")"
-[ "$(count B g64 before_publish failed)" = $((before + 1)) ] ||
-	fail "B refused $(count B g64 before_publish failed) messages of g64 in all, expected $((before + 1))"
+[ "$(stage_count B g64 before_publish failed)" = $((before + 1)) ] ||
+	fail "B refused $(stage_count B g64 before_publish failed) messages of g64 in all, expected $((before + 1))"
 why=$(grep -o "gpusum mismatch in message [0-9]* (67108864 bytes, summed on GPU [0-9]*): 0x[0-9a-f]*, the sender's 0x[0-9a-f]*" "$T/B.log" | head -1)
 [ -n "$why" ] || fail "B did not say why it dropped the message: $(grep -i gpusum "$T/B.log" | tail -2)"
 ok "a spoiled chunk caught by B's kernel: $(tail -1 "$T/sg64.out" | cut -d' ' -f1-10); B: $why"

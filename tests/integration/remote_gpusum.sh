@@ -27,14 +27,6 @@ echo '{ "name": "odd", "chunk_size": 4097 }' > "$T/td/odd.json"
 DAEMON_EXTRA="\"topics_dir\": \"$T/td\","
 DEF=', "memory": "host", "chunk_size": "256KiB", "ring_size": "8MiB", "stages": ["gpusum"]'
 
-# count HOST TOPIC POINT FIELD: peers.stages[] of TOPIC, POINT's FIELD (0 when absent)
-count() {
-	local v
-	v=$(on "$1" "$RGAPS" stats --json | flat | grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^]]*}}" |
-		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2)
-	echo "${v:-0}"
-}
-
 # ---- 1. 1 MiB messages in 256 KiB chunks
 start_host A "$DEF"
 start_host B "$DEF"
@@ -45,15 +37,15 @@ BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub sum --count $N --
 wait_ok pub
 wait_ok sub
 grep -q "received $N verified $N mismatched 0 gaps 0 drops 0" "$T/sub.out" || fail "sub: $(tail -1 "$T/sub.out")"
-wait_until 10 test "$(count B sum before_publish runs)" = $N ||
-	fail "B checked $(count B sum before_publish runs) messages, expected $N"
-[ "$(count B sum after_landing runs)" = $CHUNKS ] || fail "B added $(count B sum after_landing runs) tags, expected $CHUNKS"
-[ "$(count A sum before_send runs)" = $CHUNKS ] || fail "A summed $(count A sum before_send runs) chunks, expected $CHUNKS"
+wait_until 10 test "$(stage_count B sum before_publish runs)" = $N ||
+	fail "B checked $(stage_count B sum before_publish runs) messages, expected $N"
+[ "$(stage_count B sum after_landing runs)" = $CHUNKS ] || fail "B added $(stage_count B sum after_landing runs) tags, expected $CHUNKS"
+[ "$(stage_count A sum before_send runs)" = $CHUNKS ] || fail "A summed $(stage_count A sum before_send runs) chunks, expected $CHUNKS"
 for p in "A before_send" "B after_landing" "B before_publish"; do
 	set -- $p
-	[ "$(count $1 sum $2 failed)" = 0 ] || fail "$1 refused $(count $1 sum $2 failed) at $2"
+	[ "$(stage_count $1 sum $2 failed)" = 0 ] || fail "$1 refused $(stage_count $1 sum $2 failed) at $2"
 done
-ns=$(count B sum before_publish ns)
+ns=$(stage_count B sum before_publish ns)
 [ "$ns" -gt 0 ] || fail "B's stats give no time for its checks (before_publish.ns $ns)"
 ok "gpusum: $N messages verified; A summed $CHUNKS chunks, B added their tags and checked $N messages ($((ns / N / 1000)) us a message on the CPU, stats)"
 
@@ -64,18 +56,18 @@ BG_TIMEOUT=120 bg opub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub odd --count $ODD
 wait_ok opub
 wait_ok osub
 grep -q "received $ODD verified $ODD mismatched 0 gaps 0 drops 0" "$T/osub.out" || fail "odd: $(tail -1 "$T/osub.out")"
-wait_until 10 test "$(count B odd before_publish runs)" = $ODD ||
-	fail "B checked $(count B odd before_publish runs) messages of odd, expected $ODD"
-landed=$(count B odd after_landing runs)
+wait_until 10 test "$(stage_count B odd before_publish runs)" = $ODD ||
+	fail "B checked $(stage_count B odd before_publish runs) messages of odd, expected $ODD"
+landed=$(stage_count B odd after_landing runs)
 [ "$landed" -gt $ODD ] || fail "odd: $landed chunks for $ODD messages: no message was cut"
-[ "$(count B odd before_publish failed)" = 0 ] || fail "B refused a message of odd"
+[ "$(stage_count B odd before_publish failed)" = 0 ] || fail "B refused a message of odd"
 ok "chunks of 4097 bytes: $ODD messages of 16..100000 bytes ($landed chunks) verified and checked"
 
 # ---- 3. one chunk corrupted on the wire
 stop_host A
 RGAPSD_FAULT=chunk:6 start_host A "$DEF"
 wait_until 10 peer_up A B || fail "A (corrupting) did not come up"
-before=$(count B sum before_publish failed)
+before=$(stage_count B sum before_publish failed)
 BG_TIMEOUT=120 bg sub2 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub sum --count $N --verify --timeout 100 --allow-gaps
 wait_until 10 knows_sub A B sum || fail "A never learned that B subscribes"
 BG_TIMEOUT=120 bg pub2 env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub sum --count $N --size 1MiB
@@ -84,9 +76,9 @@ wait_ok sub2
 grep -q "fault injection: spoiling record 6" "$T/A.log" || fail "A corrupted nothing: $(grep -i fault "$T/A.log")"
 grep -q "received $((N - 1)) verified $((N - 1)) mismatched 0 gaps 0 drops 1 " "$T/sub2.out" ||
 	fail "sub2: $(tail -1 "$T/sub2.out")"
-[ "$(count B sum before_publish failed)" = $((before + 1)) ] ||
-	fail "B refused $(count B sum before_publish failed) messages in all, expected $((before + 1))"
-[ "$(count B sum after_landing failed)" = 0 ] || fail "B refused a chunk on landing"
+[ "$(stage_count B sum before_publish failed)" = $((before + 1)) ] ||
+	fail "B refused $(stage_count B sum before_publish failed) messages in all, expected $((before + 1))"
+[ "$(stage_count B sum after_landing failed)" = 0 ] || fail "B refused a chunk on landing"
 on B "$RGAPS" stats sum --json | flat | grep -q '"from_peers":{[^}]*"refused":1' ||
 	fail "B's topic does not count the dropped message: $(on B "$RGAPS" stats sum --json | flat | grep -o '"from_peers":{[^}]*}')"
 why=$(grep -o "gpusum mismatch in message [0-9]* (1048576 bytes, summed on the CPU): 0x[0-9a-f]*, the sender's 0x[0-9a-f]*" "$T/B.log" | head -1)

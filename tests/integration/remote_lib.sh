@@ -25,8 +25,9 @@ start_host() {
   "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
 JSON
 	# RGAPSD_FAULT=...: this daemon takes its tcp transport from the test-only fault
-	# plugin (tests/fault/transport_fault.c), which misbehaves as asked.
-	env ${RGAPSD_FAULT:+RGAPS_PLUGIN_DIR=$RGAPS_BUILD/tests/fault/plugins} \
+	# plugin (tests/fault/transport_fault.c), which misbehaves as asked; its folder
+	# is FAULT_PLUGIN_DIR where a test made its own.
+	env ${RGAPSD_FAULT:+RGAPS_PLUGIN_DIR=${FAULT_PLUGIN_DIR:-$RGAPS_BUILD/tests/fault/plugins}} \
 		"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!
@@ -57,3 +58,11 @@ flat() { tr -d ' \t\n'; }
 # knows_sub A B TOPIC: host A has heard that B subscribes to TOPIC
 knows_sub() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\""; }
 peer_up() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true"; }
+# stage_count HOST TOPIC POINT FIELD: peers.stages[] of TOPIC, POINT's FIELD (runs, failed,
+# ns; 0 when absent)
+stage_count() {
+	local v
+	v=$(on "$1" "$RGAPS" stats --json | flat | grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^]]*}}" |
+		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2)
+	echo "${v:-0}"
+}

@@ -19,14 +19,6 @@ CHUNKS=$((N * 4))
 host A 0; host B 1
 DEF=', "chunk_size": "256KiB", "ring_size": "8MiB"'
 
-# count HOST TOPIC POINT FIELD: peers.stages[] of TOPIC, POINT's FIELD (0 when absent)
-count() {
-	local v
-	v=$(on "$1" "$RGAPS" stats --json | flat | grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^}]*}[^}]*}" |
-		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2)
-	echo "${v:-0}"
-}
-
 # ---- 1. crc32c on every chunk, both ends
 start_host A "$DEF"', "stages": ["crc32c"]'
 start_host B "$DEF"', "stages": ["crc32c"]'
@@ -37,10 +29,10 @@ BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub crc --count $N --
 wait_ok pub
 wait_ok sub
 grep -q "received $N verified $N mismatched 0 gaps 0" "$T/sub.out" || fail "sub: $(tail -1 "$T/sub.out")"
-wait_until 10 test "$(count B crc after_landing runs)" = $CHUNKS ||
-	fail "B ran crc32c on $(count B crc after_landing runs) chunks, expected $CHUNKS"
-[ "$(count A crc before_send runs)" = $CHUNKS ] || fail "A ran crc32c on $(count A crc before_send runs) chunks"
-[ "$(count A crc before_send failed)" = 0 ] && [ "$(count B crc after_landing failed)" = 0 ] ||
+wait_until 10 test "$(stage_count B crc after_landing runs)" = $CHUNKS ||
+	fail "B ran crc32c on $(stage_count B crc after_landing runs) chunks, expected $CHUNKS"
+[ "$(stage_count A crc before_send runs)" = $CHUNKS ] || fail "A ran crc32c on $(stage_count A crc before_send runs) chunks"
+[ "$(stage_count A crc before_send failed)" = 0 ] && [ "$(stage_count B crc after_landing failed)" = 0 ] ||
 	fail "a chunk was refused: $(on B "$RGAPS" stats --json | flat | grep -o '"stages":\[{.*')"
 ok "crc32c: $N messages verified; $CHUNKS chunks checksummed on A and checked on B"
 grep -q '"sender_chunks":{[^}]*"staged->processing":'$CHUNKS <<< "$(on A "$RGAPS" stats --json | flat)" ||
@@ -62,7 +54,7 @@ grep -q "fault injection: spoiling record 6" "$T/A.log" || fail "A corrupted not
 # The lost message is reported to the subscriber ("drops 1": a gap the daemon announced), never silent.
 grep -q "received $((N - 1)) verified $((N - 1)) mismatched 0 gaps 0 drops 1 " "$T/sub2.out" ||
 	fail "sub2: $(tail -1 "$T/sub2.out")"
-[ "$(count B crc after_landing failed)" = 1 ] || fail "B refused $(count B crc after_landing failed) chunks, expected 1"
+[ "$(stage_count B crc after_landing failed)" = 1 ] || fail "B refused $(stage_count B crc after_landing failed) chunks, expected 1"
 # (the ring itself is gone: nobody on B subscribes any more; the topic keeps the count)
 on B "$RGAPS" stats crc --json | flat | grep -q '"from_peers":{[^}]*"refused":1' ||
 	fail "B's topic does not count the dropped message: $(on B "$RGAPS" stats crc --json | flat | grep -o '"from_peers":{[^}]*}')"
