@@ -3,7 +3,8 @@
 # whole message by a CUDA kernel on the receiving host's GPU.
 #  1. gpu-stage-check: the kernel equals the CPU sum on every path (sizes,
 #     alignments, message offsets); a message with a flipped byte in device
-#     memory is refused; the check's time per 64 MiB and 1 GiB message.
+#     memory is refused; the check's time per 64 MiB and 1 GiB message; the
+#     small pieces again under compute-sanitizer memcheck where it is.
 #  2. Two rgapsd on this machine as two hosts over tcp on 127.0.0.1, every
 #     topic on "memory": "cuda" with "stages": ["gpusum"], 4 MiB chunks:
 #     64 MiB and 1 GiB messages from gpu-pub on A reach gpu-sub on B, which
@@ -36,6 +37,13 @@ KEEPALIVE_MS=${KEEPALIVE_MS:-1000} # pinning rings stalls a loop for a moment
 "$CHECK" "$PLUGINS" | tee "$T/check.out"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "gpu-stage-check: $(grep FAIL "$T/check.out" | head -3)"
 ok "the kernel equals the CPU sum; $(grep -o 'size=1GiB ms=[0-9.]* GBps=[0-9.]*' "$T/check.out")"
+if command -v compute-sanitizer >/dev/null; then
+	compute-sanitizer --tool memcheck --error-exitcode 1 "$CHECK" "$PLUGINS" --small >"$T/memcheck.out" 2>&1 ||
+		fail "compute-sanitizer memcheck on the kernel: $(grep -m3 -E 'ERROR|Invalid|FAIL' "$T/memcheck.out")"
+	ok "compute-sanitizer memcheck: $(grep -m1 'ERROR SUMMARY' "$T/memcheck.out")"
+else
+	echo "(no compute-sanitizer in PATH: the memcheck of the kernel skipped)"
+fi
 
 # ---- 2. two daemons, cuda topics with the stage
 host A 0; host B 1
