@@ -430,6 +430,22 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 		 "defaults; \"configured\": only topics of topics_dir exist, and others are "
 		 "refused with the error \"not_found\" (topics_refused_unconfigured), from "
 		 "clients and peers alike." },
+	{ .name = "peer_max_pending", .type = RGAPS_CFG_UINT, CFG_AT(D, peer_max_pending),
+	  .def = "64", .min = 1, .max = 65536,
+	  .doc = "Peer connections accepted and not yet authenticated, in all; a stranger's "
+		 "connection beyond it is closed at once (peers.pending_refused). A connection "
+		 "from a configured peer's address is still admitted, in place of the oldest "
+		 "stranger's (peers.pending_evicted)." },
+	{ .name = "peer_max_pending_per_source", .type = RGAPS_CFG_UINT,
+	  CFG_AT(D, peer_max_pending_per_source), .def = "8", .min = 1, .max = 65536,
+	  .doc = "Of those, how many one source address may hold; one more from a stranger "
+		 "is closed at once (peers.pending_refused_source), one more from a "
+		 "configured peer's address replaces the oldest of that address." },
+	{ .name = "peer_hello_timeout_ms", .type = RGAPS_CFG_UINT,
+	  CFG_AT(D, peer_hello_timeout_ms), .def = "1000", .min = 100, .max = 3000,
+	  .doc = "An accepted peer connection must deliver its first handshake frame (HELLO) "
+		 "whole within this time, else it is closed (peers.hello_timeouts); the whole "
+		 "handshake must be done 3 s after the connect." },
 	{ .name = "transport_options", .type = RGAPS_CFG_PLUGIN_OPTIONS,
 	  CFG_AT(D, transport_options), .def = "{}",
 	  .doc = "Tunables of the transport plugins: { \"verbs\": { \"qps\": 4 }, \"tcp\": "

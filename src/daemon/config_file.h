@@ -45,6 +45,9 @@ struct rgapsd_config {
 	uint32_t max_topics;		   /* topics not in topics.d, held at once */
 	uint32_t max_topics_per_user;	   /* of those, created by one uid (0, ours: exempt) */
 	int create_topics;		   /* enum rgapsd_create_topics */
+	uint32_t peer_max_pending;	   /* peer connections not yet authenticated, in all */
+	uint32_t peer_max_pending_per_source; /* of those, from one source address */
+	uint32_t peer_hello_timeout_ms;	   /* an accepted peer connection's first frame */
 	char socket_mode[8];		   /* octal permission bits of the socket, e.g. "0660" */
 	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
 	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */

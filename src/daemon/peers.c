@@ -55,7 +55,7 @@
 #define PEERS_KEEPALIVE_DEFAULT_MS 1000
 #define PEERS_DEAD_INTERVALS 3
 #define PEERS_SENDQ_MAX (64u << 20) /* bytes libuv holds unsent, per session */
-#define PEERS_MAX_PENDING 64	    /* accepted connections not yet authenticated */
+#define PEERS_HELLO_RECHECK_MS 50   /* a first-frame timeout looks once more for input */
 #define PEERS_RXBUF (64 * 1024)
 
 enum conn_state {
@@ -92,6 +92,12 @@ struct peer_conn {
 	uint8_t peer_nonce[PEERS_NONCE];
 	uint64_t last_rx_ms, last_ping_ms;
 	bool ka_recheck; /* silent too long: look once more after the next poll for input */
+	/* Accepted connections: where from, whether that is a configured peer's address,
+	 * when (loop time), and whether the first-frame deadline was looked at twice. */
+	struct sockaddr_storage src;
+	bool src_configured;
+	bool hello_recheck;
+	uint64_t accepted_ms;
 
 	/* Frame reassembly: header bytes, then a payload that straddled reads. */
 	uint8_t hdr[PEERS_HDR];
@@ -118,6 +124,10 @@ struct rgapsd_peer {
 	bool resolving;
 	bool attempted;	    /* a first attempt was made: later ones count as reconnects */
 	bool failing;	    /* a streak of failed attempts: logged once */
+	/* Its address as last resolved or seen on a session it opened (names only:
+	 * a numeric peer's is addr), so that its connections are told from strangers'. */
+	struct sockaddr_storage seen;
+	bool have_seen;
 	bool down_pending;  /* a session ended, peer_down not called yet */
 	char down_why[PEERS_REASON_MAX + 64];
 	uint32_t backoff_ms;
@@ -137,9 +147,12 @@ struct rgapsd_peers {
 	uint32_t npeers;
 	struct peer_conn *conns;
 	unsigned npending;
+	unsigned max_pending, max_pending_src; /* rgapsd_peers_config, defaults applied */
+	uint32_t hello_ms;
 	unsigned refs; /* listener, peer timers, connections, resolver requests */
 	bool stopping;
 	bool overload_warned;
+	struct rgaps_ratelimit log_rl; /* refusals of accepted connections */
 	struct rgapsd_peers_stats st;
 	uint64_t entered[CONN_NUM_STATES]; /* per state: connections that entered it */
 	char rxbuf[PEERS_RXBUF];	   /* every read lands here, then is parsed at once */
@@ -219,6 +232,14 @@ int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *e
 		set_err(err, errlen, "key file %s is not a regular file", path);
 		goto out;
 	}
+	if (st.st_uid != geteuid()) {
+		rc = -EPERM;
+		set_err(err, errlen,
+			"key file %s belongs to uid %u, not to this daemon's user (uid %u): "
+			"another user could replace the key (chown %u %s)", path,
+			(unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(), path);
+		goto out;
+	}
 	if (st.st_mode & 077) {
 		rc = -EPERM;
 		set_err(err, errlen,
@@ -296,6 +317,35 @@ static void addr_format(const struct sockaddr *sa, char *buf, size_t len)
 	} else {
 		snprintf(buf, len, "?");
 	}
+}
+
+/* The IP address of sa (an IPv4-mapped IPv6 address as the IPv4 one): 4, 16 or 0 bytes. */
+static size_t addr_ip(const struct sockaddr *sa, const uint8_t **ip)
+{
+	static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (sa->sa_family == AF_INET) {
+		*ip = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		*ip = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		if (memcmp(*ip, v4mapped, sizeof(v4mapped)) == 0) {
+			*ip += sizeof(v4mapped);
+			return 4;
+		}
+		return 16;
+	}
+	return 0;
+}
+
+/* Same source host (ports differ: a connection's source port is any). */
+static bool addr_same_ip(const struct sockaddr *a, const struct sockaddr *b)
+{
+	const uint8_t *ia = NULL, *ib = NULL;
+	size_t la = addr_ip(a, &ia), lb = addr_ip(b, &ib);
+
+	return la && la == lb && memcmp(ia, ib, la) == 0;
 }
 
 /* ---- HMAC transcript ------------------------------------------------------------------------ */
@@ -562,10 +612,14 @@ static void conn_refuse(struct peer_conn *conn, uint16_t code, uint64_t *counter
 		rgaps_debug("peers: closing duplicate connection %s %s (%s): %s",
 			    conn->initiator ? "to" : "from", conn->peer ? conn->peer->name : "?",
 			    conn->addr, why);
-	else
-		rgaps_warn("peers: connection %s %s (%s): %s; closing it",
-			   conn->initiator ? "to" : "from",
-			   conn->peer ? conn->peer->name : "an unidentified peer", conn->addr, why);
+	else if (conn->initiator)
+		rgaps_warn("peers: connection to %s (%s): %s; closing it", conn->peer->name,
+			   conn->addr, why);
+	else /* anyone who reaches the port can cause these: a flood must not flood the log */
+		rgaps_log_limited(&conn->pm->log_rl, RGAPS_LOG_WARN,
+				  "peers: connection from %s (%s): %s; closing it",
+				  conn->peer ? conn->peer->name : "an unidentified peer", conn->addr,
+				  why);
 	conn_end(conn, PF_ERROR, code, true, why);
 }
 
@@ -629,6 +683,10 @@ static void conn_up(struct peer_conn *conn)
 	}
 	if (p->out == conn)
 		p->out = NULL;
+	if (!conn->initiator && !p->numeric && conn->src.ss_family) {
+		p->seen = conn->src; /* it proved the key from there */
+		p->have_seen = true;
+	}
 	if (p->session) /* the other side opened a new session: this one is stale */
 		conn_end(p->session, PF_BYE, 0, true, "replaced by a new session from the peer");
 	peer_flush_down(p); /* peer_down of the last session before peer_up of this one */
@@ -728,6 +786,14 @@ static void on_hello(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 		return;
 	}
 	conn_set_state(conn, CONN_AUTH);
+	/* The first frame came in time: the rest of the handshake gets what is left of
+	 * PEERS_HANDSHAKE_MS since the accept. */
+	{
+		uint64_t spent = uv_now(pm->loop) - conn->accepted_ms;
+
+		uv_timer_start(&conn->timer, conn_on_timer,
+			       spent < PEERS_HANDSHAKE_MS ? PEERS_HANDSHAKE_MS - spent : 1, 0);
+	}
 }
 
 static void on_auth(struct peer_conn *conn, const uint8_t *b, uint32_t len)
@@ -1019,6 +1085,21 @@ static void conn_on_timer(uv_timer_t *t)
 		conn_end(conn, 0, 0, true, why);
 		break;
 	case CONN_HELLO:
+		if (!conn->initiator) {
+			/* Timers run before the poll for input: after a stall of our own loop
+			 * the HELLO may be waiting unread. Look once more after a poll. */
+			if (!conn->hello_recheck) {
+				conn->hello_recheck = true;
+				uv_timer_start(&conn->timer, conn_on_timer, PEERS_HELLO_RECHECK_MS, 0);
+				break;
+			}
+			pm->st.hello_timeouts++;
+			conn_refuse(conn, PE_TIMEOUT, &pm->st.protocol_errors,
+				    "no whole HELLO within %u ms of connecting", pm->hello_ms);
+			break;
+		}
+		/* ours waits for the responder's HELLO */
+		__attribute__((fallthrough));
 	case CONN_AUTH:
 	case CONN_AUTH_OK:
 		conn_refuse(conn, PE_TIMEOUT, &pm->st.protocol_errors,
@@ -1083,10 +1164,110 @@ static struct peer_conn *conn_new(struct rgapsd_peers *pm)
 
 /* ---- accepting ----------------------------------------------------------------------------- */
 
+/* Is sa the address of a configured peer (numeric, resolved, or seen on its session)? */
+static bool pm_src_configured(const struct rgapsd_peers *pm, const struct sockaddr *sa)
+{
+	for (uint32_t i = 0; i < pm->npeers; i++) {
+		const struct rgapsd_peer *p = &pm->peers[i];
+
+		if ((p->numeric && addr_same_ip((const struct sockaddr *)&p->addr, sa)) ||
+		    (p->have_seen && addr_same_ip((const struct sockaddr *)&p->seen, sa)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The oldest pending connection from sa's address (sa non-NULL), else the oldest from a
+ * stranger's address, else (any) the oldest of all; *n_src_p counts those from sa's address.
+ */
+static struct peer_conn *pm_oldest_pending(struct rgapsd_peers *pm, const struct sockaddr *sa,
+					   bool any, unsigned *n_src_p)
+{
+	struct peer_conn *best = NULL, *best_any = NULL;
+	unsigned n = 0;
+
+	for (struct peer_conn *c = pm->conns; c; c = c->next) {
+		if (!c->pending)
+			continue;
+		if (!best_any || c->accepted_ms < best_any->accepted_ms)
+			best_any = c;
+		if (sa && addr_same_ip((const struct sockaddr *)&c->src, sa)) {
+			n++;
+			if (!best || c->accepted_ms < best->accepted_ms)
+				best = c;
+		} else if (!sa && !c->src_configured) {
+			if (!best || c->accepted_ms < best->accepted_ms)
+				best = c;
+		}
+	}
+	if (n_src_p)
+		*n_src_p = n;
+	return best ? best : any ? best_any : NULL;
+}
+
+/* Refuse conn (closed at once, nothing sent: a flood gets no work from us). */
+static void pm_refuse_pending(struct rgapsd_peers *pm, struct peer_conn *conn, uint64_t *counter,
+			      const char *what)
+{
+	(*counter)++;
+	if (!pm->overload_warned)
+		rgaps_warn("peers: %s; closing connections from strangers (first: %s) until some "
+			   "finish (configured peers' addresses are still admitted)", what,
+			   conn->addr);
+	pm->overload_warned = true;
+	conn_close(conn);
+}
+
+/*
+ * Pending connections are bounded per source address and in all; a configured peer's
+ * address is admitted in place of the oldest stranger (or the oldest of its own address),
+ * so strangers cannot keep the daemons of the configuration out. false: conn refused.
+ */
+static bool pm_admit_pending(struct rgapsd_peers *pm, struct peer_conn *conn)
+{
+	const struct sockaddr *sa = (const struct sockaddr *)&conn->src;
+	struct peer_conn *victim = NULL;
+	unsigned nsrc;
+	char what[128];
+
+	conn->src_configured = pm_src_configured(pm, sa);
+	victim = pm_oldest_pending(pm, sa, false, &nsrc);
+	if (nsrc < pm->max_pending_src)
+		victim = NULL;
+	if (victim && !conn->src_configured) {
+		snprintf(what, sizeof(what), "%u connections from one address already wait for "
+			 "authentication (peer_max_pending_per_source)", nsrc);
+		pm_refuse_pending(pm, conn, &pm->st.pending_refused_source, what);
+		return false;
+	}
+	if (!victim && pm->npending >= pm->max_pending) {
+		if (!conn->src_configured) {
+			snprintf(what, sizeof(what), "%u connections already wait for "
+				 "authentication (peer_max_pending)", pm->npending);
+			pm_refuse_pending(pm, conn, &pm->st.pending_refused, what);
+			return false;
+		}
+		victim = pm_oldest_pending(pm, NULL, true, NULL);
+	}
+	if (victim) {
+		pm->st.pending_evicted++;
+		rgaps_debug("peers: closing pending %s to admit %s, a configured peer's address",
+			    victim->addr, conn->addr);
+		conn_end(victim, 0, 0, true, "closed to admit a configured peer's connection");
+		if (pm->stopping)
+			return false;
+		return true;
+	}
+	pm->overload_warned = false;
+	return true;
+}
+
 static void pm_on_connection(uv_stream_t *server, int status)
 {
 	struct rgapsd_peers *pm = server->data;
 	struct peer_conn *conn;
+	int sl = sizeof(conn->src);
 	char why[96];
 	int rc;
 
@@ -1111,22 +1292,14 @@ static void pm_on_connection(uv_stream_t *server, int status)
 		conn_close(conn);
 		return;
 	}
-	if (pm->npending >= PEERS_MAX_PENDING) {
-		struct sockaddr_storage ss;
-		int sl = sizeof(ss);
-
-		if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &sl) == 0)
-			addr_format((struct sockaddr *)&ss, conn->addr, sizeof(conn->addr));
-		if (!pm->overload_warned)
-			rgaps_warn("peers: %u connections already wait for authentication; "
-				   "closing new ones (first: %s) until some finish",
-				   PEERS_MAX_PENDING, conn->addr);
-		pm->overload_warned = true;
-		conn_close(conn);
+	if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&conn->src, &sl) == 0)
+		addr_format((struct sockaddr *)&conn->src, conn->addr, sizeof(conn->addr));
+	else
+		memset(&conn->src, 0, sizeof(conn->src));
+	if (!pm_admit_pending(pm, conn))
 		return;
-	}
-	pm->overload_warned = false;
 	conn->pending = true;
+	conn->accepted_ms = uv_now(pm->loop);
 	pm->npending++;
 	conn_set_state(conn, CONN_HELLO);
 	rc = conn_open(conn);
@@ -1135,8 +1308,10 @@ static void pm_on_connection(uv_stream_t *server, int status)
 		conn_end(conn, 0, 0, true, why);
 		return;
 	}
-	uv_timer_start(&conn->timer, conn_on_timer, PEERS_HANDSHAKE_MS, 0);
-	rgaps_debug("peers: connection from %s", conn->addr);
+	/* A short deadline for the first frame; the rest of the handshake gets more. */
+	uv_timer_start(&conn->timer, conn_on_timer, pm->hello_ms, 0);
+	rgaps_debug("peers: connection from %s%s", conn->addr,
+		    conn->src_configured ? " (a configured peer's address)" : "");
 }
 
 /* ---- connecting ---------------------------------------------------------------------------- */
@@ -1216,6 +1391,10 @@ static void peer_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo 
 			peer_schedule(p);
 		}
 	} else {
+		if (res->ai_addrlen <= sizeof(p->seen)) {
+			memcpy(&p->seen, res->ai_addr, res->ai_addrlen);
+			p->have_seen = true;
+		}
 		peer_connect_addr(p, res->ai_addr);
 	}
 	if (res)
@@ -1408,6 +1587,11 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	pm->ctx = ctx;
 	snprintf(pm->name, sizeof(pm->name), "%s", cfg->listen);
 	pm->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : PEERS_KEEPALIVE_DEFAULT_MS;
+	pm->max_pending = cfg->max_pending ? cfg->max_pending : RGAPSD_PEERS_MAX_PENDING_DEFAULT;
+	pm->max_pending_src = cfg->max_pending_per_source ? cfg->max_pending_per_source
+							  : RGAPSD_PEERS_MAX_PENDING_PER_SOURCE_DEFAULT;
+	pm->hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms
+					     : RGAPSD_PEERS_HELLO_TIMEOUT_DEFAULT_MS;
 	pm->key = sodium_malloc(cfg->keylen);
 	pm->peers = calloc(cfg->npeers ? cfg->npeers : 1, sizeof(*pm->peers));
 	if (!pm->key || !pm->peers) {

@@ -50,7 +50,21 @@ struct rgapsd_peers_config {
 	const uint8_t *key;	      /* pre-shared key */
 	size_t keylen;
 	uint32_t keepalive_ms;	      /* ping interval; dead after 3 silent intervals */
+	/*
+	 * Accepted connections not yet authenticated (0: the defaults below). A source
+	 * address holds at most max_pending_per_source of the max_pending places; a
+	 * connection from a configured peer's address is admitted even when strangers
+	 * fill them, in place of the oldest stranger (or the oldest of its own address).
+	 * An accepted connection must deliver its whole HELLO within hello_timeout_ms.
+	 */
+	uint32_t max_pending;
+	uint32_t max_pending_per_source;
+	uint32_t hello_timeout_ms;
 };
+
+#define RGAPSD_PEERS_MAX_PENDING_DEFAULT 64
+#define RGAPSD_PEERS_MAX_PENDING_PER_SOURCE_DEFAULT 8
+#define RGAPSD_PEERS_HELLO_TIMEOUT_DEFAULT_MS 1000
 
 struct rgapsd_peer_stats {
 	uint64_t sessions;     /* times this peer came up */
@@ -63,11 +77,16 @@ struct rgapsd_peer_stats {
 
 struct rgapsd_peers_stats {
 	uint64_t accepted, auth_failures, unknown_peers, protocol_errors, duplicates_closed;
+	uint64_t pending_refused;	 /* a stranger found every pending place taken */
+	uint64_t pending_refused_source; /* a stranger's address held its share already */
+	uint64_t pending_evicted;	 /* closed to admit a configured peer's address */
+	uint64_t hello_timeouts;	 /* no whole HELLO within hello_timeout_ms */
 };
 
 /*
  * Read the key file: at least 32 bytes of any content, refused when group- or
- * world-readable (mode & 077) or not a regular file. Returns the length or a
+ * world-readable (mode & 077), owned by another user than the process's
+ * effective one, or not a regular file. Returns the length or a
  * negative errno, with the reason in err.
  */
 int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,

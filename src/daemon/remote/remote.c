@@ -165,8 +165,13 @@ int rgapsd_remote_start(struct rgapsd *d)
 	pc.key = rt->key;
 	pc.keylen = rt->keylen;
 	pc.keepalive_ms = d->cfg.keepalive_ms;
+	pc.max_pending = d->cfg.peer_max_pending;
+	pc.max_pending_per_source = d->cfg.peer_max_pending_per_source;
+	pc.hello_timeout_ms = d->cfg.peer_hello_timeout_ms;
 	d->remote = rt;
 	e = rgapsd_peers_start(d->loop, &pc, &rt_peer_ops, rt, &rt->pm);
+	/* The peer manager holds the only copy it needs, in guarded memory: wipe ours. */
+	sodium_memzero(rt->key, sizeof(rt->key));
 	if (e) {
 		rgaps_error("cannot serve peers on %s: %s", d->cfg.listen, strerror(-e));
 		d->remote = NULL;

@@ -108,6 +108,10 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	cJSON_AddNumberToObject(peers, "auth_failures", (double)ps.auth_failures);
 	cJSON_AddNumberToObject(peers, "unknown_peers", (double)ps.unknown_peers);
 	cJSON_AddNumberToObject(peers, "protocol_errors", (double)ps.protocol_errors);
+	cJSON_AddNumberToObject(peers, "pending_refused", (double)ps.pending_refused);
+	cJSON_AddNumberToObject(peers, "pending_refused_source", (double)ps.pending_refused_source);
+	cJSON_AddNumberToObject(peers, "pending_evicted", (double)ps.pending_evicted);
+	cJSON_AddNumberToObject(peers, "hello_timeouts", (double)ps.hello_timeouts);
 	cJSON_AddNumberToObject(peers, "unknown_link_tokens", (double)rt->unknown_tokens);
 	cJSON *arr = cJSON_AddArrayToObject(peers, "sessions");
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
