@@ -430,6 +430,13 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 		 "defaults; \"configured\": only topics of topics_dir exist, and others are "
 		 "refused with the error \"not_found\" (topics_refused_unconfigured), from "
 		 "clients and peers alike." },
+	{ .name = "topic_idle_s", .type = RGAPS_CFG_UINT, CFG_AT(D, topic_idle_s), .def = "300",
+	  .min = 0, .max = 31536000,
+	  .doc = "A topic made from the defaults (not in topics_dir) that has had no "
+		 "publisher, no subscriber, no peer's interest or ring and no history kept "
+		 "for late joiners for this many seconds is removed, with its shared memory "
+		 "(topics_removed_idle); the next attach makes it again. 0: never. Topics of "
+		 "topics_dir are never removed." },
 	{ .name = "peer_max_pending", .type = RGAPS_CFG_UINT, CFG_AT(D, peer_max_pending),
 	  .def = "64", .min = 1, .max = 65536,
 	  .doc = "Peer connections accepted and not yet authenticated, in all; a stranger's "

@@ -134,6 +134,7 @@ struct rgapsd_topic {
 	uint64_t reclaimed_holds, reclaimed_loans, bad_regions;
 	bool adhoc;			    /* made from the defaults: counts in max_topics */
 	bool has_creator;		    /* a client's attach made it (not a peer's set-up) */
+	uint64_t busy_ns;		    /* last seen in use (topic_idle_s; monotonic) */
 	uid_t creator;			    /* that client's uid: counts in its quota */
 	/* The host's GPUs as the memory plugin sees them (NULL or none: a host topic). */
 	struct rgaps_mem_topology *topo;
@@ -178,6 +179,8 @@ struct rgapsd {
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
 	bool sweep_started;
+	uint64_t idle_checked_ns;     /* the last look for idle topics (topics.c) */
+	uint64_t topics_removed_idle; /* topic_idle_s */
 };
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg);
@@ -192,6 +195,12 @@ void rgapsd__on_close(void *ctx, struct rgapsd_conn *conn);
 int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen);
 void rgapsd__topics_destroy(struct rgapsd *d);
+/*
+ * Remove the topics made from the defaults that have been unused for topic_idle_s:
+ * no member (attached, draining or kept for history), no attachment, no replicator,
+ * nothing of the remote path (rgapsd_remote_topic_held). On the loop (the sweep).
+ */
+void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now);
 /* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
 void rgapsd__topics_close_stale(const char *instance);
 

@@ -460,6 +460,7 @@ static void on_sweep(uv_timer_t *timer)
 		rgapsd__topic_gpus_sweep(t, now);
 		sweep_topic(t, now);
 	}
+	rgapsd__topics_sweep_idle(d, now);
 }
 
 void rgapsd__members_start(struct rgapsd *d)

@@ -67,6 +67,13 @@ void rgapsd_remote_free(struct rgapsd *d);
 struct rgapsd_member;
 void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m);
 
+/*
+ * Does the remote path hold topic t: its sender side (forwarder, rings to
+ * peers), a ring landing into it, its stages, or a peer's interest in it? An
+ * idle topic is removed only when none does.
+ */
+bool rgapsd_remote_topic_held(struct rgapsd *d, struct rgapsd_topic *t);
+
 /* A topic is about to be destroyed (shutdown). */
 void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t);
 

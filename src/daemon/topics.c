@@ -2,7 +2,8 @@
  * rgapsd's topic table: topics from topics.d are configured at start but
  * created (a header segment) on first attach, like topics absent from the
  * configuration, which are made from the daemon's defaults. A topic lives
- * until the daemon stops; its memory backend is chosen once, at creation
+ * until the daemon stops, or, one made from the defaults, until it has been
+ * unused for topic_idle_s (rgapsd__topics_sweep_idle); its memory backend is chosen once, at creation
  * ("auto": cuda when a GPU is usable, else host, with the reason logged).
  * Its members - one per attachment, with their regions and pools - are in
  * members.c.
@@ -25,9 +26,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "../common/futex.h"
 #include "../common/log.h"
 #include "../common/shm.h"
 #include "daemon.h"
+#include "remote.h"
 
 static struct rgaps_loaded_plugin *memory_plugin(struct rgapsd *d, const char *name, char *err,
 						 size_t errlen)
@@ -524,6 +527,7 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
 		goto err_free;
 	}
+	t->busy_ns = rgaps_now_ns(CLOCK_MONOTONIC);
 	t->next = d->topics;
 	d->topics = t;
 	d->ntopics++;
@@ -572,6 +576,53 @@ void rgapsd__topics_destroy(struct rgapsd *d)
 		rgaps__plugin_unload(d->mem_plugins[i]);
 	}
 	d->nmem_plugins = 0;
+}
+
+/* In use: anything that holds the topic or what it made, or history kept for late joiners. */
+static bool topic_in_use(struct rgapsd *d, struct rgapsd_topic *t)
+{
+	if (t->attachments || t->npubs || t->nsubs || t->ndraining || t->ngone)
+		return true;
+	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++)
+		if (t->gpus[g].rep)
+			return true;
+	return rgapsd_remote_topic_held(d, t);
+}
+
+#define IDLE_CHECK_NS (1000ull * 1000 * 1000) /* look for idle topics once a second */
+
+void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now)
+{
+	uint64_t idle_ns = (uint64_t)d->cfg.topic_idle_s * 1000000000ull;
+	struct rgapsd_topic **pp = &d->topics;
+
+	if (!d->cfg.topic_idle_s || d->stopping || now - d->idle_checked_ns < IDLE_CHECK_NS)
+		return;
+	d->idle_checked_ns = now;
+	while (*pp) {
+		struct rgapsd_topic *t = *pp;
+
+		/* Topics of topics_dir stay: the administrator's, bounded by the configuration,
+		 * and their counters are what monitoring watches. */
+		if (!t->adhoc || topic_in_use(d, t)) {
+			t->busy_ns = now;
+			pp = &t->next;
+			continue;
+		}
+		if (now - t->busy_ns < idle_ns) {
+			pp = &t->next;
+			continue;
+		}
+		*pp = t->next;
+		d->ntopics--;
+		d->topics_removed_idle++;
+		rgaps_info("topic '%s' removed: unused for %u s (topic_idle_s); the next attach "
+			   "makes it again", t->cfg.name, d->cfg.topic_idle_s);
+		/* Whoever still maps the header (a client that detached) learns it is over. */
+		rgaps_topic_close(t->hdr);
+		rgapsd__members_wake(t);
+		topic_free(t);
+	}
 }
 
 void rgapsd__topics_close_stale(const char *instance)

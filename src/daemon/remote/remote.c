@@ -53,6 +53,29 @@ void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 		rt_waiters_cancel(d->remote, arg);
 }
 
+bool rgapsd_remote_topic_held(struct rgapsd *d, struct rgapsd_topic *t)
+{
+	struct rgapsd_remote *rt = d->remote;
+	struct rt_stages *st;
+
+	if (!rt)
+		return false;
+	if (rt_topic_of(rt, t, false))
+		return true;
+	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
+		for (uint32_t i = 0; i < RT_RINGS; i++)
+			if (p->in[i] && p->in[i]->topic == t)
+				return true;
+		for (uint32_t i = 0; i < p->nsubs; i++)
+			if (strcmp(p->subs[i], t->cfg.name) == 0)
+				return true;
+	}
+	SLIST_FOREACH(st, &rt->stages, link)
+		if (st->t == t)
+			return true;
+	return false;
+}
+
 void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 {
 	struct rgapsd_remote *rt = d->remote;
