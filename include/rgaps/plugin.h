@@ -252,6 +252,12 @@ struct rgaps_memory_ops {
 	int (*fence_query)(void *ctx, void *fence);
 	/** Order the stream's later work after the fence's last record; returns at once. */
 	int (*fence_wait)(void *ctx, void *fence, void *stream);
+	/**
+	 * Free and total memory of device now, in bytes (rgapsd's gpu_reserve is
+	 * checked with it before each pool). -ENOTSUP: the backend has no device
+	 * memory (host), or is older than this operation.
+	 */
+	int (*mem_info)(void *ctx, int32_t device, uint64_t *free_p, uint64_t *total_p);
 };
 
 /* ------------------------------------------------------------------ */

@@ -1614,6 +1614,29 @@ static int cuda_fence_wait(void *vctx, void *fence, void *stream)
 	return e == cudaSuccess ? 0 : rt_fail(vctx, "cudaStreamWaitEvent (fence)", e);
 }
 
+static int cuda_mem_info(void *vctx, int32_t device, uint64_t *free_p, uint64_t *total_p)
+{
+	struct cuda_ctx *ctx = vctx;
+	size_t free_b = 0, total_b = 0;
+	char why[200];
+	cudaError_t e;
+	int old, r;
+
+	r = check_device(device, why, sizeof(why));
+	if (r)
+		return r;
+	r = enter_device(ctx, device, &old);
+	if (r)
+		return r;
+	e = cudaMemGetInfo(&free_b, &total_b);
+	leave_device(device, old);
+	if (e != cudaSuccess)
+		return rt_fail(ctx, "cudaMemGetInfo", e);
+	*free_p = free_b;
+	*total_p = total_b;
+	return 0;
+}
+
 static const struct rgaps_memory_ops cuda_ops = {
 	.init = cuda_init,
 	.fini = cuda_fini,
@@ -1636,6 +1659,7 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.fence_record = cuda_fence_record,
 	.fence_query = cuda_fence_query,
 	.fence_wait = cuda_fence_wait,
+	.mem_info = cuda_mem_info,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -183,6 +183,11 @@ static int mem_stub_fence_wait(void *ctx, void *fence, void *stream)
 	return -ENOTSUP;
 }
 
+static int mem_stub_mem_info(void *ctx, int32_t device, uint64_t *free_p, uint64_t *total_p)
+{
+	return -ENOTSUP;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -205,6 +210,7 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.fence_record = mem_stub_fence_record,
 	.fence_query = mem_stub_fence_query,
 	.fence_wait = mem_stub_fence_wait,
+	.mem_info = mem_stub_mem_info,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,

@@ -437,6 +437,12 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 		 "for late joiners for this many seconds is removed, with its shared memory "
 		 "(topics_removed_idle); the next attach makes it again. 0: never. Topics of "
 		 "topics_dir are never removed." },
+	{ .name = "gpu_reserve", .type = RGAPS_CFG_SIZE, CFG_AT(D, gpu_reserve),
+	  .def = "\"1GiB\"", .min = 0, .max = 1024 * GiB,
+	  .doc = "GPU memory that must stay free on a GPU after a cuda pool is made there; "
+		 "a pool that would leave less is refused at attach with the error "
+		 "\"no_memory\", naming the free memory, the pool's size and this reserve "
+		 "(gpu_pools_refused). 0: only the GPU's own limit." },
 	{ .name = "peer_max_pending", .type = RGAPS_CFG_UINT, CFG_AT(D, peer_max_pending),
 	  .def = "64", .min = 1, .max = 65536,
 	  .doc = "Peer connections accepted and not yet authenticated, in all; a stranger's "

@@ -46,6 +46,7 @@ struct rgapsd_config {
 	uint32_t max_topics_per_user;	   /* of those, created by one uid (0, ours: exempt) */
 	int create_topics;		   /* enum rgapsd_create_topics */
 	uint32_t topic_idle_s;		   /* an unused topic from the defaults goes after (0: never) */
+	uint64_t gpu_reserve;		   /* bytes of GPU memory a new cuda pool must leave free */
 	uint32_t peer_max_pending;	   /* peer connections not yet authenticated, in all */
 	uint32_t peer_max_pending_per_source; /* of those, from one source address */
 	uint32_t peer_hello_timeout_ms;	   /* an accepted peer connection's first frame */

@@ -181,6 +181,7 @@ struct rgapsd {
 	bool sweep_started;
 	uint64_t idle_checked_ns;     /* the last look for idle topics (topics.c) */
 	uint64_t topics_removed_idle; /* topic_idle_s */
+	uint64_t gpu_pools_refused;   /* gpu_reserve */
 };
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg);

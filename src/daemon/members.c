@@ -32,6 +32,7 @@
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "daemon.h"
+#include "gpu_reserve.h"
 #include "remote.h"
 
 #define SWEEP_MS 100
@@ -219,6 +220,32 @@ static int remap_read_only(struct rgapsd_member *m)
 	return 0;
 }
 
+/* gpu_reserve: a pool on a GPU must leave that much free there (gpu_reserve.h). */
+static int reserve_check(struct rgapsd_topic *t, int32_t device, char *err, size_t errlen)
+{
+	uint64_t free_b, total_b;
+	int r;
+
+	if (!t->d->cfg.gpu_reserve)
+		return 0;
+	r = t->mem->ops.memory.mem_info(t->mem->ctx, device, &free_b, &total_b);
+	if (r == -ENOTSUP)
+		return 0; /* no device memory to keep, or a plugin that cannot tell */
+	if (r) {
+		snprintf(err, errlen, "memory '%s' cannot tell the free memory of GPU %d: %s",
+			 t->mem->name, (int)device, strerror(-r));
+		return r;
+	}
+	r = rgapsd_gpu_reserve_check(device, free_b, total_b, t->lim.pool_size,
+				     t->d->cfg.gpu_reserve, err, errlen);
+	if (r) {
+		t->d->gpu_pools_refused++;
+		rgaps_log_limited(&t->d->log_rl, RGAPS_LOG_WARN, "topic '%s': pool refused: %s",
+				  t->cfg.name, err);
+	}
+	return r;
+}
+
 int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
 			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err, size_t errlen)
 {
@@ -296,6 +323,12 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 			goto err;
 		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
 		snprintf(pool_name, sizeof(pool_name), "%s-pool", m->shm_name);
+		r = reserve_check(t, m->pool_dev, err, errlen);
+		if (r) {
+			m->pool.fd = -1;
+			m->pool.base = NULL;
+			goto err;
+		}
 		r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_name, t->lim.pool_size,
 						   m->pool_dev, &m->pool);
 		if (r) {

@@ -756,6 +756,7 @@ static cJSON *page_daemon(void *ctx)
 	cJSON_AddNumberToObject(dm, "topics_refused_unconfigured",
 				(double)d->refused.topics_refused_unconfigured);
 	cJSON_AddNumberToObject(dm, "topics_removed_idle", (double)d->topics_removed_idle);
+	cJSON_AddNumberToObject(dm, "gpu_pools_refused", (double)d->gpu_pools_refused);
 	cJSON_AddNumberToObject(dm, "log_suppressed",
 				(double)(cs.log_suppressed + d->log_rl.suppressed_total));
 	lim = cJSON_AddObjectToObject(dm, "limits");

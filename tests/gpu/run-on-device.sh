@@ -143,6 +143,7 @@ part machine 40 bash -c machine
 G=$("$RGAPS_BUILD/tests/gpu/gpu-pub" --gpus 2>/dev/null || echo 1)
 part selftest 40 "$RGAPS_BUILD/tests/gpu/gpu-pub" --selftest
 part suite 150 bash tests/gpu/gpu_suite.sh
+part reserve 60 bash tests/gpu/gpu_reserve.sh
 part multi 180 bash tests/gpu/gpu_multi.sh
 part stream 200 bash tests/gpu/gpu_stream.sh
 part remote 120 bash tests/gpu/gpu_remote.sh

@@ -1,0 +1,40 @@
+#!/bin/bash
+# gpu_reserve on a real GPU (issue 10, item 1): a cuda pool that would leave
+# less than gpu_reserve free on its GPU is refused at attach with "no_memory"
+# and the numbers (free, total, pool, reserve), counted as gpu_pools_refused;
+# with the default reserve (1 GiB) the same pool is made. rgapsd asks the cuda
+# plugin for the GPU's free memory (mem_info, cudaMemGetInfo) before each pool.
+# Skips (77) with the reason when no GPU is usable.
+# Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_reserve.sh
+: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
+[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
+"$GPU_PUB" --probe >/dev/null || { "$GPU_PUB" --probe; exit 77; }
+
+. "$(dirname "$0")/../integration/lib.sh"
+dstat() { "$RGAPS" stats --json | tr -d ' \t\n' | grep -o "\"$1\":[0-9]*" | head -n 1 | cut -d: -f2; }
+conf() { # conf RESERVE
+	cat >"$T/rgapsd.json" <<JSON
+{ "gpu_reserve": "$1",
+  "defaults": { "memory": "cuda", "pool_size": "256MiB", "max_message_size": "1MiB" } }
+JSON
+}
+
+# No GPU holds 1 TiB free besides a pool: refused, with the numbers.
+conf 1024GiB
+start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
+"$RGAPS" pub big --count 1 --size 4KiB >"$T/big.out" 2>&1 && fail "a pool was made although it leaves less than 1 TiB free"
+grep -q "no_memory\|out of memory\|gpu_reserve" "$T/big.out" || fail "no clear error: $(cat "$T/big.out")"
+grep -q "free of" "$T/big.out" && grep -q "256 MiB pool" "$T/big.out" && grep -q "gpu_reserve (1 TiB)" "$T/big.out" ||
+	fail "the error does not name free memory, pool and reserve: $(cat "$T/big.out")"
+[ "$(dstat gpu_pools_refused)" = 1 ] || fail "gpu_pools_refused is $(dstat gpu_pools_refused), expected 1"
+ok "refused: $(grep -o 'GPU [0-9]* has.*' "$T/big.out" | head -n 1)"
+stop_daemon
+
+# The default reserve (1 GiB): the same 256 MiB pool is made.
+conf 1GiB
+start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
+"$RGAPS" pub big --count 1 --size 4KiB >"$T/ok.out" 2>&1 || fail "the pool was refused with a 1 GiB reserve: $(cat "$T/ok.out")"
+[ "$(dstat gpu_pools_refused)" = 0 ] || fail "gpu_pools_refused is $(dstat gpu_pools_refused), expected 0"
+ok "made with gpu_reserve 1GiB"
+stop_daemon
