@@ -424,6 +424,8 @@ static void top_render_limits(struct top_frame *f, const cJSON *d)
 		{ "topics_refused_max", "topics over max" },
 		{ "topics_refused_quota", "topics over quota" },
 		{ "topics_refused_unconfigured", "unconfigured topics" },
+		{ "topics_removed_idle", "idle topics removed" },
+		{ "gpu_pools_refused", "GPU pools over gpu_reserve" },
 	};
 	char line[512], n[24];
 	size_t off = 0;

@@ -71,8 +71,33 @@ static const struct metric daemon_metrics[] = {
 	{ "daemon_topics_refused_unconfigured_total", "counter",
 	  "Topics not created: not configured, with create_topics \"configured\".",
 	  "topics_refused_unconfigured" },
+	{ "daemon_topics_removed_idle_total", "counter",
+	  "Topics from the defaults removed after topic_idle_s unused.", "topics_removed_idle" },
+	{ "daemon_gpu_pools_refused_total", "counter",
+	  "Cuda pools refused: they would leave less than gpu_reserve free.",
+	  "gpu_pools_refused" },
 	{ "daemon_log_suppressed_total", "counter",
 	  "Log records of refusals left out by the rate limit.", "log_suppressed" },
+};
+
+/* The peer port (the "peers" object of stats, without its sessions). */
+static const struct metric listener_metrics[] = {
+	{ "peers_accepted_total", "counter", "Connections accepted on the peer port.",
+	  "accepted" },
+	{ "peers_auth_failures_total", "counter", "Handshakes that failed the key.",
+	  "auth_failures" },
+	{ "peers_protocol_errors_total", "counter", "Peer connections closed for a protocol error.",
+	  "protocol_errors" },
+	{ "peers_pending_refused_total", "counter",
+	  "Strangers' connections closed at once: peer_max_pending.", "pending_refused" },
+	{ "peers_pending_refused_source_total", "counter",
+	  "Strangers' connections closed at once: peer_max_pending_per_source.",
+	  "pending_refused_source" },
+	{ "peers_pending_evicted_total", "counter",
+	  "Pending connections closed to admit a configured peer's address.", "pending_evicted" },
+	{ "peers_hello_timeouts_total", "counter",
+	  "Connections closed without a whole HELLO within peer_hello_timeout_ms.",
+	  "hello_timeouts" },
 };
 
 static const struct metric topic_metrics[] = {
@@ -271,8 +296,8 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	struct objs os = { 0 };
 	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(reply, "daemon");
 	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
-	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(
-		cJSON_GetObjectItemCaseSensitive(reply, "peers"), "sessions");
+	const cJSON *peers = cJSON_GetObjectItemCaseSensitive(reply, "peers");
+	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(peers, "sessions");
 	const char *inst = stats_str(daemon, "instance") ? stats_str(daemon, "instance") : "";
 	const cJSON *t, *s;
 	int rc;
@@ -309,6 +334,11 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	}
 	flush_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), &os);
 
+	if (cJSON_IsObject(peers)) {
+		add_obj(&os, peers, inst, (const char *const[]){ NULL });
+		flush_scope(out, listener_metrics,
+			    sizeof(listener_metrics) / sizeof(listener_metrics[0]), &os);
+	}
 	cJSON_ArrayForEach(s, sessions)
 	{
 		const char *name = stats_str(s, "name");
