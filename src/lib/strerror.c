@@ -53,6 +53,9 @@ RGAPS_EXPORT const char *rgaps_strerror(int err)
 		return "rgapsd is at a limit (max_connections or max_topics)";
 	case EDQUOT:
 		return "this user is at its limit of connections or topics in rgapsd";
+	case ENOMEM:
+		return "out of memory (here or in rgapsd; on a GPU topic: the pool would leave "
+		       "less than gpu_reserve free on the GPU, rgapsd's log has the numbers)";
 	}
 	return strerror(abs(err));
 }
