@@ -54,7 +54,7 @@ ok "session a-b up again ${up_ms} ms after the flood started, b restarted inside
 wait_until 10 pstat_pos b pending_refused ||
 	fail "b refused nothing: the flood did not reach the restarted daemon"
 kill -0 "${PID_flood}" 2>/dev/null || fail "the flood ended early: $(cat "$T/flood.out")"
-ok "b under the flood: pending_refused $(pstat b pending_refused), pending_refused_source $(pstat b pending_refused_source), hello_timeouts $(pstat b hello_timeouts), evicted $(pstat b pending_evicted)"
+ok "b under the flood: pending_refused $(pstat b pending_refused), pending_refused_source $(pstat b pending_refused_source), hello_timeouts $(pstat b hello_timeouts); strangers evicted for the other daemon: a $(pstat a pending_evicted), b $(pstat b pending_evicted)"
 
 # Silent connections that got a place are closed after the first-frame deadline (1 s).
 wait_until 10 pstat_pos a hello_timeouts ||
