@@ -167,8 +167,10 @@ static void detach(struct client *c)
 		rgapsd__member_leave(c->member);
 	if (c->role == CLIENT_SUB && --c->topic->local_subs == 0)
 		rgapsd_remote_subscribers_changed(c->d, c->topic);
-	if (c->topic)
+	if (c->topic) {
 		c->topic->attachments--;
+		c->topic->busy_ns = rgaps_now_ns(CLOCK_MONOTONIC); /* idle from now on */
+	}
 	rgapsd__told_free(&c->told);
 	c->member = NULL;
 	if (c->role != CLIENT_NONE)

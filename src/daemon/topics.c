@@ -2,9 +2,10 @@
  * rgapsd's topic table: topics from topics.d are configured at start but
  * created (a header segment) on first attach, like topics absent from the
  * configuration, which are made from the daemon's defaults. A topic lives
- * until the daemon stops, or, one made from the defaults, until it has been
- * unused for topic_idle_s (rgapsd__topics_sweep_idle); its memory backend is chosen once, at creation
- * ("auto": cuda when a GPU is usable, else host, with the reason logged).
+ * until the daemon stops or, one made from the defaults, until it has been
+ * unused for topic_idle_s (rgapsd__topics_sweep_idle). Its memory backend is
+ * chosen once, at creation ("auto": cuda when a GPU is usable, else host,
+ * with the reason logged).
  * Its members - one per attachment, with their regions and pools - are in
  * members.c.
  *
