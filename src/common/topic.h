@@ -338,6 +338,8 @@ int rgaps_pub_commit(struct rgaps_pub *pub, uint32_t token, uint64_t size,
 		     uint64_t *seq_p);
 /* Publish "gap messages were lost" with no payload (needs a queue entry, never waits). */
 int rgaps_pub_gap(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns);
+/* The same with entry flags (RGAPS_ENTRY_REMOTE alone: a loss on the way from a peer). */
+int rgaps_pub_gap_flags(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns, uint32_t flags);
 int rgaps_pub_cancel(struct rgaps_pub *pub, uint32_t token);
 /* Retire and free what no subscriber needs any more. Returns blocks freed. */
 uint32_t rgaps_pub_reclaim(struct rgaps_pub *pub);

@@ -673,10 +673,17 @@ int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 
 int rgaps_pub_gap(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns)
 {
-	struct rgaps_pub_commit c = { .ts_ns = ts_ns, .flags = RGAPS_ENTRY_GAP_ONLY, .gap = gap };
+	return rgaps_pub_gap_flags(p, gap, ts_ns, 0);
+}
+
+int rgaps_pub_gap_flags(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns, uint32_t flags)
+{
+	struct rgaps_pub_commit c = { .ts_ns = ts_ns,
+				      .flags = RGAPS_ENTRY_GAP_ONLY | flags,
+				      .gap = gap };
 	int r;
 
-	if (gap == 0)
+	if (gap == 0 || (flags & ~RGAPS_ENTRY_REMOTE))
 		return -EINVAL;
 	r = check_world(p);
 	if (!r)

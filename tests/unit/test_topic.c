@@ -788,12 +788,19 @@ static void test_gap_only_messages(void **state)
 
 	assert_int_equal(rgaps_pub_gap(p->pub, 0, 1), -EINVAL);
 	assert_int_equal(rgaps_pub_gap(p->pub, 5, 1), 0);
+	assert_int_equal(rgaps_pub_gap_flags(p->pub, 3, 1, RGAPS_ENTRY_FENCE), -EINVAL);
 	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
 	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
 	assert_int_equal(m.gap, 5);
 	assert_null(m.data);
 	assert_int_equal(m.size, 0);
 	assert_int_equal(m.token, UINT32_MAX);
+	assert_false(m.flags & RGAPS_ENTRY_REMOTE);
+	/* A loss on the way from a peer says so: a forwarder never sends it on. */
+	assert_int_equal(rgaps_pub_gap_flags(p->pub, 4, 1, RGAPS_ENTRY_REMOTE), 0);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(m.flags, RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_REMOTE);
+	assert_int_equal(m.gap, 4);
 	check_pub(p);
 
 	/* Three published, never taken; then the stream is removed. */
