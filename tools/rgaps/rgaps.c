@@ -469,6 +469,15 @@ static int cmd_sub(int argc, char **argv)
 			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
 			break;
 		}
+		if (m.flags & RGAPS_MSG_GAP) {
+			/* Only a loss report (its stream ended, or a link failed): it counts
+			 * the messages lost, none received. */
+			drops += m.gap;
+			if (last_seq == UINT64_MAX || m.seq > last_seq)
+				last_seq = m.seq;
+			rgaps_subscriber_release(sub, &m);
+			continue;
+		}
 		if (lat && received < count) {
 			struct timespec ts;
 
