@@ -18,6 +18,10 @@
  * what the topic's before-send stages hand to the receiver's (crc32c: the CRC). */
 #define RGAPS_RECORD_TAG 0x4u
 #define RGAPS_RECORD_TAG_LEN 8u
+/* A loss notice, not a message: header only (FIRST | LAST | LOSS, no chunk, msg_size 0).
+ * msg_seq names the newest message the sender assigned: every message up to it that
+ * the receiver has not received by now never comes (docs/PROTOCOL.md section 3). */
+#define RGAPS_RECORD_LOSS 0x8u
 
 struct rgaps_record_hdr {
 	uint32_t magic;

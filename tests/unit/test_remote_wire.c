@@ -297,7 +297,7 @@ static void test_records(void **state)
 	check(&st, hdr(5, 13, 100, 50, 60, F | L), 0, "outside a 100-byte message");
 	check(&st, hdr(5, 13, 100, UINT64_MAX, 60, F | L), 0, "outside");
 	check(&st, hdr(5, 13, MAXMSG + 1ull, 0, 100, F), 0, "over the topic's maximum");
-	check(&st, hdr(5, 13, 100, 0, 100, F | L | 8), 0, "unknown record flags 0xb");
+	check(&st, hdr(5, 13, 100, 0, 100, F | L | 16), 0, "unknown record flags 0x13");
 	check(&st, hdr(5, 13, 200, 0, 100, 0), 0, "chunk out of order");
 	check(&st, hdr(5, 13, 200, 0, 100, F | L), 0, "last chunk ends before the message");
 	check(&st, hdr(5, 13, 100, 0, 100, F), 0, "complete without a last chunk");
@@ -316,6 +316,30 @@ static void test_records(void **state)
 	check(&st, hdr(9, 17, 121, 0, 121, F | L | T), 192, "chunk of 121 bytes in a 192-byte");
 }
 
+/* A loss notice: a bare header, FIRST | LAST | LOSS, no chunk, between messages only. */
+static void test_loss_records(void **state)
+{
+	struct rt_landing st = { 0 };
+	const uint32_t F = RGAPS_RECORD_FIRST, L = RGAPS_RECORD_LAST, X = RGAPS_RECORD_LOSS;
+
+	check(&st, hdr(0, 10, 100, 0, 100, F | L), 0, NULL);
+	check(&st, hdr(1, 25, 0, 0, 0, F | L | X), 0, NULL);
+	assert_false(st.in_msg);
+	assert_int_equal(st.next_record_seq, 2);
+	check(&st, hdr(2, 26, 0, 0, 0, F | L | X), 128, "chunk of 0 bytes in a 128-byte");
+	check(&st, hdr(2, 26, 0, 0, 0, F | X), 0, "malformed loss notice");
+	check(&st, hdr(2, 26, 0, 0, 0, L | X), 0, "malformed loss notice");
+	check(&st, hdr(2, 26, 0, 0, 0, F | L | X | RGAPS_RECORD_TAG), 72, "malformed loss notice");
+	check(&st, hdr(2, 26, 1, 0, 0, F | L | X), 0, "malformed loss notice");
+	check(&st, hdr(2, 26, 0, 5, 0, F | L | X), 0, "malformed loss notice");
+	check(&st, hdr(2, 26, 100, 0, 100, F | L | X), 0, "malformed loss notice");
+	check(&st, hdr(2, 26, 0, 0, 0, F | L | X), 0, NULL);
+	/* Never inside a message: it would cut the message short. */
+	check(&st, hdr(3, 27, 300, 0, 100, F), 0, NULL);
+	check(&st, hdr(4, 28, 0, 0, 0, F | L | X), 0, "a loss notice inside a message");
+	check(&st, hdr(5, 28, 0, 0, 0, F | L | X), 0, "record 5 arrived, 4 expected");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -324,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_and_text),
 		cmocka_unit_test(test_hex),
 		cmocka_unit_test(test_records),
+		cmocka_unit_test(test_loss_records),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -387,6 +387,15 @@ int rt_record_check(const void *rec, uint64_t len, uint32_t ring_id, uint64_t ma
 	if (need > len || RGAPS_ALIGN_UP(need, 64) != RGAPS_ALIGN_UP(len, 64))
 		return bad(why, whylen, "ring %u: chunk of %u bytes in a %llu-byte record", ring_id,
 			   h.chunk_len, (unsigned long long)len);
+	if (h.flags & RGAPS_RECORD_LOSS) {
+		if (h.flags != (RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST | RGAPS_RECORD_LOSS) ||
+		    h.msg_size || h.chunk_len || h.chunk_off)
+			return bad(why, whylen, "ring %u: malformed loss notice", ring_id);
+		if (st->in_msg)
+			return bad(why, whylen, "ring %u: a loss notice inside a message", ring_id);
+		*h_p = h;
+		return 0;
+	}
 	if (h.msg_size == 0 || h.chunk_len == 0 || h.chunk_off > h.msg_size ||
 	    h.chunk_len > h.msg_size - h.chunk_off)
 		return bad(why, whylen, "ring %u: chunk [%llu, +%u) outside a %llu-byte message",
