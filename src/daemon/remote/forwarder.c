@@ -53,10 +53,20 @@ static void *forwarder_main(void *arg)
 		}
 		if (r)
 			break;
+		if (!msg.src && msg.remote_origin)
+			continue; /* lost on the way here from a peer: that peer's to report */
 		if (!msg.src) {
-			/* Lost before we could take them (a gap-only message): the receivers see the
-			 * jump of fwd_seq with the next message. */
+			/* Lost before we could take them (a gap-only message): the loop tells
+			 * every peer at once (a loss notice), not with a next message. */
+			f = calloc(1, sizeof(*f));
 			tt->fwd_seq += msg.gap;
+			if (!f)
+				continue; /* then the next message's jump of fwd_seq tells it */
+			msg.fwd_seq = tt->fwd_seq - 1;
+			f->m.fn = on_forwarded;
+			f->tt = tt;
+			f->msg = msg;
+			rgapsd_mailbox_post(&rt->mb, &f->m);
 			continue;
 		}
 		if (msg.remote_origin) {

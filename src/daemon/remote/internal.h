@@ -116,6 +116,8 @@ int rt_local_pub_loan(struct rt_local_pub *p, uint64_t size, uint32_t *token_p, 
 int rt_local_pub_commit(struct rt_local_pub *p, uint32_t token, uint64_t size, uint64_t ts_ns,
 			uint32_t gap, uint64_t origin_stream, uint64_t origin_seq);
 void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token);
+/* Publish "gap messages from a peer were lost" with no payload. -EAGAIN: queue full, retry. */
+int rt_local_pub_gap(struct rt_local_pub *p, uint32_t gap, uint64_t ts_ns);
 /* Free what the subscribers are done with (the sweep: an idle receiver publishes nothing). */
 void rt_local_pub_reclaim(struct rt_local_pub *p);
 void rt_local_pub_close(struct rt_local_pub *p);
@@ -301,6 +303,7 @@ struct rt_chunk {
 	uint32_t flags;
 	uint32_t hdr_slot;	     /* RESERVED and later */
 	struct rgaps_ring_slot slot; /* RESERVED and later */
+	uint64_t loss_seq;	     /* a loss notice (m NULL): the newest message it covers */
 };
 STAILQ_HEAD(rt_chunk_q, rt_chunk);
 
@@ -320,7 +323,10 @@ struct rt_out {
 	struct rt_chunk_q queue;    /* QUEUED .. RESERVED, in order */
 	struct rt_chunk_q inflight; /* POSTED, in posting order */
 	uint64_t record_seq;
-	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs;
+	/* The newest message this ring carried to its peer (whole, or in a loss notice). */
+	bool told;
+	uint64_t told_seq;
+	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs, loss_notices;
 };
 
 /* A message landing on an in ring, shared by its records (stages only). */
@@ -344,6 +350,7 @@ struct rt_rec {
 	uint32_t loan_token;
 	uint8_t *loan_dst;
 	uint32_t gap; /* upstream gap before this message (first chunk) */
+	uint64_t lost; /* dropped with this record, to tell subscribers (or a loss notice's) */
 	int copy_status;
 };
 
@@ -367,8 +374,8 @@ struct rt_in {
 	struct rt_stages *stages;
 	struct rt_imsg *landing_im; /* the message now landing (stages only) */
 	struct rt_rec *checking;    /* the record whose after-landing stages run (one at a time) */
-	bool have_last_seq;
-	uint64_t last_msg_seq;
+	bool have_next;	       /* the sender's sequence number the next message should have */
+	uint64_t next_msg_seq; /* (a jump is a loss) */
 	/* processing */
 	bool asm_open; /* a loan is open for the message being assembled */
 	uint32_t asm_token;
@@ -379,17 +386,19 @@ struct rt_in {
 	struct rt_rec *drive_from;  /* first record not yet handed to the worker */
 	bool blocked;
 	bool dead;
-	uint32_t pending_gap; /* refused here: reported with the next published message */
+	uint64_t pending_gap; /* lost, not yet told: a gap-only message at the end of the drive */
+	uint64_t pending_next;
 	bool pinned;	      /* ring registered with the memory plugin (device pools) */
-	bool have_pub_seq;    /* the sender's sequence number of the last message published */
-	uint64_t pub_seq;
+	bool have_told;	      /* subscribers know the fate of every message before told_next */
+	uint64_t told_next;
 	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries, stage_drops;
+	uint64_t loss_notices, gap_reports;
 };
 
-/* Last sequence number landed per topic, kept across rings and sessions. */
+/* Per topic, where its next ring goes on: the first message subscribers were not told of. */
 struct rt_seen {
 	char topic[RGAPS_TOPIC_NAME_MAX + 1];
-	uint64_t last_seq;
+	uint64_t next;
 };
 
 struct rt_peer {
@@ -438,6 +447,8 @@ struct rt_topic {
 	void (*fwd_deliver)(struct rt_topic *tt, const struct rt_local_msg *m); /* on the loop */
 	uint64_t forwarded, skipped_remote, unsent_no_peer, too_large, stage_drops;
 	uint64_t fwd_seq; /* forwarder thread: next fwd_seq (messages missed are skipped) */
+	bool have_seq;	  /* loop: the newest fwd_seq assigned (a message, or one missed) */
+	uint64_t last_seq;
 	struct rt_stages *stages;
 	/* staging (device-memory pools only) */
 	bool staged;

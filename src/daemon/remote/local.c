@@ -303,6 +303,11 @@ void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token)
 	rgaps_pub_cancel(p->pub, token);
 }
 
+int rt_local_pub_gap(struct rt_local_pub *p, uint32_t gap, uint64_t ts_ns)
+{
+	return rgaps_pub_gap_flags(p->pub, gap, ts_ns, RGAPS_ENTRY_REMOTE);
+}
+
 void rt_local_pub_reclaim(struct rt_local_pub *p)
 {
 	if (p->open)

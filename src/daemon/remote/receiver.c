@@ -102,7 +102,10 @@ static void rec_free(struct rt_in *in, struct rt_rec *r)
 	free(r);
 }
 
-/* A stage refused r's message (gap: lost upstream before it): drop it, report the loss later. */
+/*
+ * A stage refused r's message (gap: lost upstream before it): drop it; its
+ * loss is told once r reaches the head.
+ */
 static void msg_refused(struct rt_in *in, struct rt_rec *r, uint32_t gap, const char *why)
 {
 	rgaps_warn("topic '%s': message %llu from %s dropped: %s", in->topic->cfg.name,
@@ -110,7 +113,7 @@ static void msg_refused(struct rt_in *in, struct rt_rec *r, uint32_t gap, const 
 	r->im->failed = true;
 	in->stage_drops++;
 	in->topic->refused_msgs++;
-	in->pending_gap += 1 + gap; /* nothing lost silently */
+	r->lost = 1 + (uint64_t)gap; /* nothing lost silently */
 	in_set(in->p->rt, r, IN_DROPPED);
 }
 
@@ -129,6 +132,45 @@ static void msg_failed(struct rt_in *in, struct rt_rec *r, const char *why)
 		in->asm_open = false;
 	}
 	msg_refused(in, r, gap, why);
+}
+
+/*
+ * Messages up to seq were lost (lost of them not yet told, 0 for a loss
+ * notice about nothing new): subscribers hear it by the end of this drive.
+ */
+static void loss_note(struct rt_in *in, uint64_t lost, uint64_t seq)
+{
+	in->pending_gap += lost;
+	in->pending_next = seq + 1;
+	if (!in->pending_gap)
+		in->told_next = seq + 1;
+}
+
+/*
+ * Tell local subscribers now what was lost and not yet told (a gap-only
+ * message): no later message may ever come to carry it. false: the queue is
+ * full (under "block"), to be tried again.
+ */
+static bool loss_flush(struct rt_in *in)
+{
+	uint32_t n = (uint32_t)RGAPS_MIN(in->pending_gap, UINT32_MAX);
+	int e;
+
+	if (!n || !in->pub.open)
+		return true;
+	e = rt_local_pub_gap(&in->pub, n, rgaps_now_ns(CLOCK_REALTIME));
+	if (e == -EAGAIN)
+		return false;
+	if (e) { /* the next published message carries it */
+		rgaps_warn("topic '%s': cannot report %u messages lost from %s: %s",
+			   in->topic->cfg.name, n, rgapsd_peer_name(in->p->peer), strerror(-e));
+		return true;
+	}
+	in->gap_reports++;
+	in->pending_gap -= n;
+	if (!in->pending_gap)
+		in->told_next = in->pending_next;
+	return true;
 }
 
 /* r's stages are done (on the loop). */
@@ -214,6 +256,10 @@ again:
 			prev = r->state;
 			switch (r->state) {
 			case IN_LANDED:
+				if (r->h.flags & RGAPS_RECORD_LOSS) {
+					in_set(rt, r, IN_DROPPED); /* told at the head */
+					break;
+				}
 				if (r->im && r->im->failed) {
 					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
 					break;
@@ -250,8 +296,8 @@ again:
 							strerror(-e));
 						in->refused++;
 						in->topic->refused_msgs++;
-						in->pending_gap +=
-							1 + r->gap; /* nothing lost silently */
+						r->lost = 1 + (uint64_t)r->gap; /* nothing lost
+										   silently */
 						in_set(rt, r, IN_DROPPED);
 						break;
 					}
@@ -327,7 +373,9 @@ again:
 		if ((r->state == IN_COPIED || r->state == IN_FINISHED) &&
 		    (r->h.flags & RGAPS_RECORD_LAST)) {
 			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size,
-						    r->h.ts_ns, r->gap + in->pending_gap,
+						    r->h.ts_ns,
+						    (uint32_t)RGAPS_MIN(r->gap + in->pending_gap,
+									UINT32_MAX),
 						    r->h.origin_stream, r->h.origin_seq);
 
 			if (e == -EAGAIN) {
@@ -338,11 +386,11 @@ again:
 			if (e) {
 				rgaps_warn("topic '%s': publish failed: %s", in->topic->cfg.name,
 					   strerror(-e));
+				r->lost = 1 + (uint64_t)r->gap;
 				in_set(rt, r, IN_DROPPED);
 			} else {
 				in->messages++;
-				in->have_pub_seq = true;
-				in->pub_seq = r->h.msg_seq;
+				in->told_next = r->h.msg_seq + 1;
 				in->topic->landed_msgs++;
 				in->topic->landed_bytes += r->h.msg_size;
 				in->pending_gap = 0;
@@ -351,12 +399,19 @@ again:
 		}
 		if (r->state != IN_COPIED && r->state != IN_PUBLISHED && r->state != IN_DROPPED)
 			break; /* not done yet (the head of a message keeps the ring in order) */
+		if (r->state == IN_DROPPED && (r->lost || (r->h.flags & RGAPS_RECORD_LOSS)))
+			loss_note(in, r->lost, r->h.msg_seq);
 		rgaps_ring_receiver_consume(&in->ring, &r->slot);
 		in_set(rt, r, IN_RELEASED);
 		released = true;
 		progress = true;
 		STAILQ_REMOVE_HEAD(&in->recs, link);
 		rec_free(in, r);
+	}
+	/* A loss with no message behind it to carry the news: told now. */
+	if (!loss_flush(in)) {
+		in->blocked = true;
+		in->blocked_retries++;
 	}
 	/* A publish returned loans: records that waited for one may go on now. */
 	if (in->blocked && progress)
@@ -386,8 +441,31 @@ static struct rt_seen *seen_of(struct rt_peer *p, const char *topic, bool create
 	p->seen = n;
 	n = &p->seen[p->nseen++];
 	snprintf(n->topic, sizeof(n->topic), "%s", topic);
-	n->last_seq = 0;
+	n->next = 0;
 	return n;
+}
+
+/*
+ * The ring goes: messages that began to land and were not published never
+ * will be (the sender does not send them again): subscribers hear it now,
+ * with what was still to be told. What never landed, the sender tells with
+ * a loss notice on the next ring.
+ */
+static void in_losses_at_end(struct rt_in *in)
+{
+	if (in->have_next && in->next_msg_seq > in->told_next) {
+		in->pending_gap = RGAPS_MAX(in->pending_gap, in->next_msg_seq - in->told_next);
+		in->pending_next = in->next_msg_seq;
+	}
+	if (in->pending_gap) {
+		uint64_t n = in->pending_gap;
+
+		loss_flush(in);
+		if (!in->pending_gap)
+			rgaps_warn("topic '%s': ring %u from %s gone: %llu messages lost",
+				   in->topic->cfg.name, in->id, rgapsd_peer_name(in->p->peer),
+				   (unsigned long long)n);
+	}
 }
 
 void rt_in_free(struct rt_in *in)
@@ -395,11 +473,12 @@ void rt_in_free(struct rt_in *in)
 	struct rgapsd_remote *rt = in->p->rt;
 	struct rt_rec *r;
 
-	if (in->have_pub_seq && !in->dead) {
+	if (in->have_told && !in->dead) {
 		struct rt_seen *sn = seen_of(in->p, in->topic->cfg.name, true);
 
-		if (sn)
-			sn->last_seq = in->pub_seq;
+		in_losses_at_end(in);
+		if (sn) /* a later ring of the topic goes on from here */
+			sn->next = in->told_next;
 	}
 
 	in->dead = true;
@@ -488,20 +567,40 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	r->loan_token = UINT32_MAX;
 	rt->in_trans[IN_LANDED][IN_LANDED]++;
 	if (h.flags & RGAPS_RECORD_FIRST) {
-		if (in->have_last_seq && h.msg_seq > in->last_msg_seq + 1) {
-			r->gap = (uint32_t)RGAPS_MIN(h.msg_seq - in->last_msg_seq - 1, UINT32_MAX);
-			in->upstream_gaps += r->gap;
-			in->topic->landed_gaps += r->gap; /* outlives the ring, for stats */
-		} else if (in->have_last_seq && h.msg_seq <= in->last_msg_seq) {
+		/* A loss notice counts the message it names as lost, a message does not. */
+		uint64_t upto = h.msg_seq + ((h.flags & RGAPS_RECORD_LOSS) ? 1 : 0);
+
+		if (!in->have_told) { /* nothing owed from before this ring's first record */
+			in->have_told = true;
+			in->told_next = h.msg_seq;
+		}
+		if (in->have_next && upto > in->next_msg_seq) {
+			uint64_t n = upto - in->next_msg_seq;
+
+			if (h.flags & RGAPS_RECORD_LOSS) {
+				r->lost = n;
+				in->loss_notices++;
+				rgaps_info("topic '%s': %s reports %llu messages lost (up to %llu)",
+					   in->topic->cfg.name, rgapsd_peer_name(p->peer),
+					   (unsigned long long)n, (unsigned long long)h.msg_seq);
+			} else {
+				r->gap = (uint32_t)RGAPS_MIN(n, UINT32_MAX);
+			}
+			in->upstream_gaps += n;
+			in->topic->landed_gaps += n; /* outlives the ring, for stats */
+		} else if (in->have_next && h.msg_seq < in->next_msg_seq &&
+			   upto < in->next_msg_seq) {
 			/* The sender's topic started over (its daemon restarted): no gap to count. */
 			rgaps_info("topic '%s': %s restarted its sequence at %llu",
 				   in->topic->cfg.name, rgapsd_peer_name(p->peer),
 				   (unsigned long long)h.msg_seq);
+			in->told_next = h.msg_seq;
 		}
-		in->have_last_seq = true;
-		in->last_msg_seq = h.msg_seq;
+		in->have_next = true;
+		in->next_msg_seq = h.msg_seq + 1;
 	}
-	if (rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING | RGAPS_STAGE_BEFORE_PUBLISH)) {
+	if (!(h.flags & RGAPS_RECORD_LOSS) &&
+	    rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING | RGAPS_STAGE_BEFORE_PUBLISH)) {
 		if (h.flags & RGAPS_RECORD_FIRST) {
 			imsg_put(in, in->landing_im);
 			in->landing_im = imsg_new(in);
@@ -761,8 +860,8 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	p->in[in->id] = in;
 	sn = seen_of(p, m->topic, false);
 	if (sn) { /* a ring for this topic existed before: continue its sequence */
-		in->have_last_seq = true;
-		in->last_msg_seq = sn->last_seq;
+		in->have_next = in->have_told = true;
+		in->next_msg_seq = in->told_next = sn->next;
 	}
 	r.ring_size = in->size;
 	rt_peer_send(p, &r);
@@ -791,7 +890,7 @@ void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m)
 
 		/* The sender stopped on purpose (nobody here subscribes any more): what it
 		 * publishes from now on is lost to no one, so a later ring counts no gap. */
-		in->have_pub_seq = false;
+		in->have_told = false;
 		if (sn)
 			*sn = p->seen[--p->nseen]; /* forget the topic's sequence */
 		rt_in_teardown(in);

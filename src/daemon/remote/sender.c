@@ -81,6 +81,10 @@ static void chunk_set(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chunk_state s)
 {
 	chunk_set(rt, c, s);
+	if (!c->m) { /* a loss notice holds nothing */
+		free(c);
+		return;
+	}
 	if (s == CHUNK_DROPPED)
 		c->m->dropped = true;
 	if (c->d2h) {
@@ -91,6 +95,33 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 	}
 	omsg_put(rt, c->m);
 	free(c);
+}
+
+/*
+ * Whether o owes its peer a loss notice: everything queued on it is posted,
+ * yet the topic assigned a newer message than the last o carried (one dropped
+ * for this peer, missed by the forwarder, or sent while o did not exist).
+ */
+static bool loss_due(const struct rt_out *o)
+{
+	return STAILQ_EMPTY(&o->queue) && o->tt->have_seq &&
+	       (!o->told || o->tt->last_seq > o->told_seq);
+}
+
+/* Queue a loss notice on o (docs/PROTOCOL.md section 3): a header-only record. */
+static bool loss_queue(struct rt_out *o)
+{
+	struct rt_chunk *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return false; /* asked again at the next drive */
+	c->o = o;
+	c->loss_seq = o->tt->last_seq;
+	c->flags = RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST | RGAPS_RECORD_LOSS;
+	c->state = CHUNK_QUEUED;
+	o->p->rt->chunk_trans[CHUNK_QUEUED][CHUNK_QUEUED]++;
+	STAILQ_INSERT_TAIL(&o->queue, c, link);
+	return true;
 }
 
 /* A chunk's D2H copy into its staging slot finished (device pools). */
@@ -150,7 +181,7 @@ static uint32_t record_tag_len(const struct rt_out *o)
 static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 {
 	struct rgaps_record_hdr *h;
-	uint32_t tag = record_tag_len(o);
+	uint32_t tag = c->m ? record_tag_len(o) : 0;
 	int r;
 
 	if (o->hdr_used == RT_HDR_SLOTS)
@@ -171,13 +202,19 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 	memset(h, 0, sizeof(*h));
 	h->magic = RGAPS_RECORD_MAGIC;
 	h->flags = c->flags;
+	h->ring_id = o->id;
+	h->record_seq = (uint32_t)o->record_seq++;
+	o->hdr_used++;
+	if (!c->m) { /* a loss notice: no message, no chunk */
+		h->msg_seq = c->loss_seq;
+		h->ts_ns = rgaps_now_ns(CLOCK_REALTIME);
+		return 0;
+	}
 	h->msg_seq = c->m->msg.fwd_seq;
 	h->msg_size = c->m->msg.size;
 	h->chunk_off = c->off;
 	h->chunk_len = (uint32_t)c->len;
-	h->ring_id = o->id;
 	h->ts_ns = c->m->msg.ts_ns;
-	h->record_seq = (uint32_t)o->record_seq++;
 	h->origin_stream = (uint32_t)c->m->msg.origin_stream;
 	h->origin_seq = c->m->msg.origin_seq;
 	if (tag) { /* what the before-send stages carry to the receiver, behind the chunk */
@@ -188,7 +225,6 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 		else
 			memset((uint8_t *)h + RGAPS_RECORD_HDR, 0, RGAPS_RECORD_TAG_LEN);
 	}
-	o->hdr_used++;
 	return 0;
 }
 
@@ -203,7 +239,9 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 	int r;
 
 	sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot, .len = RGAPS_RECORD_HDR };
-	if (c->d2h)
+	if (!c->m) /* a loss notice: the header alone */
+		nsg = 1;
+	else if (c->d2h)
 		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
 					   .addr = o->tt->stg + c->d2h->slot * o->tt->stg_slot,
 					   .len = c->len };
@@ -211,7 +249,7 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 		sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
 					   .addr = (void *)(c->m->msg.data + c->off),
 					   .len = c->len };
-	if (!sg[1].mr)
+	if (nsg > 1 && !sg[1].mr)
 		return -EINVAL; /* logged by pool_mr: the session restarts */
 	if (((struct rgaps_record_hdr *)slot)->flags & RGAPS_RECORD_TAG)
 		sg[nsg++] = (struct rgaps_sg){ .mr = o->hdrs_mr,
@@ -339,6 +377,9 @@ static void out_drive(struct rt_out *o)
 
 	if (o->state != OUT_RING_READY || l->state != LINK_UP)
 		return;
+again:
+	if (loss_due(o))
+		loss_queue(o);
 	while (!stop && (c = STAILQ_FIRST(&o->queue))) {
 		enum rt_chunk_state prev;
 		int r;
@@ -356,7 +397,7 @@ static void out_drive(struct rt_out *o)
 					stop = true; /* resumes in d2h_ready */
 				break;
 			case CHUNK_STAGED:
-				if (c->m->works) /* before-send stages first */
+				if (c->m && c->m->works) /* before-send stages first */
 					chunk_set(rt, c, CHUNK_PROCESSING);
 				else
 					c = chunk_to_reserved(o, c, &stop);
@@ -386,6 +427,11 @@ static void out_drive(struct rt_out *o)
 					o->records++;
 					o->bytes += c->len;
 					posted = true;
+					if (c->flags & RGAPS_RECORD_LAST) { /* all of it is on its way */
+						o->told = true;
+						o->told_seq = c->m ? c->m->msg.fwd_seq : c->loss_seq;
+						o->loss_notices += !c->m;
+					}
 				} else {
 					stop = true; /* -ENOTCONN: link_down follows */
 					if (r != -EAGAIN && r != -ENOTCONN)
@@ -401,6 +447,9 @@ static void out_drive(struct rt_out *o)
 			}
 		} while (c && !stop && c->state != prev && c->state != CHUNK_POSTED);
 	}
+	/* A message dropped from the queue just now leaves a loss to tell. */
+	if (!stop && o->state == OUT_RING_READY && loss_due(o))
+		goto again;
 	if (posted)
 		rt->tr[o->tr].lp->ops.transport.flush(rt->tr[o->tr].ctx, l->link);
 }
@@ -666,6 +715,15 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	uint64_t nd2h = 0;
 	uint32_t rings = 0;
 
+	/* Every peer owes a word about messages up to this one (sent, or a loss notice). */
+	tt->have_seq = true;
+	tt->last_seq = msg->fwd_seq;
+	if (!msg->src) { /* the forwarder missed messages: the peers hear it at once */
+		free(m);
+		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
+			out_drive(o);
+		return;
+	}
 	if (!m) {
 		rt_forwarder_release(tt, msg);
 		return;

@@ -182,6 +182,8 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)o->credit_stalls);
 				cJSON_AddNumberToObject(ro, "dropped_messages",
 							(double)o->dropped_msgs);
+				cJSON_AddNumberToObject(ro, "loss_notices",
+							(double)o->loss_notices);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_sender_used(&o->ring));
 			}
@@ -196,6 +198,9 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 				cJSON_AddNumberToObject(ro, "blocked_retries",
 							(double)in->blocked_retries);
 				cJSON_AddNumberToObject(ro, "stage_drops", (double)in->stage_drops);
+				cJSON_AddNumberToObject(ro, "loss_notices",
+							(double)in->loss_notices);
+				cJSON_AddNumberToObject(ro, "gap_reports", (double)in->gap_reports);
 				cJSON_AddNumberToObject(
 					ro, "ring_used",
 					(double)rgaps_ring_receiver_used(&in->ring));
