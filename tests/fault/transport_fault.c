@@ -17,6 +17,10 @@
  *   late_accept  not a corruption: each accepted data link is handed to
  *             rgapsd N ms late, so a topic set-up surely arrives before the
  *             link it names
+ *   cut       not a corruption: once N records are posted, the data link is
+ *             cut (closed both ways, as by a failing network) instead of
+ *             sending the next one; the session stays, the link is offered
+ *             again (the link-flap and end-of-stream loss tests)
  *
  * The tests select it by pointing RGAPS_PLUGIN_DIR at its directory for the
  * daemon that should misbehave (tests/integration/remote_lib.sh).
@@ -37,9 +41,19 @@
 #define HDR 64
 #define MAX_COPIES 64 /* "chunk": spoiled copies in flight at once */
 
-enum fault { F_NONE, F_MAGIC, F_OVERSIZE, F_OFFSET, F_ORDER, F_OUTSIDE, F_CHUNK, F_LATE_ACCEPT };
-static const char *const fault_names[] = { "",	    "magic",   "oversize", "offset",
-					   "order", "outside", "chunk",	   "late_accept" };
+enum fault {
+	F_NONE,
+	F_MAGIC,
+	F_OVERSIZE,
+	F_OFFSET,
+	F_ORDER,
+	F_OUTSIDE,
+	F_CHUNK,
+	F_LATE_ACCEPT,
+	F_CUT
+};
+static const char *const fault_names[] = { "",	    "magic",   "oversize",    "offset", "order",
+					   "outside", "chunk", "late_accept", "cut" };
 
 struct copy { /* "chunk": a spoiled copy of a record, freed at its record_sent */
 	uint64_t cookie;
@@ -60,6 +74,8 @@ struct fault_ctx {
 	uv_timer_t *late_timer; /* late_accept: one accepted link held back */
 	struct rgaps_link *late_link;
 	uint8_t late_token[RGAPS_LINK_TOKEN_LEN];
+	uv_timer_t *cut_timer; /* cut: the link is cut from the loop, after the post returned */
+	struct rgaps_link *cut_link;
 	struct copy copies[MAX_COPIES];
 };
 
@@ -84,6 +100,8 @@ static void cb_link_down(void *arg, struct rgaps_link *link, int err, const char
 
 	if (c->late_link == link)
 		c->late_link = NULL;
+	if (c->cut_link == link)
+		c->cut_link = NULL;
 	c->core.link_down(c->core.arg, link, err, why);
 }
 
@@ -155,6 +173,23 @@ static void cb_link_accepted(void *arg, struct rgaps_link *link,
 	c->core.link_accepted(c->core.arg, link, token);
 }
 
+/* "cut": rgapsd hears the link is down, then it is closed (both ways: the peer sees EOF). */
+static void on_cut(uv_timer_t *t)
+{
+	struct fault_ctx *c = t->data;
+	struct rgaps_link *link = c->cut_link;
+
+	c->cut_link = NULL;
+	uv_close((uv_handle_t *)t, on_late_closed);
+	c->cut_timer = NULL;
+	if (!link)
+		return;
+	LOG(c, 1, "fault injection: data link cut after %llu records",
+	    (unsigned long long)c->posted);
+	c->core.link_down(c->core.arg, link, -ECONNRESET, "fault injection: link cut");
+	real->close(c->real_ctx, link);
+}
+
 /* ---------------------------------------------------------------- operations */
 
 static int f_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,
@@ -210,6 +245,10 @@ static void f_fini(void *ctx)
 		uv_close((uv_handle_t *)c->late_timer, on_late_closed);
 		c->late_timer = NULL;
 	}
+	if (c->cut_timer) {
+		uv_close((uv_handle_t *)c->cut_timer, on_late_closed);
+		c->cut_timer = NULL;
+	}
 	real->fini(c->real_ctx); /* closes every link, the held one too */
 	for (int i = 0; i < MAX_COPIES; i++)
 		free(c->copies[i].buf);
@@ -238,6 +277,8 @@ static void f_close(void *ctx, struct rgaps_link *link)
 
 	if (c->late_link == link)
 		c->late_link = NULL;
+	if (c->cut_link == link)
+		c->cut_link = NULL;
 	real->close(c->real_ctx, link);
 }
 
@@ -321,7 +362,20 @@ static int f_post_record(void *ctx, struct rgaps_link *link, uint32_t ring_id, u
 	uint8_t *h = nsg ? sg[0].addr : NULL;
 	int e;
 
-	if (c->fault == F_NONE || c->fault == F_LATE_ACCEPT || c->done || c->posted < c->after ||
+	if (c->cut_link == link)
+		return -ENOTCONN; /* cut: the link is going down */
+	if (c->fault == F_CUT && !c->done && c->posted >= c->after) {
+		c->cut_timer = calloc(1, sizeof(*c->cut_timer));
+		if (c->cut_timer) {
+			c->done = true;
+			c->cut_link = link;
+			uv_timer_init(c->uv_loop, c->cut_timer);
+			c->cut_timer->data = c;
+			uv_timer_start(c->cut_timer, on_cut, 0, 0);
+			return -ENOTCONN;
+		}
+	}
+	if (c->fault == F_NONE || c->fault == F_LATE_ACCEPT || c->fault == F_CUT || c->done || c->posted < c->after ||
 	    !h || sg[0].len < HDR) {
 		e = real->post_record(c->real_ctx, link, ring_id, off, sg, nsg, cookie);
 		c->posted += e == 0;
@@ -355,6 +409,7 @@ static int f_post_record(void *ctx, struct rgaps_link *link, uint32_t ring_id, u
 		return e;
 	case F_NONE:
 	case F_LATE_ACCEPT:
+	case F_CUT:
 		break;
 	}
 	c->done = true;
