@@ -51,6 +51,7 @@ struct rgaps_topic_config {
 	bool chunking;			    /* false: whole-message, stage after stage */
 	uint64_t ring_size;		    /* receive ring per (topic, remote host) */
 	double watermark;		    /* fraction of the ring between Head updates */
+	uint64_t resend_window;		    /* bytes kept to send again after a link flap */
 	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* stage plugins, in order */
 	uint32_t nstages;
 	uid_t allowed_uids[RGAPS_CFG_MAX_IDS];

@@ -324,6 +324,15 @@ static const struct rgaps_cfg_field topic_fields[] = {
 	  .doc = "Fraction of the receive ring consumed between two updates of the sender's "
 		 "copy of Head (0: after every message). Lower: fresher credit, more small "
 		 "writes." },
+	{ .name = "resend_window", .type = RGAPS_CFG_SIZE, CFG_AT(T, resend_window),
+	  .def = "\"256MiB\"", .min = 0, .max = 64 * GiB,
+	  .doc = "Bytes of the newest messages published on this host that rgapsd keeps "
+		 "(a copy in its own memory, from the first time a peer subscribes) to send "
+		 "again to a peer whose link or session flapped: what the peer had not "
+		 "received is sent again after the reconnect, what fell out of the window is "
+		 "reported lost. The default holds 2.5 s of a 100 MB/s stream (0.4 s at the "
+		 "measured end-to-end TCP rate, docs/BENCHMARKS.md), as much as a publisher's "
+		 "default pool. 0: nothing is kept or sent again. Host-memory topics only." },
 	{ .name = "stages", .type = RGAPS_CFG_STRINGS, CFG_ARRAY_AT(T, stages, nstages),
 	  .def = "[]", .check = check_plugin_name, .flags = RGAPS_CFG_F_UNIQUE,
 	  .doc = "Pipeline stages (stage plugin names) for this topic, in order; each must be "
