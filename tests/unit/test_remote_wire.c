@@ -95,6 +95,21 @@ static void test_roundtrip(void **state)
 	assert_int_equal(out.desc_len, RGAPS_RING_DESC_MAX);
 	assert_memory_equal(out.desc, in.desc, in.desc_len);
 	assert_int_equal(out.chunk_size, 4 << 20);
+	assert_int_equal(out.epoch, 0); /* absent: an older sender */
+	assert_int_equal(out.resend, 0);
+	in.epoch = RT_SEQ_MAX;
+	in.resend = 256 << 20;
+	roundtrip(&in, &out);
+	assert_int_equal(out.epoch, RT_SEQ_MAX);
+	assert_int_equal(out.resend, 256 << 20);
+	assert_false(out.has_from);
+	in.has_from = true; /* 0 is a value, not an absence */
+	roundtrip(&in, &out);
+	assert_true(out.has_from);
+	assert_int_equal(out.from, 0);
+	in.from = 12345678901234;
+	roundtrip(&in, &out);
+	assert_int_equal(out.from, 12345678901234);
 
 	memset(&in, 0, sizeof(in));
 	in.type = RT_MSG_TOPIC_READY;
@@ -106,6 +121,14 @@ static void test_roundtrip(void **state)
 	assert_int_equal(out.ring_id, 64);
 	assert_int_equal(out.ring_size, RT_RING_SIZE_MAX);
 	assert_int_equal(out.desc_len, 5);
+	assert_false(out.has_next);
+	in.has_next = true; /* 0 is a value, not an absence */
+	roundtrip(&in, &out);
+	assert_true(out.has_next);
+	assert_int_equal(out.next, 0);
+	in.next = RT_SEQ_MAX;
+	roundtrip(&in, &out);
+	assert_int_equal(out.next, RT_SEQ_MAX);
 
 	memset(&in, 0, sizeof(in));
 	in.type = RT_MSG_TOPIC_REFUSED;
@@ -183,6 +206,22 @@ static void test_refusals(void **state)
 	refused("{\"type\":\"topic_ready\",\"ring_id\":1,\"ring_desc\":\"\","
 		"\"ring_size\":65536.5}", "'ring_size' is not an integer");
 	refused("{\"type\":\"topic_ready\",\"ring_id\":1,\"ring_size\":65536}", "'ring_desc'");
+	refused("{\"type\":\"topic_ready\",\"ring_id\":1,\"ring_desc\":\"\",\"ring_size\":65536,"
+		"\"next\":-1}", "'next' is not an integer in 0..999999999999999");
+	refused("{\"type\":\"topic_ready\",\"ring_id\":1,\"ring_desc\":\"\",\"ring_size\":65536,"
+		"\"next\":1000000000000000}", "'next' is not an integer");
+	refused("{\"type\":\"topic_ready\",\"ring_id\":1,\"ring_desc\":\"\",\"ring_size\":65536,"
+		"\"next\":null}", "'next' is not a number");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"epoch\":0}", "'epoch' is not an integer in 1..");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"epoch\":1.5}", "'epoch' is not an integer");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"resend\":1e12}", "'resend' is not an integer in 0..68719476736");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"from\":-2}", "'from' is not an integer in 0..999999999999999");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"from\":\"7\"}", "'from' is not a number");
 	refused("{\"type\":\"topic_refused\"}", "'ring_id' is missing");
 	refused("{\"type\":\"topic_teardown\",\"ring_id\":null}", "'ring_id' is not a number");
 }

@@ -260,6 +260,13 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 			m->chunk_size = get_uint(&d, "chunk_size", 1, RT_CHUNK_SIZE_MAX, true, &e);
 		if (!e)
 			e = decode_stages(&d, m);
+		if (!e)
+			m->epoch = get_uint(&d, "epoch", 1, RT_SEQ_MAX, true, &e);
+		if (!e)
+			m->resend = get_uint(&d, "resend", 0, RT_RESEND_MAX, true, &e);
+		m->has_from = cJSON_GetObjectItemCaseSensitive(o, "from") != NULL;
+		if (!e && m->has_from)
+			m->from = get_uint(&d, "from", 0, RT_SEQ_MAX, false, &e);
 		break;
 	case RT_MSG_TOPIC_READY:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
@@ -268,6 +275,9 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 						false, &e);
 		if (!e)
 			get_hex(&d, "ring_desc", m->desc, sizeof(m->desc), 0, &m->desc_len, &e);
+		m->has_next = cJSON_GetObjectItemCaseSensitive(o, "next") != NULL;
+		if (!e && m->has_next)
+			m->next = get_uint(&d, "next", 0, RT_SEQ_MAX, false, &e);
 		break;
 	case RT_MSG_TOPIC_REFUSED:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
@@ -340,11 +350,15 @@ char *rt_wire_encode(const struct rt_wire_msg *m)
 			for (uint32_t i = 0; ok && i < m->nstages && i < RGAPS_CFG_MAX_STAGES; i++)
 				ok = cJSON_AddItemToArray(arr, cJSON_CreateString(m->stages[i]));
 		}
+		ok = ok && (!m->epoch || cJSON_AddNumberToObject(o, "epoch", (double)m->epoch)) &&
+		     (!m->resend || cJSON_AddNumberToObject(o, "resend", (double)m->resend)) &&
+		     (!m->has_from || cJSON_AddNumberToObject(o, "from", (double)m->from));
 		break;
 	case RT_MSG_TOPIC_READY:
 		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
 		     add_hex(o, "ring_desc", m->desc, m->desc_len) &&
-		     cJSON_AddNumberToObject(o, "ring_size", (double)m->ring_size);
+		     cJSON_AddNumberToObject(o, "ring_size", (double)m->ring_size) &&
+		     (!m->has_next || cJSON_AddNumberToObject(o, "next", (double)m->next));
 		break;
 	case RT_MSG_TOPIC_REFUSED:
 		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&

@@ -31,6 +31,8 @@
 #define RT_RING_SIZE_MIN (8ull << 10) /* the ring_size bounds of the topic configuration */
 #define RT_RING_SIZE_MAX (64ull << 30)
 #define RT_CHUNK_SIZE_MAX (1ull << 30) /* the chunk_size bound of the topic configuration */
+#define RT_SEQ_MAX 999999999999999ull /* sequence numbers, epochs: 15 digits, exact in JSON text */
+#define RT_RESEND_MAX (64ull << 30)	/* the resend_window bound of the topic configuration */
 
 enum rt_msg_type {
 	RT_MSG_SUBS,	       /* the topics this host has local subscribers for */
@@ -59,6 +61,12 @@ struct rt_wire_msg {
 	uint64_t chunk_size;				       /* topic_setup, 0 when absent */
 	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* topic_setup: the sender's */
 	uint32_t nstages;
+	uint64_t epoch;	 /* topic_setup: the sender's topic instance (0: not sent) */
+	uint64_t resend; /* topic_setup: the sender's resend_window (0: it sends nothing again) */
+	bool has_from;	 /* topic_setup: from is sent */
+	uint64_t from;	 /* topic_setup: the first message sequence number meant for the receiver */
+	bool has_next;	 /* topic_ready: next is known */
+	uint64_t next;	 /* topic_ready: the first message of the topic not yet delivered */
 	char reason[RT_REASON_MAX];		/* topic_refused, printable */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1]; /* subs: malloc'd (rt_wire_free) */
 	uint32_t nsubs;
