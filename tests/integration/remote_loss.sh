@@ -8,6 +8,7 @@
 #     its timeout.
 #  2. The peer session dies (the receiving daemon stopped past the keepalive) and
 #     the tail of the stream is published meanwhile: the same, once it is back.
+# Nothing is sent again here (resend_window 0): remote_resend.sh tests the window.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 [ -d "$RGAPS_BUILD/tests/fault/plugins" ] || { echo "SKIP: the fault transport plugin was not built (tcp transport absent)"; exit 77; }
@@ -36,8 +37,9 @@ check_sub() {
 }
 
 # ---- 1. the data link cut after 20 of 60 messages, the end of the stream
-RGAPSD_FAULT=cut:20 start_host A
-start_host B
+NORESEND=', "resend_window": 0'
+RGAPSD_FAULT=cut:20 start_host A "$NORESEND"
+start_host B "$NORESEND"
 wait_until 10 peer_up A B || fail "session did not come up"
 START=$(date +%s)
 BG_TIMEOUT=$((SUB_TIMEOUT + 30)) bg sub1 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub tail --count 60 --verify --allow-gaps --timeout $SUB_TIMEOUT
@@ -54,7 +56,8 @@ BG_TIMEOUT=$((SUB_TIMEOUT + 30)) bg sub2 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" su
 wait_until 10 knows_sub A B tail2 || fail "subscription not advertised"
 on A "$RGAPS" pub tail2 --count 10 --size 4KiB >"$T/pub2.out" 2>&1 || fail "pub: $(cat "$T/pub2.out")"
 landed() { on B "$RGAPS" stats tail2 --json | flat | grep -o '"from_peers":{"messages":[0-9]*' | tr -dc 0-9; }
-wait_until 20 test "$(landed)" = 10 || fail "B did not land the first 10 messages"
+wait_until 30 test "$(landed)" = 10 ||
+	fail "B did not land the first 10 messages: $(on B "$RGAPS" stats tail2 --json | flat | grep -o '"from_peers":{[^}]*}')"
 kill -STOP "${DPID[B]}"
 wait_until 20 eval '! peer_up A B' || { kill -CONT "${DPID[B]}"; fail "A did not notice B stopped"; }
 on A "$RGAPS" pub tail2 --count 30 --size 4KiB >"$T/pub3.out" 2>&1 || { kill -CONT "${DPID[B]}"; fail "pub: $(cat "$T/pub3.out")"; }

@@ -63,7 +63,8 @@ drops=$(echo "$line" | grep -o 'drops [0-9]*' | tr -dc 0-9)
 gaps=$(echo "$line" | grep -o 'gaps [0-9]*' | tr -dc 0-9)
 echo "$line" | grep -q "mismatched 0" || fail "corrupt data: $line"
 [ $((rcv + drops + gaps)) = $TOTAL ] || fail "received $rcv + reported lost $((drops + gaps)) != $TOTAL published"
-[ $((drops + gaps)) -gt 0 ] || fail "nothing reported lost although the link was down for seconds"
+# Down about 2.5 s at 100 messages of 16 KiB a second: inside the resend window, nothing
+# lost on the way (B's own drop_oldest may still skip some, counted below).
 [ "$rcv" -gt $((TOTAL / 2)) ] || fail "too few received after the link came back: $line"
 ok "B: $rcv received intact, $((drops + gaps)) reported lost, none silently: $line"
 # The subscriber's reported losses (its 'drops': the gap counts the daemon handed it)
@@ -74,6 +75,9 @@ ld=$(grep -o '"drops_total":[0-9]*' <<< "$bs" | head -1 | cut -d: -f2)
 [ -n "$fg" ] && [ -n "$ld" ] && [ $((fg + ld)) = "$drops" ] ||
 	fail "B's stats: ${fg:-no} upstream gaps + ${ld:-no} local drops, its subscriber was told of $drops"
 ok "B's stats: $fg lost upstream + $ld dropped here = the $drops its subscriber was told of"
+[ "$fg" = 0 ] || fail "$fg messages lost upstream although the flap was inside the resend window"
+sent=$(on A "$RGAPS" stats net --json | flat | grep -o '"resent":[0-9]*' | head -1 | tr -dc 0-9)
+ok "nothing lost upstream: A sent ${sent:-0} messages again after the reconnect"
 n=$(on A "$RGAPS" stats --json | flat | grep -o '"sessions":[0-9][0-9]*' | head -1 | tr -dc 0-9)
 [ "${n:-0}" -ge 2 ] || fail "A counts $n sessions with B"
 ok "A counted $n sessions with B"

@@ -14,6 +14,7 @@
  *   receiver.c    in rings and records: the receiver's state machine and its driver
  *   forwarder.c   the thread that takes each local message for the sender
  *   attach.c      publishers whose attach waits for the topic's set-ups
+ *   resend.c      the resend window: copies of the newest messages, to send again after a flap
  *   staging.c     DP1: device-pool chunks copied to pinned host slots
  *   stages.c      pluggable stages: a topic's stage plugins, run on the stage workers
  *   copies.c      copies between pools and host memory off the loop; NUMA placement
@@ -263,9 +264,20 @@ struct rt_link {
 	uint8_t token[RGAPS_LINK_TOKEN_LEN];
 };
 
+/*
+ * A message kept to be sent again after a link flap (resend_window): its copy
+ * at tt->rs_mem + off, oldest first in tt->kept, the oldest overwritten first.
+ */
+struct rt_kept {
+	TAILQ_ENTRY(rt_kept) link;
+	uint64_t seq, size, ts_ns, origin_stream, origin_seq, off;
+	uint32_t busy; /* copies being sent again: not overwritten until they are sent */
+};
+
 struct rt_omsg {
 	struct rt_topic *tt;
 	struct rt_local_msg msg;
+	struct rt_kept *kept; /* sent again after a flap: from its kept copy, no hold to release */
 	uint32_t refs; /* chunks in flight + 1 while queuing */
 	bool dropped;
 	enum rt_out_state state;
@@ -326,7 +338,9 @@ struct rt_out {
 	/* The newest message this ring carried to its peer (whole, or in a loss notice). */
 	bool told;
 	uint64_t told_seq;
-	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs, loss_notices;
+	bool queued_any; /* the first message queued on it: older ones are sent again */
+	uint64_t first_seq;
+	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs, loss_notices, resent;
 };
 
 /* A message landing on an in ring, shared by its records (stages only). */
@@ -350,6 +364,7 @@ struct rt_rec {
 	uint32_t loan_token;
 	uint8_t *loan_dst;
 	uint32_t gap; /* upstream gap before this message (first chunk) */
+	bool dup;     /* a message sent again that was delivered already: dropped quietly */
 	uint64_t lost; /* dropped with this record, to tell subscribers (or a loss notice's) */
 	int copy_status;
 };
@@ -391,14 +406,19 @@ struct rt_in {
 	bool pinned;	      /* ring registered with the memory plugin (device pools) */
 	bool have_told;	      /* subscribers know the fate of every message before told_next */
 	uint64_t told_next;
+	uint64_t epoch;	     /* the sender's topic instance (0: an older sender without one) */
+	bool sender_resends; /* it sends again what a flap cut off: no loss to tell at the end */
+	bool landing_dup;    /* the message now landing is a duplicate */
 	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries, stage_drops;
-	uint64_t loss_notices, gap_reports;
+	uint64_t loss_notices, gap_reports, duplicates;
 };
 
 /* Per topic, where its next ring goes on: the first message subscribers were not told of. */
 struct rt_seen {
 	char topic[RGAPS_TOPIC_NAME_MAX + 1];
 	uint64_t next;
+	uint64_t epoch; /* of the sender's topic: another one starts a new sequence */
+	uint64_t owed;	/* landed, never published, left for the sender to send again */
 };
 
 struct rt_peer {
@@ -422,7 +442,7 @@ struct rt_peer {
 	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
 	uint64_t resetup_at_ns;
 	uint32_t resetup_ms;
-	uint64_t hostile, link_downs, setup_refusals, setups_deferred;
+	uint64_t hostile, link_downs, setup_refusals, setups_deferred, duplicates;
 };
 
 struct rt_waiter {
@@ -461,6 +481,14 @@ struct rt_topic {
 	STAILQ_HEAD(, rt_d2h) d2h_q;	      /* waiting for a slot */
 	void (*d2h_ready)(struct rt_d2h *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
+	/* resend window (host-memory topics, resend_window > 0) */
+	uint64_t epoch; /* this instance of the topic, named in topic_setup */
+	uint8_t *rs_mem;
+	uint64_t rs_size, rs_used;
+	TAILQ_HEAD(rt_keptq, rt_kept) kept;
+	void *rs_mr[RT_TR_MAX];
+	bool rs_failed; /* no memory for it: nothing kept (logged once) */
+	uint64_t resent, resend_evicted, resend_unkept;
 };
 
 struct rgapsd_remote {
@@ -536,6 +564,14 @@ void rt_d2h_pump(struct rt_topic *tt);
  */
 struct rt_omsg *rt_d2h_put(struct rt_d2h *st);
 void rt_staging_free(struct rt_topic *tt);
+
+/* ---------------------------------------------------------------- resend.c */
+
+/* Keep a copy of a forwarded message in the topic's resend window (if it has one). */
+void rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg);
+/* The window's registration with transport tr (made on first use); NULL: refused, logged. */
+void *rt_resend_mr(struct rt_topic *tt, int tr);
+void rt_resend_free(struct rt_topic *tt);
 
 /* ---------------------------------------------------------------- attach.c */
 

@@ -141,9 +141,9 @@ static void msg_failed(struct rt_in *in, struct rt_rec *r, const char *why)
 static void loss_note(struct rt_in *in, uint64_t lost, uint64_t seq)
 {
 	in->pending_gap += lost;
-	in->pending_next = seq + 1;
-	if (!in->pending_gap)
-		in->told_next = seq + 1;
+	in->pending_next = RGAPS_MAX(in->pending_next, seq + 1);
+	if (!in->pending_gap) /* never back: a notice may name what was delivered */
+		in->told_next = RGAPS_MAX(in->told_next, seq + 1);
 }
 
 /*
@@ -256,7 +256,7 @@ again:
 			prev = r->state;
 			switch (r->state) {
 			case IN_LANDED:
-				if (r->h.flags & RGAPS_RECORD_LOSS) {
+				if (r->dup || (r->h.flags & RGAPS_RECORD_LOSS)) {
 					in_set(rt, r, IN_DROPPED); /* told at the head */
 					break;
 				}
@@ -447,13 +447,17 @@ static struct rt_seen *seen_of(struct rt_peer *p, const char *topic, bool create
 
 /*
  * The ring goes: messages that began to land and were not published never
- * will be (the sender does not send them again): subscribers hear it now,
- * with what was still to be told. What never landed, the sender tells with
- * a loss notice on the next ring.
+ * will be from this ring. A sender that keeps a resend window sends them
+ * again on the next ring (from told_next, topic_ready's next): they are owed
+ * (sn->owed), and reported only if that sender turns out to have restarted.
+ * Any other sender does not: subscribers hear of them now, with what was
+ * still to be told. What never landed, the sender tells on the next ring.
  */
-static void in_losses_at_end(struct rt_in *in)
+static void in_losses_at_end(struct rt_in *in, struct rt_seen *sn)
 {
-	if (in->have_next && in->next_msg_seq > in->told_next) {
+	bool cut = in->have_next && in->next_msg_seq > in->told_next;
+
+	if (cut && !in->sender_resends) {
 		in->pending_gap = RGAPS_MAX(in->pending_gap, in->next_msg_seq - in->told_next);
 		in->pending_next = in->next_msg_seq;
 	}
@@ -466,6 +470,8 @@ static void in_losses_at_end(struct rt_in *in)
 				   in->topic->cfg.name, in->id, rgapsd_peer_name(in->p->peer),
 				   (unsigned long long)n);
 	}
+	if (in->have_next && in->next_msg_seq > in->told_next)
+		sn->owed = in->next_msg_seq - in->told_next;
 }
 
 void rt_in_free(struct rt_in *in)
@@ -476,9 +482,12 @@ void rt_in_free(struct rt_in *in)
 	if (in->have_told && !in->dead) {
 		struct rt_seen *sn = seen_of(in->p, in->topic->cfg.name, true);
 
-		in_losses_at_end(in);
-		if (sn) /* a later ring of the topic goes on from here */
+		if (sn) { /* a later ring of the topic goes on from here */
+			sn->owed = 0;
+			in_losses_at_end(in, sn);
 			sn->next = in->told_next;
+			sn->epoch = in->epoch;
+		}
 	}
 
 	in->dead = true;
@@ -566,10 +575,19 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	r->state = IN_LANDED;
 	r->loan_token = UINT32_MAX;
 	rt->in_trans[IN_LANDED][IN_LANDED]++;
-	if (h.flags & RGAPS_RECORD_FIRST) {
+	if (!(h.flags & RGAPS_RECORD_FIRST)) {
+		r->dup = in->landing_dup; /* the rest of a duplicate */
+	} else if (in->epoch && in->have_next && h.msg_seq < in->next_msg_seq) {
+		/* The same instance of the sender's topic: sent again, and delivered already
+		 * (a loss notice about what is known already is not counted). */
+		r->dup = in->landing_dup = !(h.flags & RGAPS_RECORD_LOSS);
+		in->duplicates += r->dup;
+		p->duplicates += r->dup;
+	} else {
 		/* A loss notice counts the message it names as lost, a message does not. */
 		uint64_t upto = h.msg_seq + ((h.flags & RGAPS_RECORD_LOSS) ? 1 : 0);
 
+		in->landing_dup = false;
 		if (!in->have_told) { /* nothing owed from before this ring's first record */
 			in->have_told = true;
 			in->told_next = h.msg_seq;
@@ -594,12 +612,12 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 			rgaps_info("topic '%s': %s restarted its sequence at %llu",
 				   in->topic->cfg.name, rgapsd_peer_name(p->peer),
 				   (unsigned long long)h.msg_seq);
-			in->told_next = h.msg_seq;
+			in->told_next = in->pending_next = h.msg_seq;
 		}
 		in->have_next = true;
 		in->next_msg_seq = h.msg_seq + 1;
 	}
-	if (!(h.flags & RGAPS_RECORD_LOSS) &&
+	if (!(h.flags & RGAPS_RECORD_LOSS) && !r->dup &&
 	    rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING | RGAPS_STAGE_BEFORE_PUBLISH)) {
 		if (h.flags & RGAPS_RECORD_FIRST) {
 			imsg_put(in, in->landing_im);
@@ -858,10 +876,27 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (!in)
 		return;
 	p->in[in->id] = in;
+	in->epoch = m->epoch;
+	in->sender_resends = m->resend > 0;
 	sn = seen_of(p, m->topic, false);
-	if (sn) { /* a ring for this topic existed before: continue its sequence */
+	if (sn && sn->epoch == m->epoch) { /* the same sender's topic: continue its sequence */
 		in->have_next = in->have_told = true;
 		in->next_msg_seq = in->told_next = sn->next;
+		/* What it has not delivered, it sends again from there (resend_window). */
+		r.has_next = sn->next <= RT_SEQ_MAX;
+		r.next = sn->next;
+	} else {
+		if (sn && sn->owed) {
+			/* Its daemon restarted: what it was to send again is gone. */
+			in->pending_gap = sn->owed;
+			if (loss_flush(in))
+				rgaps_warn("topic '%s': %s restarted: %llu messages lost", m->topic,
+					   rgapsd_peer_name(p->peer), (unsigned long long)sn->owed);
+			in->pending_gap = 0;
+		}
+		/* A first ring (or a restarted sender): every message from `from` on is ours. */
+		in->have_next = in->have_told = m->has_from;
+		in->next_msg_seq = in->told_next = in->pending_next = m->from;
 	}
 	r.ring_size = in->size;
 	rt_peer_send(p, &r);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "../../common/log.h"
 #include "internal.h"
 
@@ -51,6 +53,9 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 	SLIST_INIT(&tt->outs);
 	SLIST_INIT(&tt->waiters);
 	STAILQ_INIT(&tt->d2h_q);
+	TAILQ_INIT(&tt->kept);
+	/* Names this instance of the topic to receivers: another one restarts the sequence. */
+	tt->epoch = 1 + (((uint64_t)randombytes_random() << 32 | randombytes_random()) % RT_SEQ_MAX);
 	tt->fwd_deliver = on_forwarded;
 	tt->d2h_ready = d2h_ready;
 	SLIST_INSERT_HEAD(&rt->topics, tt, link);
@@ -64,7 +69,10 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 		return;
 	if (m->state == OUT_QUEUED)
 		out_set(rt, m, m->dropped ? OUT_DROPPED : OUT_SENT);
-	rt_forwarder_release(m->tt, &m->msg);
+	if (m->kept)
+		m->kept->busy--; /* its copy may be overwritten again */
+	else
+		rt_forwarder_release(m->tt, &m->msg);
 	out_set(rt, m, OUT_RELEASED);
 	free(m->works);
 	free(m->msg_state);
@@ -241,6 +249,10 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 	sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot, .len = RGAPS_RECORD_HDR };
 	if (!c->m) /* a loss notice: the header alone */
 		nsg = 1;
+	else if (c->m->kept) /* sent again, from the resend window */
+		sg[1] = (struct rgaps_sg){ .mr = rt_resend_mr(o->tt, o->tr),
+					   .addr = (void *)(c->m->msg.data + c->off),
+					   .len = c->len };
 	else if (c->d2h)
 		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
 					   .addr = o->tt->stg + c->d2h->slot * o->tt->stg_slot,
@@ -595,6 +607,12 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 	m.chunk_size = tt->t->cfg.chunk_size;
 	m.nstages = tt->t->cfg.nstages;
 	memcpy(m.stages, tt->t->cfg.stages, sizeof(m.stages));
+	m.epoch = tt->epoch;
+	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost. */
+	m.from = tt->have_seq ? tt->last_seq + 1 : 0;
+	m.has_from = m.from <= RT_SEQ_MAX;
+	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->rs_failed)
+		m.resend = tt->t->cfg.resend_window;
 	rt_peer_send(p, &m);
 	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
 		   rgapsd_peer_name(p->peer), rt->tr[tr_idx].name);
@@ -702,52 +720,127 @@ static bool msg_queue_on(struct rt_out *o, struct rt_omsg *m, uint64_t chunk, st
 			c->d2h->refs++;
 	}
 	STAILQ_CONCAT(&o->queue, &q);
+	if (!o->queued_any) {
+		o->queued_any = true;
+		o->first_seq = m->msg.fwd_seq;
+	}
 	return true;
+}
+
+/* A message on its way: one reference (its caller's), and its before-send stages' state. */
+static struct rt_omsg *omsg_new(struct rt_topic *tt, const struct rt_local_msg *msg,
+				uint64_t chunk)
+{
+	struct rt_omsg *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->tt = tt;
+	m->msg = *msg;
+	m->refs = 1;
+	m->state = OUT_TAKEN;
+	tt->rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
+	if (tt->stages && rt_stages_at(tt->stages, RGAPS_STAGE_BEFORE_SEND) && msg->size) {
+		m->nchunks = (uint32_t)((msg->size + chunk - 1) / chunk);
+		m->works = calloc(m->nchunks, sizeof(*m->works));
+		m->msg_state = calloc(1, tt->stages->msg_state_size + 1);
+		if (!m->works || !m->msg_state)
+			m->dropped = true; /* the caller drops it */
+	}
+	return m;
+}
+
+/*
+ * A new ring to a peer that had one before: send again, from the resend
+ * window, the kept messages from the first it has not received (the
+ * receiver's next, in topic_ready) up to the first queued on this ring. Those
+ * that fell out of the window show as a jump of the sequence, or in a loss
+ * notice.
+ */
+static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
+{
+	struct rt_topic *tt = o->tt;
+	struct rgapsd_remote *rt = tt->rt;
+	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : UINT64_MAX;
+	uint64_t upto = o->queued_any ? o->first_seq : UINT64_MAX;
+	struct rt_chunk_q later = STAILQ_HEAD_INITIALIZER(later);
+	struct rt_kept *k;
+
+	if (!ready->has_next || TAILQ_EMPTY(&tt->kept))
+		return;
+	STAILQ_CONCAT(&later, &o->queue); /* what was queued meanwhile goes after */
+	TAILQ_FOREACH(k, &tt->kept, link) {
+		struct rt_local_msg msg = { .seq = k->seq,
+					    .size = k->size,
+					    .ts_ns = k->ts_ns,
+					    .origin_stream = k->origin_stream,
+					    .origin_seq = k->origin_seq,
+					    .data = tt->rs_mem + k->off,
+					    .fwd_seq = k->seq,
+					    .token = UINT32_MAX };
+		uint64_t c = RGAPS_MIN(chunk, k->size);
+		struct rt_omsg *m;
+
+		if (k->seq < ready->next)
+			continue;
+		if (k->seq >= upto)
+			break;
+		if (RGAPS_RECORD_HDR + c + record_tag_len(o) > o->geom.max_record)
+			continue; /* whole-message mode, over half the ring: a loss */
+		m = omsg_new(tt, &msg, c);
+		if (!m)
+			break;
+		m->kept = k;
+		k->busy++;
+		if (m->dropped || !msg_queue_on(o, m, c, NULL)) {
+			m->dropped = true;
+			omsg_put(rt, m);
+			break;
+		}
+		out_set(rt, m, OUT_QUEUED);
+		omsg_put(rt, m); /* its chunks hold it now */
+		o->resent++;
+		tt->resent++;
+	}
+	STAILQ_CONCAT(&o->queue, &later);
+	if (o->resent)
+		rgaps_info("topic '%s': %llu messages sent again to %s after the reconnect",
+			   tt->t->cfg.name, (unsigned long long)o->resent,
+			   rgapsd_peer_name(o->p->peer));
 }
 
 /* A locally published message reached the loop from the forwarder thread. */
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 {
 	struct rgapsd_remote *rt = tt->rt;
-	struct rt_omsg *m = calloc(1, sizeof(*m));
 	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : msg->size;
 	struct rt_d2h **d2h = NULL;
 	uint64_t nd2h = 0;
 	uint32_t rings = 0;
+	struct rt_omsg *m;
 
 	/* Every peer owes a word about messages up to this one (sent, or a loss notice). */
 	tt->have_seq = true;
 	tt->last_seq = msg->fwd_seq;
 	if (!msg->src) { /* the forwarder missed messages: the peers hear it at once */
-		free(m);
 		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 			out_drive(o);
 		return;
 	}
+	rt_resend_keep(tt, msg);
+	m = omsg_new(tt, msg, chunk);
 	if (!m) {
 		rt_forwarder_release(tt, msg);
 		return;
 	}
-	m->tt = tt;
-	m->msg = *msg;
-	m->refs = 1;
-	m->state = OUT_TAKEN;
-	rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
 	tt->forwarded++;
-	if (tt->stages && rt_stages_at(tt->stages, RGAPS_STAGE_BEFORE_SEND) && msg->size) {
-		m->nchunks = (uint32_t)((msg->size + chunk - 1) / chunk);
-		m->works = calloc(m->nchunks, sizeof(*m->works));
-		m->msg_state = calloc(1, tt->stages->msg_state_size + 1);
-		if (!m->works || !m->msg_state) {
-			rgaps_warn(
-				"topic '%s': out of memory for its stages: message %llu not sent",
-				tt->t->cfg.name, (unsigned long long)msg->seq);
-			tt->stage_drops++;
-			out_set(rt, m, OUT_DROPPED);
-			m->dropped = true;
-			omsg_put(rt, m);
-			return;
-		}
+	if (m->dropped) {
+		rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
+			   tt->t->cfg.name, (unsigned long long)msg->seq);
+		tt->stage_drops++;
+		out_set(rt, m, OUT_DROPPED);
+		omsg_put(rt, m);
+		return;
 	}
 	if (tt->staged && !SLIST_EMPTY(&tt->outs)) {
 		d2h = d2h_new(tt, m, chunk, &nd2h);
@@ -857,6 +950,7 @@ void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 	}
 	rgaps_ring_sender_init(&o->ring, &o->geom);
 	o->state = OUT_RING_READY;
+	resend_queue(o, m);
 	p->resetup_ms = 0; /* the peer answers again: the next refusal starts the back-off anew */
 	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
 		   rgapsd_peer_name(p->peer));
@@ -888,6 +982,7 @@ void rt_sender_topic_gone(struct rt_topic *tt)
 		rt_out_free(SLIST_FIRST(&tt->outs), false);
 	rt_waiters_check(tt, true);
 	rt_staging_free(tt);
+	rt_resend_free(tt);
 	SLIST_REMOVE(&rt->topics, tt, rt_topic, link);
 	rt_local_sub_close(&tt->fwd);
 	free(tt);

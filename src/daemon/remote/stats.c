@@ -128,6 +128,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(po, "link_downs", (double)p->link_downs);
 		cJSON_AddNumberToObject(po, "setup_refusals", (double)p->setup_refusals);
 		cJSON_AddNumberToObject(po, "setups_deferred", (double)p->setups_deferred);
+		cJSON_AddNumberToObject(po, "duplicates", (double)p->duplicates);
 		cJSON *subs = cJSON_AddArrayToObject(po, "subscribes");
 		for (uint32_t i = 0; i < p->nsubs; i++)
 			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
@@ -184,6 +185,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)o->dropped_msgs);
 				cJSON_AddNumberToObject(ro, "loss_notices",
 							(double)o->loss_notices);
+				cJSON_AddNumberToObject(ro, "resent", (double)o->resent);
 				cJSON_AddNumberToObject(ro, "ring_used",
 							(double)rgaps_ring_sender_used(&o->ring));
 			}
@@ -201,6 +203,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 				cJSON_AddNumberToObject(ro, "loss_notices",
 							(double)in->loss_notices);
 				cJSON_AddNumberToObject(ro, "gap_reports", (double)in->gap_reports);
+				cJSON_AddNumberToObject(ro, "duplicates", (double)in->duplicates);
 				cJSON_AddNumberToObject(
 					ro, "ring_used",
 					(double)rgaps_ring_receiver_used(&in->ring));
@@ -223,6 +226,18 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddBoolToObject(fo, "staged", tt->staged);
 		cJSON_AddNumberToObject(fo, "staged_chunks", (double)tt->staged_chunks);
 		cJSON_AddNumberToObject(fo, "staged_bytes", (double)tt->staged_bytes);
+		{
+			uint64_t kept = 0;
+			struct rt_kept *k;
+
+			TAILQ_FOREACH(k, &tt->kept, link)
+				kept++;
+			cJSON_AddNumberToObject(fo, "resend_kept", (double)kept);
+		}
+		cJSON_AddNumberToObject(fo, "resend_kept_bytes", (double)tt->rs_used);
+		cJSON_AddNumberToObject(fo, "resend_evicted", (double)tt->resend_evicted);
+		cJSON_AddNumberToObject(fo, "resend_unkept", (double)tt->resend_unkept);
+		cJSON_AddNumberToObject(fo, "resent", (double)tt->resent);
 		cJSON_AddItemToArray(fw, fo);
 	}
 	stages_stats(rt, peers, topic_filter);
