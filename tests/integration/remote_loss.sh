@@ -56,7 +56,8 @@ BG_TIMEOUT=$((SUB_TIMEOUT + 30)) bg sub2 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" su
 wait_until 10 knows_sub A B tail2 || fail "subscription not advertised"
 on A "$RGAPS" pub tail2 --count 10 --size 4KiB >"$T/pub2.out" 2>&1 || fail "pub: $(cat "$T/pub2.out")"
 landed() { on B "$RGAPS" stats tail2 --json | flat | grep -o '"from_peers":{"messages":[0-9]*' | tr -dc 0-9; }
-wait_until 30 test "$(landed)" = 10 ||
+landed_is() { test "$(landed)" = "$1"; } # evaluated on every poll
+wait_until 30 landed_is 10 ||
 	fail "B did not land the first 10 messages: $(on B "$RGAPS" stats tail2 --json | flat | grep -o '"from_peers":{[^}]*}')"
 kill -STOP "${DPID[B]}"
 wait_until 20 eval '! peer_up A B' || { kill -CONT "${DPID[B]}"; fail "A did not notice B stopped"; }
