@@ -7,6 +7,9 @@
 # records landed -> ... -> released; rgaps-top shows the chunk machine.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
+# Exact counts of a run without flaps: keepalive at its default, which a loaded machine
+# does not trip (a flap sends messages again: remote_resend.sh tests that).
+KEEPALIVE_MS=${KEEPALIVE_MS:-2000}
 N=40
 host A 0; host B 1
 for h in A B; do start_host $h ', "chunk_size": "256KiB", "ring_size": "4MiB"'; done

@@ -14,6 +14,9 @@
 #  4. an unknown stage refuses the configuration.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
+# Exact counts of a run without flaps: keepalive at its default, which a loaded machine
+# does not trip (a flap sends messages again: remote_resend.sh tests that).
+KEEPALIVE_MS=${KEEPALIVE_MS:-2000}
 N=40
 CHUNKS=$((N * 4))
 host A 0; host B 1
