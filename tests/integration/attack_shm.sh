@@ -60,8 +60,10 @@ for topic in victim victimb; do
 				BG_TIMEOUT=10 bg "vsub$round" "$ITEST" legitsub $topic 200
 				sleep 0.2
 				BG_TIMEOUT=10 bg "vpub$round" "$ITEST" legitpub $topic 200
-				eval "wait \$PID_vpub$round"; prc=$?
-				eval "wait \$PID_vsub$round"; src=$?
+				prc=0
+				wait "$(bg_pid vpub$round)" || prc=$?
+				src=0
+				wait "$(bg_pid vsub$round)" || src=$?
 				[ $src -ne 3 ] || fail "$what: WRONG BYTES: $(cat "$T/vsub$round.out")"
 				[ $src -ne 124 ] && [ $prc -ne 124 ] || fail "$what: the new pair hung"
 				if [ $topic = victim ]; then

@@ -2,9 +2,17 @@
 # Configuration: no file runs on defaults; bad files are refused at start with
 # the file, the key and the reason; topics.d settings reach the topic.
 . "$(dirname "$0")/lib.sh"
+# rgapsd CONFIG [args...]: a daemon that must refuse its configuration and exit 1 (a
+# bounded wait: one that accepted it would serve until killed); output in $T/refuse.out
+refused_by() {
+	local rc=0
+	timeout -k 2 20 "$RGAPSD" --config "$@" --socket "$T/x.sock" --instance "$INSTANCE" \
+		> "$T/refuse.out" 2>&1 || rc=$?
+	[ $rc = 1 ] || fail "rgapsd --config $* exited $rc, expected 1 (refused): $(cat "$T/refuse.out")"
+}
 refuse() { # refuse WHAT JSON PATTERN
 	echo "$2" > "$T/bad.json"
-	"$RGAPSD" --config "$T/bad.json" --socket "$T/x.sock" > "$T/refuse.out" 2>&1 && fail "$1: accepted"
+	refused_by "$T/bad.json"
 	grep -q "$3" "$T/refuse.out" || fail "$1: unclear message: $(cat "$T/refuse.out")"
 	grep -q "bad.json" "$T/refuse.out" || fail "$1: message does not name the file"
 	ok "$1 refused: $(grep -m1 "$3" "$T/refuse.out" | sed 's/^.*\(rgapsd\|error\): //')"
@@ -26,11 +34,12 @@ refuse "transport option out of range" "{ $NET, \"transport_options\": { \"tcp\"
 refuse "transport option not an integer" "{ $NET, \"transport_options\": { \"tcp\": { \"rcvbuf\": \"big\" } } }" \
 	"tcp.rcvbuf': expected a non-negative integer"
 echo "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuff\": 1 } } }" > "$T/opt.json"
-"$RGAPSD" --config "$T/opt.json" --check-config > "$T/check.out" 2>&1 && fail "--check-config accepted an unknown transport option"
-grep -q "transport_options.tcp.sndbuff" "$T/check.out" || fail "--check-config: $(cat "$T/check.out")"
-ok "--check-config checks transport options against the plugin: $(cat "$T/check.out" | sed 's/^rgapsd: //')"
+expect_exit 1 "$RGAPSD" --config "$T/opt.json" --check-config
+grep -q "transport_options.tcp.sndbuff" "$T/expect.out" || fail "--check-config: $(cat "$T/expect.out")"
+ok "--check-config checks transport options against the plugin: $(sed 's/^rgapsd: //' "$T/expect.out")"
 echo "{ $NET, \"transport_options\": { \"tcp\": { \"sndbuf\": 1048576 } } }" > "$T/opt.json"
-"$RGAPSD" --config "$T/opt.json" --check-config | grep -q "OK" || fail "--check-config refused valid transport options"
+expect_exit 0 "$RGAPSD" --config "$T/opt.json" --check-config
+grep -q "^configuration OK" "$T/expect.out" || fail "--check-config refused valid transport options: $(cat "$T/expect.out")"
 start_daemon --config "$T/opt.json"
 grep -q "tcp: options: sndbuf 1048576" "$T/rgapsd.log" || fail "tcp plugin did not take sndbuf: $(grep -i tcp "$T/rgapsd.log")"
 stop_daemon
@@ -38,20 +47,24 @@ ok "transport option reached the tcp plugin (sndbuf 1048576)"
 mkdir -p "$T/td"
 echo "{ \"topics_dir\": \"$T/td\" }" > "$T/ok.json"
 echo '{ "queue_depth": 12 }' > "$T/td/cam.json"
-"$RGAPSD" --config "$T/ok.json" --socket "$T/x.sock" > "$T/refuse.out" 2>&1 && fail "non-power-of-two queue_depth in topics.d accepted"
+refused_by "$T/ok.json"
 grep -q "cam.json" "$T/refuse.out" && grep -q "queue_depth" "$T/refuse.out" || fail "topic file error unclear: $(cat "$T/refuse.out")"
 ok "bad topic file refused: $(tail -1 "$T/refuse.out" | sed 's/^rgapsd: //')"
 echo '{ "queue_depth": 16, "pool_size": "8MiB", "max_message_size": "1MiB" }' > "$T/td/cam.json"
-"$RGAPSD" --config "$T/ok.json" --check-config | grep -q "OK: 1 topics" || fail "--check-config"
+expect_exit 0 "$RGAPSD" --config "$T/ok.json" --check-config
+grep -q "OK: 1 topics" "$T/expect.out" || fail "--check-config: $(cat "$T/expect.out")"
 start_daemon --config "$T/ok.json"
 "$RGAPS" pub cam --count 1 --size 1KiB >/dev/null || fail "publish on configured topic"
-"$RGAPS" stats cam --json | tr -d ' \t\n' | grep -q '"depth":16' || fail "topic config not applied"
-"$RGAPS" pub cam --count 1 --size 2MiB 2>&1 | grep -q "larger than" || fail "oversized message not refused"
-ok "topics.d applied (queue depth 16, 1 MiB message limit enforced)"
+s=$(stat_json cam | flat)
+[ "$(jnum "$s" depth)" = 16 ] || fail "topic config not applied (queue depth): $s"
+expect_exit 1 "$RGAPS" pub cam --count 1 --size 2MiB
+grep -q "larger than" "$T/expect.out" || fail "oversized message not refused clearly: $(cat "$T/expect.out")"
+ok "topics.d applied (queue depth 16, 1 MiB message limit enforced: $(grep -m1 'larger than' "$T/expect.out"))"
 stop_daemon
 start_daemon   # no file at all
 "$RGAPS" pub dflt --count 3 --size 1KiB >/dev/null || fail "defaults-only daemon"
 ok "daemon with no configuration file serves"
+stop_daemon
 # The build tree's plugin directory is for binaries that run from the build tree only:
 # a copy elsewhere (as installed) must not look there (anyone could create that path).
 cp "$RGAPSD" "$T/rgapsd-elsewhere"

@@ -11,38 +11,49 @@
 . "$(dirname "$0")/remote_lib.sh"
 host A 0; host B 1; host C 2; host D 3   # D: listed by all, started later with a wrong key
 for h in A B C; do start_host $h ', "overflow": "drop_oldest"'; done
-wait_until 10 peer_up A B && wait_until 10 peer_up A C || fail "sessions did not come up"
+wait_until 20 peer_up A B && wait_until 20 peer_up A C || fail "sessions did not come up"
 
-# ---- 1. peer kill and restart (FAULTS_MIN_RECEIVED: what A's and C's subscribers must get of
-# the 3000; their overflow policy drops the oldest when they fall behind, as they may when a
-# sanitizer slows every process ten times)
-bg subC env RGAPS_SOCKET=${SOCK[C]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
-bg subB env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
-bg subA env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" sub live --count 100000 --verify --timeout 120 --allow-gaps
-wait_until 10 knows_sub A B live && wait_until 10 knows_sub A C live || fail "subscriptions not advertised"
-BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub live --count 3000 --size 64KiB --rate 500
+# ---- 1. peer kill and restart. A's and C's subscribers account for every one of the
+# 3000 messages (received intact or reported lost); they must receive at least
+# FAULTS_MIN_RECEIVED (2900): their overflow policy drops the oldest when they fall
+# behind, as they may when a sanitizer slows every process ten times on a loaded
+# machine (ThreadSanitizer: 0, only the exact accounting).
+N=3000
+MIN=${FAULTS_MIN_RECEIVED:-2900}
+[ "$MIN" -gt 0 ] || skip_part "FAULTS_MIN_RECEIVED=0: A's and C's subscribers were held to the exact accounting only, not to a floor of messages received"
+for h in C B A; do
+	bg "sub$h" env RGAPS_SOCKET=${SOCK[$h]} "$RGAPS" sub live --count $N --verify --timeout 120 --allow-gaps
+done
+wait_until 20 knows_sub A B live && wait_until 20 knows_sub A C live || fail "subscriptions not advertised"
+BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub live --count $N --size 64KiB --rate 500
+wait_until 30 grep -q "^subscribed" "$T/subB.out" || fail "subB never subscribed"
+wait_until 30 on B subs_are live 1 || fail "subB is not attached on B"
 sleep 1.5
 stop_host B KILL
-kill -9 $(pgrep -P "$PID_subB") 2>/dev/null
+end_bg subB # (it may have seen its daemon die and ended already)
 ok "B killed mid-stream"
 sleep 1
-kill -0 "$PID_pub" || { wait "$PID_pub"; fail "publisher on A died when B was killed: $(cat "$T/pub.out")"; }
+kill -0 "$PID_pub" || { wait "$PID_pub" || true; fail "publisher on A died when B was killed: $(cat "$T/pub.out")"; }
 start_host B ', "overflow": "drop_oldest"'
-wait_until 10 peer_up A B || fail "A did not reconnect to the restarted B"
+wait_until 20 peer_up A B || fail "A did not reconnect to the restarted B"
+# The new B's topic starts with whatever message of A's stream comes first; each
+# carries the sequence number it had on A, which its payload must match.
 bg subB2 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub live --count 50 --verify --timeout 60 --allow-gaps
 wait_ok subB2
-grep -q "mismatched 0" "$T/subB2.out" || fail "B after restart: $(tail -1 "$T/subB2.out")"
-ok "B restarted: link and topic came back without restarting A: $(tail -1 "$T/subB2.out")"
+expect_sub subB2 mismatched=0 verified="$(sub_field subB2 received)"
+ok "B restarted: link and topic came back without restarting A: $(sub_line subB2)"
 wait_ok pub
+grep -q "^published $N messages .* failures 0$" "$T/pub.out" || fail "publisher on A: $(cat "$T/pub.out")"
 for s in subA subC; do
-	kill -INT $(pgrep -P "$(eval echo \$PID_$s)") 2>/dev/null; wait "$(eval echo \$PID_$s)"
-	grep -q "mismatched 0" "$T/$s.out" || fail "$s: $(tail -1 "$T/$s.out")"
-	n=$(grep -o 'received [0-9]*' "$T/$s.out" | tr -dc 0-9)
-	[ "$n" -ge "${FAULTS_MIN_RECEIVED:-2900}" ] || fail "$s lost messages while B was down: $(tail -1 "$T/$s.out")"
-	ok "$s unaffected by B's death: $(tail -1 "$T/$s.out")"
+	wait_ok $s
+	expect_accounted $s $N
+	n=$(sub_field $s received)
+	[ "$n" -ge "$MIN" ] || fail "$s received fewer than $MIN while B was down: $(sub_line $s)"
+	ok "$s unaffected by B's death, all $N accounted for: $(sub_line $s)"
 done
-reconnects=$(on A "$RGAPS" stats --json | flat | grep -o "\"name\":\"127.0.0.1:${PORT[B]}\"[^]]*" | grep -o '"sessions":[0-9]*' | tr -dc 0-9)
-[ "${reconnects:-0}" -ge 2 ] || fail "A does not count B's second session"
+s=$(hstats A)
+reconnects=$(grep -o "\"name\":\"127.0.0.1:${PORT[B]}\"[^]]*" <<<"$s" | grep -o '"sessions":[0-9]*' | tr -dc 0-9) || true
+[ "${reconnects:-0}" -ge 2 ] || fail "A does not count B's second session: $s"
 ok "A counted $reconnects sessions with B"
 
 # ---- 2. hostile control-port traffic and a wrong key
@@ -53,33 +64,44 @@ cat > "$T/D.json" <<JSON
 { "listen": "127.0.0.1:${PORT[D]}", "peers": [ "127.0.0.1:${PORT[A]}" ], "key_file": "$T/badkey", "keepalive_ms": 200 }
 JSON
 "$RGAPSD" --config "$T/D.json" --socket "${SOCK[D]}" --instance "${INSTANCE}D" >>"$T/D.log" 2>&1 &
-PIDS+=($!); dpid=$!
-sleep 1.5
-kill -TERM $dpid; wait $dpid
-on A "$RGAPS" stats --json | flat | grep -q '"auth_failures":[1-9]' || fail "wrong key not counted on A"
-on A "$RGAPS" stats --json | flat | grep -q '"protocol_errors":[1-9]' || fail "garbage not counted on A"
+dpid=$!
+PIDS+=($dpid)
+# A must refuse D's proof itself (D connects to A: A checks first). D refusing A's
+# proof and telling A so would also count as an authentication failure on A, but
+# it is D's check, not A's.
+wait_until 20 grep -q "authentication failed: 127.0.0.1:${PORT[D]} does not hold our key" "$T/A.log" ||
+	fail "A did not refuse D's proof itself: $(grep -h "${PORT[D]}" "$T/A.log" | tail -n 5)"
+wait_until 20 grep -q "refused by the other side: authentication failed" "$T/D.log" ||
+	fail "D was not told that A refused it: $(tail -n 5 "$T/D.log")"
+stop_pid $dpid D || fail "D did not stop cleanly"
+forget_pid $dpid
+grep -q "peer 127.0.0.1:${PORT[A]} up" "$T/D.log" && fail "D, with the wrong key, had a session with A"
+s=$(hstats A)
+[ "$(jnum "$s" auth_failures)" -ge 1 ] || fail "wrong key not counted on A: $s"
+[ "$(jnum "$s" protocol_errors)" -ge 1 ] || fail "garbage not counted on A: $s"
 kill -0 "${DPID[A]}" || fail "A died"
-ok "garbage and a wrong key refused and counted; A serves on"
+ok "garbage and a wrong key refused by A itself and counted; A serves on"
 
-# ---- 3. senders that corrupt records
+# ---- 3. senders that corrupt records (RGAPSD_FAULT=KIND:3: after 3 good records).
+# A fresh topic for each, so that its numbering starts with C's publisher.
 for fault in magic oversize offset order outside; do
 	stop_host C
 	RGAPSD_FAULT=$fault:3 start_host C ', "resend_window": 0' # no good copies sent again
-	wait_until 10 peer_up A C || fail "C ($fault) did not come up"
-	bg "h$fault" env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" sub evil --count 100000 --verify --timeout 30 --allow-gaps
-	wait_until 10 knows_sub C A evil || fail "C did not learn A's subscription"
-	on C "$RGAPS" pub evil --count 10 --size 8KiB --rate 100 >/dev/null 2>&1
+	grep -q "RGAPSD_FAULT=$fault" "$T/C.log" || fail "C did not take the fault $fault"
+	wait_until 20 peer_up A C || fail "C ($fault) did not come up"
+	bg "h$fault" env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" sub "evil_$fault" --count 100000 --verify --timeout 30 --allow-gaps
+	wait_until 20 knows_sub C A "evil_$fault" || fail "C did not learn A's subscription"
+	on C "$RGAPS" pub "evil_$fault" --count 10 --size 8KiB --rate 100 >"$T/cpub.out" 2>&1 || true
 	# The receiver (A) drops C; for "outside" C's own transport may refuse first (C restarts the session).
-	wait_until 10 grep -q "peer 127.0.0.1:${PORT[C]}.*disconnecting\|record for ring.*outside" "$T/A.log" ||
+	wait_until 20 grep -q "peer 127.0.0.1:${PORT[C]}.*disconnecting\|record for ring.*outside" "$T/A.log" ||
 		wait_until 1 grep -q "transport refused a record" "$T/C.log" ||
 		fail "the corrupt record was not stopped ($fault): $(tail -5 "$T/A.log")"
-	kill -INT $(pgrep -P "$(eval echo \$PID_h$fault)") 2>/dev/null; wait "$(eval echo \$PID_h$fault)"
-	grep -q "mismatched 0" "$T/h$fault.out" || fail "corrupt data reached a subscriber ($fault)"
-	n=$(grep -o 'received [0-9]*' "$T/h$fault.out" | tr -dc 0-9)
-	[ "${n:-0}" -le 3 ] || fail "$fault: subscriber got $n messages, at most the 3 before the fault"
+	stop_bg "h$fault" INT 4
+	n=$(sub_field "h$fault" received)
+	expect_sub "h$fault" mismatched=0 verified="$n"
+	[ "$n" -le 3 ] || fail "$fault: subscriber got $n messages, at most the 3 before the fault"
 	why=$(grep -h -o "peer 127.0.0.1:${PORT[C]}: .*: disconnecting\|record for ring.*outside the ring[^;]*\|transport refused a record" "$T/A.log" "$T/C.log" | tail -1)
 	ok "$fault: stopped ($why); subscriber got $n clean messages"
 	cat "$T/A.log" >> "$T/A.old.log"; : > "$T/A.log"
 done
-for h in A B; do stop_host $h; done
-stop_host C
+for h in A B C; do stop_host $h; done

@@ -3,7 +3,19 @@
 # own, e.g. the Soft-RoCE addresses in tests/rdma/e2e_verbs.sh). Sourced after lib.sh.
 KEY="$T/psk"
 head -c 48 /dev/urandom > "$KEY"; chmod 600 "$KEY"
-BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
+# Ports BASE..BASE+59: a range no TCP socket of this machine uses (other tests, other
+# builds run beside this one), so that a daemon's listen does not fail by bad luck.
+ports_free() { # FIRST COUNT
+	local used p
+	used=$(ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }') || return 0
+	for ((p = $1; p < $1 + $2; p++)); do
+		! grep -qx "$p" <<<"$used" || return 1
+	done
+}
+for _ in $(seq 50); do
+	BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
+	! ports_free $BASE 60 || break
+done
 declare -A DPID SOCK PORT ADDR
 
 # host NAME INDEX [ADDR]: define a host (its control port is BASE + 10*INDEX; data ports +1,
@@ -32,37 +44,55 @@ JSON
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!
 	PIDS+=(${DPID[$name]})
-	# Bounded by the clock, not a count of polls: under TCG (the rdma VM) or a loaded
-	# machine one poll takes far longer than its 50 ms sleep.
-	local end=$((SECONDS + ${START_TIMEOUT:-20}))
-	while [ $SECONDS -lt $end ]; do
-		RGAPS_SOCKET=${SOCK[$name]} "$RGAPS" topics >/dev/null 2>&1 && return 0
-		kill -0 "${DPID[$name]}" 2>/dev/null || fail "$name exited at start: $(tail -n 5 "$T/$name.log")"
-		sleep 0.05
-	done
-	fail "$name did not come up in ${START_TIMEOUT:-20} s: $(tail -n 5 "$T/$name.log")"
+	# Bounded by the clock: under TCG (the rdma VM) or a loaded machine one poll takes
+	# far longer than its 50 ms sleep.
+	wait_until "${START_TIMEOUT:-20}" host_answers "$name" ||
+		fail "$name did not come up in ${START_TIMEOUT:-20} s: $(tail -n 5 "$T/$name.log")"
+}
+host_answers() { # NAME: its daemon answers (fails the test if it died)
+	kill -0 "${DPID[$1]}" 2>/dev/null || fail "$1 exited at start: $(tail -n 5 "$T/$1.log")"
+	RGAPS_SOCKET=${SOCK[$1]} "$RGAPS" topics >/dev/null 2>&1
 }
 
-stop_host() { # stop_host NAME [signal]
-	local sig=${2:-TERM}
-	kill -"$sig" "${DPID[$1]}" 2>/dev/null
-	for _ in $(seq 100); do kill -0 "${DPID[$1]}" 2>/dev/null || break; sleep 0.05; done
-	kill -0 "${DPID[$1]}" 2>/dev/null && fail "$1 did not stop on SIG$sig"
-	wait "${DPID[$1]}" 2>/dev/null; local rc=$?
-	[ "$sig" = TERM ] && [ $rc -ne 0 ] && fail "$1 exited $rc after SIGTERM"
-	return 0
+# stop_host NAME [KILL]: SIGTERM (it must exit 0 within 10 s), or SIGKILL
+stop_host() {
+	if [ "${2:-TERM}" = KILL ]; then
+		kill -KILL "${DPID[$1]}"
+		wait "${DPID[$1]}" 2>/dev/null || true
+	else
+		stop_pid "${DPID[$1]}" "$1" || fail "$1 did not stop cleanly on SIGTERM"
+	fi
+	forget_pid "${DPID[$1]}"
 }
 
 on() { local h=$1; shift; RGAPS_SOCKET=${SOCK[$h]} "$@"; }
-flat() { tr -d ' \t\n'; }
+# hstats HOST [TOPIC]: HOST's stats as flat JSON (fails the test if it does not answer)
+hstats() { local h=$1; shift; on "$h" "$RGAPS" stats "$@" --json | flat; }
 # knows_sub A B TOPIC: host A has heard that B subscribes to TOPIC
-knows_sub() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\""; }
-peer_up() { on "$1" "$RGAPS" stats --json | flat | grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true"; }
+knows_sub() {
+	local s
+	s=$(hstats "$1") || return 1
+	grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true[^]]*\"subscribes\":\[[^]]*\"$3\"" <<<"$s"
+}
+peer_up() {
+	local s
+	s=$(hstats "$1") || return 1
+	grep -q "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":true" <<<"$s"
+}
+# link_sent HOST PEER [TRANSPORT]: records HOST's data link (tcp) to PEER has sent
+link_sent() {
+	local s l
+	s=$(hstats "$1")
+	l=$(grep -o "\"name\":\"${ADDR[$2]}:${PORT[$2]}\",\"up\":[a-z]*,[^{]*\"links\":{\"${3:-tcp}\":{[^}]*}" <<<"$s") ||
+		fail "$1's stats have no ${3:-tcp} link to $2: $s"
+	jnum "$l" records_sent
+}
 # stage_count HOST TOPIC POINT FIELD: peers.stages[] of TOPIC, POINT's FIELD (runs, failed,
 # ns; 0 when absent)
 stage_count() {
-	local v
-	v=$(on "$1" "$RGAPS" stats --json | flat | grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^]]*}}" |
-		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2)
+	local s v
+	s=$(hstats "$1")
+	v=$(grep -o "{\"topic\":\"$2\",\"stages\":[^]]*\][^]]*}}" <<<"$s" |
+		grep -o "\"$3\":{[^}]*}" | grep -o "\"$4\":[0-9]*" | cut -d: -f2) || true
 	echo "${v:-0}"
 }

@@ -6,15 +6,12 @@
 # with status 0; with no daemon, rgaps-top exits 1 naming the socket.
 . "$(dirname "$0")/lib.sh"
 TOP="$RGAPS_BUILD/tools/rgaps-top"
-if [ ! -x "$TOP" ]; then
-	echo "SKIP: rgaps-top was not built (ncurses was not found when the build was configured)"
-	exit 77
-fi
+[ -x "$TOP" ] || skip "rgaps-top was not built (ncurses was not found when the build was configured)"
 start_daemon
 
 # A subscriber that keeps up and a publisher at a steady rate for the whole batch.
 bg sub "$RGAPS" sub toptopic --count 1000000 --timeout 50
-wait_until 5 subs_are toptopic 1 || fail "subscriber did not attach"
+wait_until 20 subs_are toptopic 1 || fail "subscriber did not attach"
 bg pub "$RGAPS" pub toptopic --count 1000000 --size 4KiB --rate 200 --timeout 50
 timeout -k 2 20 "$TOP" --batch 2 --interval 300 >"$T/batch.out" 2>"$T/batch.err" ||
 	fail "rgaps-top --batch 2 exited $?: $(cat "$T/batch.err")"
@@ -38,21 +35,21 @@ kill9 sub
 # Interactive, in script(1)'s terminal: keys come through a FIFO that this shell
 # holds open, named inside the job (bash gives a background job /dev/null).
 if ! command -v script >/dev/null; then
-	echo "SKIP (part): no script(1) (util-linux): the interactive screen is not tested"
+	skip_part "no script(1) (util-linux): the interactive screen of rgaps-top is not tested"
 else
 	mkfifo "$T/keys"
 	exec 7<>"$T/keys"
 	BG_TIMEOUT=40 bg screen env TERM=xterm bash -c 'exec script -qec "$1" /dev/null <"$2"' screen \
 		"$TOP --interval 200" "$T/keys"
-	wait_until 10 grep -aq "toptopic" "$T/screen.out" || fail "screen never showed the topic: $(cat -v "$T/screen.out" | tail -c 600)"
+	wait_until 20 grep -aq "toptopic" "$T/screen.out" || fail "screen never showed the topic: $(cat -v "$T/screen.out" | tail -c 600)"
 	stop_daemon
-	wait_until 10 grep -aq "daemon not reachable" "$T/screen.out" ||
+	wait_until 20 grep -aq "daemon not reachable" "$T/screen.out" ||
 		fail "screen did not say the daemon is not reachable"
 	kill -0 "$PID_screen" 2>/dev/null || fail "rgaps-top quit when the daemon stopped"
 	start_daemon
 	# The status line is back to "polled at ..." once the new daemon answers.
 	after() { local s; s=$(tr -d '\0' <"$T/screen.out"); [[ "${s##*daemon not reachable}" == *"polled at"* ]]; }
-	wait_until 10 after || fail "screen did not reconnect to the restarted daemon"
+	wait_until 20 after || fail "screen did not reconnect to the restarted daemon"
 	printf q >&7
 	wait_ok screen
 	exec 7>&-
