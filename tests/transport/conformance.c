@@ -23,7 +23,15 @@
  * its ring footprint, ALIGN_UP(len, 64), all its immediate can carry (the
  * exact length is 64 + chunk_len from the record header, docs/VERBS.md). The
  * receiver checks the reported length against the one the sender posted (the
- * footprint of it for verbs) and every byte of the record at its exact length.
+ * footprint of it for verbs) and every byte of the record at its exact length,
+ * in every case (d included). Only --bench samples by default (the header, 4
+ * KiB at each end and 64 B in the middle of each payload; --verify-all checks
+ * every byte there too), and its result line says which.
+ *
+ * --corrupt WHERE (a test of this checker, tests/transport/oracle.sh) flips one
+ * byte of the 5th record of each flow in B's ring after it landed, before the
+ * check: hdr (its header's record_seq), first, third (a third into the payload:
+ * missed by sampling), last (the record's last byte). The checker must fail.
  *
  * --bench runs only the throughput measurement, with sender and receiver in two
  * processes (as two daemons would be), for tests/transport/bench_tcp.sh. Every
@@ -86,6 +94,7 @@ struct opts {
 	bool verify_all;
 	uint64_t seed;
 	int verbose;
+	const char *corrupt; /* --corrupt: NULL, "hdr", "first", "third" or "last" */
 };
 
 static struct opts opt = {
@@ -694,6 +703,28 @@ static uint64_t flow_exact_len(const struct flow *f, uint64_t seq, uint64_t repo
 	return reported;
 }
 
+#define CORRUPT_SEQ 4 /* --corrupt: the 5th record of each flow */
+
+/* --corrupt: flip the byte that opt.corrupt names in a landed record of exact bytes. */
+static void corrupt_record(uint8_t *rec, uint64_t exact)
+{
+	uint64_t plen = exact > REC_HDR ? exact - REC_HDR : 0, at;
+
+	if (!strcmp(opt.corrupt, "hdr"))
+		at = 48; /* record_seq */
+	else if (!strcmp(opt.corrupt, "first"))
+		at = REC_HDR;
+	else if (!strcmp(opt.corrupt, "third"))
+		at = REC_HDR + plen / 3;
+	else
+		at = exact - 1;
+	if (at < exact) {
+		printf("#    --corrupt %s: byte %" PRIu64 " of record %u (%" PRIu64 " bytes) flipped\n",
+		       opt.corrupt, at, CORRUPT_SEQ, exact);
+		rec[at] ^= 0x40;
+	}
+}
+
 static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 {
 	struct rgaps_ring_slot slot;
@@ -741,6 +772,8 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 		return;
 	}
 	buf = f->ring + slot.off;
+	if (opt.corrupt && seq == CORRUPT_SEQ)
+		corrupt_record(f->ring + slot.off, exact);
 	/* Every byte the sender wrote, at the exact length (past it: padding, not checked). */
 	build_hdr(want, seq, exact, f->ring_id);
 	if (memcmp(buf, want, RGAPS_MIN(exact, REC_HDR)) != 0) {
@@ -1798,10 +1831,11 @@ static int run_conformance(void)
 				      .max_len = opt.record_size,
 				      .seconds = opt.seconds,
 				      .watermark = opt.watermark,
-				      .verify_all = opt.verify_all,
+				      .verify_all = true,
 				      .src_align = 64 };
 
-		snprintf(label, sizeof(label), "d: %s records for %.1f s (in-process: one thread)",
+		snprintf(label, sizeof(label),
+			 "d: %s records for %.1f s, every byte checked (in-process: one thread)",
 			 size_str(opt.record_size, rs, sizeof(rs)), opt.seconds);
 		flow_run(&c, a, b);
 	}
@@ -2124,7 +2158,9 @@ static void usage(FILE *out)
 		"  --record-size SIZE   throughput record size (default 4M)\n"
 		"  --ring-size SIZE     throughput ring size (default 64M)\n"
 		"  --watermark W        throughput watermark (default 0.25)\n"
-		"  --verify-all         throughput: check every byte (default: headers + samples)\n"
+		"  --verify-all         --bench: check every byte (default: headers + samples)\n"
+		"  --corrupt WHERE      test the checker: flip a byte of the 5th record of each\n"
+		"                       flow (hdr, first, third or last); it must fail\n"
 		"  --bench              throughput only, sender and receiver in two processes\n"
 		"  --seed N, -v\n");
 }
@@ -2155,6 +2191,14 @@ static int parse_args(int argc, char **argv)
 			opt.watermark = atof(v);
 		else if (!strcmp(a, "--seed") && v)
 			opt.seed = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--corrupt") && v) {
+			if (strcmp(v, "hdr") && strcmp(v, "first") && strcmp(v, "third") &&
+			    strcmp(v, "last")) {
+				fprintf(stderr, "--corrupt: hdr, first, third or last\n");
+				return -EINVAL;
+			}
+			opt.corrupt = v;
+		}
 		else if (!strcmp(a, "--record-size") && v) {
 			if (parse_size(v, &opt.record_size))
 				return -EINVAL;

@@ -50,7 +50,8 @@ static void usage(FILE *f)
 		"usage: rgaps COMMAND [options]\n"
 		"  pub TOPIC --count N --size BYTES[-MAXBYTES] [--rate HZ] [--wait-subscribers N]\n"
 		"            [--timeout SEC] [--loan] [--fixed-payload]\n"
-		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS] [--latency]\n"
+		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
+		"            [--latency]\n"
 		"  topics [--json]\n"
 		"  stats [TOPIC] [--json | --prometheus]\n"
 		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
@@ -219,6 +220,20 @@ static int wait_subscribers(const char *topic, int want, double deadline)
 	return -1;
 }
 
+/* A decimal count for OPT, all of it digits. */
+static int parse_count(const char *opt, const char *s, uint64_t *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-') {
+		fprintf(stderr, "rgaps: %s: '%s' is not a count\n", opt, s);
+		return -1;
+	}
+	return 0;
+}
+
 static int cmd_pub(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -251,7 +266,8 @@ static int cmd_pub(int argc, char **argv)
 
 		switch (c) {
 		case 'n':
-			count = strtoull(optarg, NULL, 10);
+			if (parse_count("--count", optarg, &count))
+				return 2;
 			break;
 		case 's':
 			dash = strchr(optarg, '-');
@@ -374,6 +390,98 @@ static int cmd_pub(int argc, char **argv)
 
 /* ---------------------------------------------------------------- sub */
 
+/*
+ * The payload oracle of `sub --verify`: every byte of a message must be the
+ * pattern (tools/lib/pattern.h) for its origin sequence number, the place it
+ * has in its publisher's stream; and in each stream those places must follow
+ * each other but for the losses reported. So a corrupted, duplicated, stale or
+ * reordered message is a mismatch, not only one whose bytes disagree with its
+ * own header. Streams are told apart by rgaps_msg_info(); messages that come
+ * from another host carry the sequence number they had there.
+ */
+struct vstream {
+	uint64_t id;			   /* rgaps_msg_info_t.stream */
+	struct rgaps_pattern_stream place; /* origin sequence numbers (delivery order) */
+	uint64_t last_seq;		   /* rgaps_msg_t.seq of its previous message */
+	bool have_seq;
+};
+
+struct subscriber_state {
+	struct vstream *streams;
+	size_t nstreams, cap;
+	uint64_t reported; /* mismatches described so far */
+};
+
+#define VERIFY_REPORT_MAX 20 /* mismatches described on stderr; the rest are counted */
+
+static struct vstream *stream_of(struct subscriber_state *st, uint64_t id)
+{
+	struct vstream *v;
+
+	for (size_t i = 0; i < st->nstreams; i++)
+		if (st->streams[i].id == id)
+			return &st->streams[i];
+	if (st->nstreams == st->cap) {
+		size_t cap = st->cap ? 2 * st->cap : 8;
+
+		v = realloc(st->streams, cap * sizeof(*v));
+		if (!v)
+			return NULL;
+		st->streams = v;
+		st->cap = cap;
+	}
+	v = &st->streams[st->nstreams++];
+	memset(v, 0, sizeof(*v));
+	v->id = id;
+	return v;
+}
+
+/* Where message m sits in its publisher's stream: the sequence number it got there. */
+static uint64_t msg_origin_seq(const rgaps_msg_info_t *info)
+{
+	return info->origin_seq;
+}
+
+static bool report(struct subscriber_state *st)
+{
+	if (++st->reported <= VERIFY_REPORT_MAX)
+		return true;
+	if (st->reported == VERIFY_REPORT_MAX + 1)
+		fprintf(stderr, "rgaps sub: more mismatches: only the count from here on\n");
+	return false;
+}
+
+/* Check m's place in stream v and its payload; 0 if right, else say why and return -1. */
+static int verify_msg(struct subscriber_state *st, struct vstream *v, const rgaps_msg_t *m,
+		      const rgaps_msg_info_t *info)
+{
+	uint64_t got = 0, origin = msg_origin_seq(info);
+	const char *place = rgaps_pattern_place(&v->place, origin, m->gap), *payload;
+	int64_t off = rgaps_pattern_check(m->data, m->size, &got);
+
+	payload = off < 0 ? rgaps_pattern_counter_error(got, origin) : NULL;
+	if (off < 0 && !place && !payload)
+		return 0;
+	if (!report(st))
+		return -1;
+	if (place)
+		fprintf(stderr,
+			"rgaps sub: message seq %" PRIu64 " (stream %" PRIu64 ", origin seq %" PRIu64
+			", %zu bytes): %s\n",
+			m->seq, info->stream, origin, m->size, place);
+	if (off >= 0)
+		fprintf(stderr,
+			"rgaps sub: message seq %" PRIu64 " (origin seq %" PRIu64 ", %zu bytes, counter %" PRIu64
+			"): payload differs from the pattern at byte %" PRId64 "\n",
+			m->seq, origin, m->size, got, off);
+	else if (payload)
+		fprintf(stderr,
+			"rgaps sub: message seq %" PRIu64 " (origin seq %" PRIu64
+			", %zu bytes): counter %" PRIu64 ": %s\n",
+			m->seq, origin, m->size, got, payload);
+	return -1;
+}
+
 static int cmd_sub(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -385,10 +493,11 @@ static int cmd_sub(int argc, char **argv)
 		{ "latency", no_argument, NULL, 'T' },
 		{ 0 },
 	};
+	struct subscriber_state st = { 0 };
 	bool latency = false;
 	double *lat = NULL;
 	uint64_t count = 1, received = 0, verified = 0, bad = 0, gaps = 0, drops = 0, bytes = 0;
-	uint64_t last_seq = UINT64_MAX;
+	uint64_t first_seq = 0, last_seq = 0;
 	double timeout = 30, deadline, t0 = 0;
 	bool verify = false, allow_gaps = false;
 	int c, hold_ms = 0, rc;
@@ -404,7 +513,8 @@ static int cmd_sub(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			count = strtoull(optarg, NULL, 10);
+			if (parse_count("--count", optarg, &count))
+				return 2;
 			break;
 		case 'v':
 			verify = true;
@@ -435,6 +545,7 @@ static int cmd_sub(int argc, char **argv)
 	if (!sub) {
 		fprintf(stderr, "rgaps sub: cannot attach to '%s': %s\n", topic,
 			rgaps_strerror(errno));
+		free(lat);
 		return 1;
 	}
 	{
@@ -446,15 +557,19 @@ static int cmd_sub(int argc, char **argv)
 					"payloads from the CPU; use tests/gpu/gpu-sub to verify on the GPU\n",
 				topic);
 			rgaps_subscriber_destroy(sub);
+			free(lat);
 			return 2;
 		}
 	}
 	printf("subscribed to %s\n", topic);
 	fflush(stdout);
 	deadline = tool_now_s() + timeout;
-	/* --count N: stop once N sequence numbers are accounted for, received or reported lost */
+	rc = 0;
+	/* --count N: stop once N messages are accounted for, received or reported lost */
 	while (received + gaps + drops < count && !tool_interrupted) {
+		rgaps_msg_info_t info = { .struct_size = sizeof(info) };
 		double left = deadline - tool_now_s();
+		struct vstream *v;
 		rgaps_msg_t m;
 		int r;
 
@@ -469,12 +584,27 @@ static int cmd_sub(int argc, char **argv)
 			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
 			break;
 		}
+		r = rgaps_msg_info(sub, &m, &info);
+		v = r ? NULL : stream_of(&st, info.stream);
+		if (!v) {
+			fprintf(stderr, "rgaps sub: message seq %" PRIu64 ": no stream: %s\n", m.seq,
+				r ? rgaps_strerror(r) : "out of memory");
+			rc = 1;
+			rgaps_subscriber_release(sub, &m);
+			break;
+		}
+		drops += m.gap;
+		/* A jump of its stream's sequence that the daemon did not report is a gap. */
+		if (v->have_seq && m.seq > v->last_seq + 1 + m.gap)
+			gaps += m.seq - v->last_seq - 1 - m.gap;
+		/* (a gap-only message for a stream that is gone has seq 0: it moves nothing back) */
+		if (!v->have_seq || m.seq > v->last_seq) {
+			v->last_seq = m.seq;
+			v->have_seq = true;
+		}
 		if (m.flags & RGAPS_MSG_GAP) {
-			/* Only a loss report (its stream ended, or a link failed): it counts
-			 * the messages lost, none received. */
-			drops += m.gap;
-			if (last_seq == UINT64_MAX || m.seq > last_seq)
-				last_seq = m.seq;
+			/* no payload: only news of losses, which move the stream's place on */
+			rgaps_pattern_lost(&v->place, m.gap);
 			rgaps_subscriber_release(sub, &m);
 			continue;
 		}
@@ -485,35 +615,30 @@ static int cmd_sub(int argc, char **argv)
 			lat[received] = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec -
 					 (double)m.ts_ns) / 1e3;
 		}
-		if (!received)
+		if (!received) {
 			t0 = tool_now_s();
+			first_seq = m.seq;
+		}
+		last_seq = m.seq;
 		received++;
 		bytes += m.size;
-		drops += m.gap;
-		/* A jump the daemon did not report as dropped is a gap. */
-		if (last_seq != UINT64_MAX && m.seq > last_seq + 1 + m.gap)
-			gaps += m.seq - last_seq - 1 - m.gap;
-		last_seq = m.seq;
 		if (verify) {
-			uint64_t ctr = 0;
-			int64_t off = rgaps_pattern_check(m.data, m.size, &ctr);
-
-			if (off < 0) {
+			if (verify_msg(&st, v, &m, &info) == 0)
 				verified++;
-			} else {
+			else
 				bad++;
-				fprintf(stderr, "rgaps sub: message seq %" PRIu64 " (counter %" PRIu64
-						", %zu bytes): mismatch at byte %" PRId64 "\n",
-					m.seq, ctr, m.size, off);
-			}
 		}
 		if (hold_ms)
 			usleep((useconds_t)hold_ms * 1000);
 		rgaps_subscriber_release(sub, &m);
 	}
 	printf("received %" PRIu64 " verified %" PRIu64 " mismatched %" PRIu64 " gaps %" PRIu64
-	       " drops %" PRIu64 " bytes %" PRIu64 " in %.3f s\n",
-	       received, verified, bad, gaps, drops, bytes, received ? tool_now_s() - t0 : 0.0);
+	       " drops %" PRIu64 " bytes %" PRIu64 " in %.3f s; streams %zu",
+	       received, verified, bad, gaps, drops, bytes, received ? tool_now_s() - t0 : 0.0,
+	       st.nstreams);
+	if (received)
+		printf(" first_seq %" PRIu64 " last_seq %" PRIu64, first_seq, last_seq);
+	printf("\n");
 	if (lat && received) {
 		uint64_t n = received < count ? received : count;
 
@@ -524,15 +649,17 @@ static int cmd_sub(int argc, char **argv)
 		       n);
 	}
 	free(lat);
+	free(st.streams);
 	rgaps_subscriber_destroy(sub);
-	rc = 0;
+	if (rc)
+		return rc;
 	if (bad)
-		rc = 3;
-	else if (received + gaps + drops < count)
-		rc = 4;
-	else if ((gaps || drops) && !allow_gaps)
-		rc = 5;
-	return rc;
+		return 3;
+	if (received + gaps + drops < count)
+		return 4;
+	if ((gaps || drops) && !allow_gaps)
+		return 5;
+	return 0;
 }
 
 int main(int argc, char **argv)
