@@ -3,8 +3,10 @@
 #
 # Runs INSIDE the Soft-RoCE VM (tests/rdma/run.sh starts it): every verbs test
 # of rgaps against the real rxe0 device, one VM boot for all of them. Binaries
-# come from BUILD_DIR (built on the host). Ends with "N passed, M failed" and
-# exits 1 if anything failed, 77 if there is no RDMA device here.
+# come from BUILD_DIR (built on the host). Ends with "N passed, M failed, K
+# skipped" and exits 1 if anything failed; 77 (a skip, with the reasons) if
+# there is no RDMA device here or every inner test skipped; 0 otherwise, with a
+# "SKIP (part): ..." line for each inner test that skipped.
 #
 #   verbs-test      the plugin through its ABI (tests/rdma/verbs_test.c), at
 #                   2 QPs per link (the default), 1 QP with the completion
@@ -27,6 +29,7 @@ export RGAPS_PLUGIN_DIR=$build/plugins
 pass=0
 fail=0
 skipped=0
+skips=() # "test: reason" of each inner test that skipped
 suite_start=$(date +%s)
 work=$(mktemp -d /tmp/rdma-suite.XXXXXX)
 pids=()
@@ -60,7 +63,11 @@ t() {
 	rc=$?
 	case $rc in
 	0) pass=$((pass + 1)); r=ok ;;
-	77) skipped=$((skipped + 1)); r=SKIP ;;
+	77)
+		skipped=$((skipped + 1))
+		r=SKIP
+		skips+=("$name: $(sed -n 's/^SKIP[^:]*: //p' "$work/out" | head -n 1)")
+		;;
 	*) fail=$((fail + 1)); r=FAIL ;;
 	esac
 	echo "[$r $(( ($(date +%s%N) - s) / 1000000 )) ms] $name"
@@ -92,17 +99,14 @@ t "verbs-test, 4 QPs per link, small send queue, listener on the second address"
 # immediate carries 24 bits of 64-byte units, docs/PROTOCOL.md section 3); the
 # test checks the footprint of the length it posted and every byte up to the
 # exact length (64 + chunk_len in the record header).
-if conf=$(find_bin tests/transport/transport-conformance); then
-	t "transport conformance (tests/transport/conformance.c), verbs, cases a b c (records of 1 B..256 KiB)" \
-		"$conf" --transport verbs --plugin-dir "$build/plugins" --addr "$addr" --port 7710 \
-		--cases abc
-	t "transport conformance (tests/transport/conformance.c), verbs, cases d e f" \
-		"$conf" --transport verbs --plugin-dir "$build/plugins" --addr "$addr" --port 7700 \
-		--cases def
-else
-	echo "[SKIP] transport conformance: $build/tests/transport/transport-conformance is not built"
-	skipped=$((skipped + 1))
-fi
+conf=$(find_bin tests/transport/transport-conformance) ||
+	{ echo "FAIL: $build/tests/transport/transport-conformance is not built"; exit 1; }
+t "transport conformance (tests/transport/conformance.c), verbs, cases a b c (records of 1 B..256 KiB)" \
+	"$conf" --transport verbs --plugin-dir "$build/plugins" --addr "$addr" --port 7710 \
+	--cases abc
+t "transport conformance (tests/transport/conformance.c), verbs, cases d e f" \
+	"$conf" --transport verbs --plugin-dir "$build/plugins" --addr "$addr" --port 7700 \
+	--cases def
 
 # ---- rgapsd end to end over verbs: A on $addr, B on $addr2, both on $dev
 t "e2e: two rgapsd over verbs, 4 verifying subscribers, 4 KiB..16 MiB, peer restart" \
@@ -195,6 +199,13 @@ if [ $bench = 1 ] && [ "${RGAPS_BENCH_EXTRA:-0}" = 1 ]; then
 	done
 fi
 
-echo "# $skipped skipped; $(( $(date +%s) - suite_start )) s in the VM after boot"
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+echo "# $(( $(date +%s) - suite_start )) s in the VM after boot"
+echo "$pass passed, $fail failed, $skipped skipped"
+[ $fail = 0 ] || exit 1
+# A suite that tested nothing is a skip, not a pass; a partial one says what it left out.
+if [ $pass = 0 ]; then
+	echo "SKIP: every inner test of the RDMA suite skipped: $(printf '%s; ' "${skips[@]}")"
+	exit 77
+fi
+for s in "${skips[@]}"; do echo "SKIP (part): RDMA suite: $s"; done
+exit 0

@@ -5,7 +5,8 @@
 # boots the project's rxe VM (tests/rdma/vm.sh) once and runs
 # tests/rdma/rdma_suite.sh BUILD_DIR inside it (the repository is shared into
 # the VM at the same path). Exit: the suite's own status; 77 (skip, with the
-# reason) when the VM cannot run here or fails to boot; 1 on a VM timeout.
+# reason) when the VM cannot run here; 1 when the VM fails to boot or set up
+# rxe0 (a broken harness is not a missing RDMA device) and on a VM timeout.
 # --bench also runs the throughput comparison with ib_write_bw
 # (docs/BENCHMARKS.md, "verbs").
 set -u
@@ -43,7 +44,8 @@ case $rc in
 125)
 	echo "--- VM console / setup messages:"
 	tail -n 15 "$log"
-	skip "the Soft-RoCE VM failed to boot or set up rxe0 (tests/rdma/vm.sh exit 125)"
+	echo "FAIL: the Soft-RoCE VM failed to boot or set up rxe0 (tests/rdma/vm.sh exit 125)"
+	exit 1
 	;;
 124)
 	echo "FAIL: the Soft-RoCE VM timed out"
