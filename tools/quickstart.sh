@@ -4,8 +4,9 @@
 # (a daemon, a publisher and verifying subscribers on the embedded defaults)
 # or every test suite: unit, integration, transport, packaging and gpu (which
 # skips without a GPU), the unit and integration suites again under ASan+UBSan
-# and under ThreadSanitizer, and the RDMA suite in a Soft-RoCE VM, plain and
-# under ASan+UBSan (skipped with its reason where the VM cannot run).
+# and under ThreadSanitizer, the libFuzzer targets (built with clang: every
+# corpus replayed, then a short run of each), and the RDMA suite in a Soft-RoCE
+# VM, plain and under ASan+UBSan (skipped with its reason where the VM cannot run).
 #
 # `test` ends with "== all suites passed" only when nothing was skipped; else
 # "== passed, N skipped:" and one line per skipped test (or skipped part of a
@@ -16,6 +17,8 @@
 #                       test run (unit, integration, transport, gpu of the plain
 #                       build), to show that the tests pass on a loaded machine;
 #                       .ci/run sets 2 (the machine has 2 cores). Default 0.
+#   FUZZ_SECONDS=S      length of each libFuzzer run (default 15; 8 targets, as many at
+#                       once as there are cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
@@ -37,8 +40,9 @@ PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjso
       libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2
       python3-dev python3-numpy"
 # The tests also lint the Prometheus text with promtool, build deb and rpm packages and
-# check their manual pages, and read meson's test log with python3.
-[ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm mandoc man-db mmdebstrap python3"
+# check their manual pages, build the fuzz targets with clang, and read meson's test
+# log with python3.
+[ "$what" = test ] && PKGS="$PKGS prometheus dpkg-dev debhelper lintian rpm mandoc man-db mmdebstrap clang python3"
 # The Python package's pytest suite (suite "python") and its pip build.
 [ "$what" = test ] && PKGS="$PKGS python3-pytest python3-mesonpy python3-venv"
 missing=()
@@ -138,6 +142,11 @@ test)
 	# to the exact accounting of every message, not to a floor of messages received.
 	TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0} REMOTE_COUNT=60 REMOTE_KEEPALIVE_MS=5000 \
 		FAULTS_MIN_RECEIVED=0 suites tsan build-tsan --suite unit --suite integration
+	export FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+	say "fuzz targets (clang, libFuzzer): every corpus replayed, then $FUZZ_SECONDS s of each"
+	[ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled
+	ninja -C build-fuzz fuzz-targets
+	suites fuzz build-fuzz --suite fuzz
 	say "RDMA: the verbs transport over Soft-RoCE, in a VM"
 	suites rdma build --suite rdma
 	say "RDMA again with the ASan+UBSan build (the verbs plugin's memory safety)"
