@@ -2,14 +2,13 @@
 # Runs gpu-bench (tests/gpu/gpu_bench.cu) against its own rgapsd: topic gbench
 # on "memory": "cuda" and hbench on "memory": "host" (the shared-memory
 # baselines), each a 4 GiB pool taking messages up to 1 GiB. Extra arguments go
-# to gpu-bench (e.g. --sizes 4MiB,64MiB --subs 1,8). Skips (77) without a GPU.
+# to gpu-bench (e.g. --sizes 4MiB,64MiB --subs 1,8). Skips (77) without a GPU;
+# a probe that fails otherwise fails.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_bench.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
-GPU_BENCH="$RGAPS_BUILD/tests/gpu/gpu-bench"
-[ -x "$GPU_BENCH" ] || { echo "SKIP: $GPU_BENCH not built (no nvcc at configure time)"; exit 77; }
-"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
-
 . "$(dirname "$0")/../integration/lib.sh"
+GPU_BENCH="$RGAPS_BUILD/tests/gpu/gpu-bench"
+[ -x "$GPU_BENCH" ] || skip "$GPU_BENCH not built (no nvcc at configure time)"
+require "a GPU" "$RGAPS_BUILD/tests/gpu/gpu-pub" --probe
 
 mkdir -p "$T/topics.d"
 echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"
@@ -26,7 +25,8 @@ for t in gbench:cuda:4GiB hbench:host:$hpool; do
 		"$mem" "$pool" >"$T/topics.d/$name.json"
 done
 start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
-timeout -k 5 "${BENCH_TIMEOUT:-540}" "$GPU_BENCH" --gpu-topic gbench --host-topic hbench "$@"
-rc=$?
-grep "cuda:" "$T/rgapsd.log" | sed 's/^/rgapsd: /'
+rc=0
+timeout -k 5 "${BENCH_TIMEOUT:-540}" "$GPU_BENCH" --gpu-topic gbench --host-topic hbench "$@" || rc=$?
+grep "cuda:" "$T/rgapsd.log" | sed 's/^/rgapsd: /' || true
+stop_daemon
 exit $rc

@@ -8,33 +8,16 @@
 #           message and its header fit half of it
 # plus the all-baseline path and DP1, all in one run. Extra arguments go to
 # gpu-e2e (e.g. --sizes 4MiB,64MiB --subs 1,8 --reps 10,10). The stats of both
-# daemons are printed after the run. Skips (77) without a GPU.
+# daemons are printed after the run. Skips (77) without a GPU; a probe that
+# fails otherwise fails.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_e2e.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
-GPU_E2E="$RGAPS_BUILD/tests/gpu/gpu-e2e"
-[ -x "$GPU_E2E" ] || { echo "SKIP: $GPU_E2E not built (no nvcc at configure time)"; exit 77; }
-"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
-[ -e "$RGAPS_BUILD/plugins/transport-tcp.so" ] ||
-	{ echo "SKIP: no tcp transport plugin in $RGAPS_BUILD/plugins"; exit 77; }
-
 . "$(dirname "$0")/../integration/lib.sh"
+GPU_E2E="$RGAPS_BUILD/tests/gpu/gpu-e2e"
+[ -x "$GPU_E2E" ] || skip "$GPU_E2E not built (no nvcc at configure time)"
+require "a GPU" "$RGAPS_BUILD/tests/gpu/gpu-pub" --probe
+[ -e "$RGAPS_BUILD/plugins/transport-tcp.so" ] || fail "no tcp transport plugin in $RGAPS_BUILD/plugins"
 KEEPALIVE_MS=${KEEPALIVE_MS:-2000} # pinning a 2 GiB ring stalls a loop for a moment
 . "$(dirname "$0")/../integration/remote_lib.sh"
-e2e_exit() {
-	local rc=$1
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	if [ "$rc" -ne 0 ]; then
-		for h in A B; do
-			[ -f "$T/$h.log" ] && { echo "---- $h log (last 40 lines) ----"; tail -n 40 "$T/$h.log"; }
-		done
-	fi
-	if [ -n "${GPU_KEEP_LOGS:-}" ]; then # keep every log and output (device runs: under $OUT)
-		mkdir -p "$GPU_KEEP_LOGS" && cp "$T"/*.log "$T"/*.out "$T"/*.json "$GPU_KEEP_LOGS"/ 2>/dev/null
-	fi
-	rm -f /dev/shm/rgaps-"$INSTANCE"A-* /dev/shm/rgaps-"$INSTANCE"B-* 2>/dev/null
-	return "$rc"
-}
-trap 'e2e_exit $?; cleanup' EXIT
 
 host A 0; host B 1
 mkdir -p "$T/topics.d"
@@ -53,22 +36,23 @@ JSON
 	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!; PIDS+=(${DPID[$name]})
-	wait_until 10 on $name "$RGAPS" topics >/dev/null || fail "$name did not come up: $(tail -5 "$T/$name.log")"
+	wait_until 20 host_answers $name || fail "$name did not come up: $(tail -5 "$T/$name.log")"
 done
 wait_until 15 peer_up A B || fail "A-B session did not come up: $(tail -5 "$T/A.log")"
 
+rc=0
 RGAPS_SOCKET=${SOCK[A]} timeout -k 5 "${BENCH_TIMEOUT:-540}" "$GPU_E2E" --sub-socket "${SOCK[B]}" \
-	--topic-on e2eon --topic-off e2eoff "$@"
-rc=$?
+	--topic-on e2eon --topic-off e2eoff "$@" || rc=$?
 echo
 echo "== daemon counters after the run =="
 for h in A B; do
 	echo "-- $h: topics"
-	on $h "$RGAPS" stats --json | flat | grep -o '"name":"e2eo[nf]*","memory":"[a-z]*"[^{]*"from_peers":{[^}]*}' | sed 's/^/   /'
+	s=$(hstats $h)
+	grep -o '"name":"e2eo[nf]*","memory":"[a-z]*"[^{]*"from_peers":{[^}]*}' <<<"$s" | sed 's/^/   /' || true
 	echo "-- $h: forwarders and rings"
-	on $h "$RGAPS" stats --json | flat | grep -o '"forwarders":\[[^]]*\]' | sed 's/^/   /'
-	on $h "$RGAPS" stats --json | flat | grep -o '{"topic":"e2eo[nf]*","direction":"[a-z]*"[^}]*}' | sed 's/^/   /'
+	grep -o '"forwarders":\[[^]]*\]' <<<"$s" | sed 's/^/   /' || true
+	grep -o '{"topic":"e2eo[nf]*","direction":"[a-z]*"[^}]*}' <<<"$s" | sed 's/^/   /' || true
 done
-grep -hE "staging|not pinned|cuda:|hostile|refused|failed" "$T/A.log" "$T/B.log" | sed 's/^/log: /' | head -40
+grep -hE "staging|not pinned|cuda:|hostile|refused|failed" "$T/A.log" "$T/B.log" | sed 's/^/log: /' | head -40 || true
 for h in A B; do stop_host $h; done
 exit $rc

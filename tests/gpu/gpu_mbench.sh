@@ -7,15 +7,14 @@
 # Environment: MBENCH_GPUS (1,2,4), MBENCH_SIZES, MBENCH_REPS, MBENCH_PARTS
 # (fanout,nccl,stream). Skips (77) without a GPU.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_mbench.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+. "$(dirname "$0")/../integration/lib.sh"
 MB="$RGAPS_BUILD/tests/gpu/gpu-mbench"
-[ -x "$MB" ] || { echo "SKIP: $MB not built (no nvcc at configure time)"; exit 77; }
-"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
+[ -x "$MB" ] || skip "$MB not built (no nvcc at configure time)"
+require "a GPU" "$RGAPS_BUILD/tests/gpu/gpu-pub" --probe
 GPUS=${MBENCH_GPUS:-1,2,4}
 SIZES=${MBENCH_SIZES:-4MiB,64MiB,1GiB}
 REPS=${MBENCH_REPS:-20,10,5}
 PARTS=${MBENCH_PARTS:-fanout,nccl,stream}
-. "$(dirname "$0")/../integration/lib.sh"
 
 mkdir -p "$T/topics.d"
 echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"

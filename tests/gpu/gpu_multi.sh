@@ -18,20 +18,16 @@
 #     SIGKILL of a holder on B's last GPU leaves B's pools idle.
 # Needs 2 or more GPUs: skips (77) with the reason otherwise.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_multi.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+. "$(dirname "$0")/../integration/lib.sh"
 GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
 GPU_SUB="$RGAPS_BUILD/tests/gpu/gpu-sub"
-[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
-"$GPU_PUB" --probe >/dev/null || { "$GPU_PUB" --probe; exit 77; }
+[ -x "$GPU_PUB" ] || skip "$GPU_PUB not built (no nvcc at configure time)"
+require "a GPU" "$GPU_PUB" --probe
 G=$("$GPU_PUB" --gpus)
-if [ "${G:-1}" -lt 2 ]; then
-	echo "SKIP gpu-multi: $G GPU visible; serving several GPUs needs 2 or more"
-	exit 77
-fi
+[ "${G:-1}" -ge 2 ] || skip "$G GPU visible; serving several GPUs needs 2 or more"
 LAST=$((G - 1))
 N=${GPU_MULTI_COUNT:-200}
 
-. "$(dirname "$0")/../integration/lib.sh"
 flat() { tr -d ' \t\n'; }
 gpu_field() { # TOPIC DEVICE FIELD [socket]
 	RGAPS_SOCKET=${4:-$RGAPS_SOCKET} "$RGAPS" stats "$1" --json | flat |

@@ -10,38 +10,19 @@
 #  2. The same with chunking off (whole messages, the thesis order).
 #  3. SIGKILL of a subscriber on B holding 8 GPU messages that came from A:
 #     B's GPU pool back to idle.
-# Skips (exit 77) with the reason when no GPU is usable.
+# Skips (exit 77) with the reason when there is no GPU; a probe that fails
+# otherwise fails the test.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_remote.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+. "$(dirname "$0")/../integration/lib.sh"
 GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
 GPU_SUB="$RGAPS_BUILD/tests/gpu/gpu-sub"
-[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
-"$GPU_PUB" --probe || exit 77
-[ -e "$RGAPS_BUILD/plugins/transport-tcp.so" ] ||
-	{ echo "SKIP: no tcp transport plugin in $RGAPS_BUILD/plugins"; exit 77; }
-
-. "$(dirname "$0")/../integration/lib.sh"
+[ -x "$GPU_PUB" ] || skip "$GPU_PUB not built (no nvcc at configure time)"
+require "a GPU" "$GPU_PUB" --probe
+[ -e "$RGAPS_BUILD/plugins/transport-tcp.so" ] || fail "no tcp transport plugin in $RGAPS_BUILD/plugins"
 # Pinning rings and staging buffers stalls a daemon's loop for a moment: keep
 # the sessions from declaring each other dead meanwhile.
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000}
 . "$(dirname "$0")/../integration/remote_lib.sh"
-# Host daemons have their own instances (INSTANCE + name): on failure show their
-# logs, and remove their segments whatever happened.
-gpu_remote_exit() {
-	local rc=$1
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	if [ "$rc" -ne 0 ]; then
-		for h in A B; do
-			[ -f "$T/$h.log" ] && { echo "---- $h log (last 40 lines) ----"; tail -n 40 "$T/$h.log"; }
-		done
-	fi
-	if [ -n "${GPU_KEEP_LOGS:-}" ]; then # keep every log and output (device runs: under $OUT)
-		mkdir -p "$GPU_KEEP_LOGS" && cp "$T"/*.log "$T"/*.out "$T"/*.json "$GPU_KEEP_LOGS"/ 2>/dev/null
-	fi
-	rm -f /dev/shm/rgaps-"$INSTANCE"A-* /dev/shm/rgaps-"$INSTANCE"B-* 2>/dev/null
-	return "$rc"
-}
-trap 'gpu_remote_exit $?; cleanup' EXIT
 
 COUNT=${GPU_REMOTE_COUNT:-300}
 host A 0; host B 1
@@ -63,7 +44,7 @@ JSON
 	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
 	DPID[$name]=$!; PIDS+=(${DPID[$name]})
-	wait_until 10 on $name "$RGAPS" topics >/dev/null || fail "$name did not come up: $(tail -5 "$T/$name.log")"
+	wait_until 20 host_answers $name || fail "$name did not come up: $(tail -5 "$T/$name.log")"
 }
 for h in A B; do
 	gstart $h ', "memory": "cuda", "pool_size": "1GiB", "max_message_size": "64MiB", "ring_size": "256MiB", "chunk_size": "4MiB"'
@@ -89,8 +70,7 @@ run_fanout() { # TOPIC SIZES COUNT LABEL
 	wait_ok "p$topic"
 	for s in "b${topic}1" "b${topic}2" "b${topic}3" "b${topic}4" "a$topic"; do
 		wait_ok "$s"
-		grep -q "received $n verified $n mismatched 0 gaps 0 drops 0" "$T/$s.out" ||
-			fail "$s ($label): $(tail -2 "$T/$s.out")"
+		expect_sub "$s" received=$n verified=$n mismatched=0 gaps=0 drops=0
 	done
 	local secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 	grep -h "first message" "$T/b${topic}1.out" | sed 's/^/   B: /'
@@ -123,7 +103,7 @@ RGAPS_SOCKET=${SOCK[A]} "$GPU_PUB" gkill --count 40 --size 1MiB --timeout 30 >"$
 	fail "publish to gkill: $(cat "$T/kpub.out")"
 wait_until 30 grep -q "holding 8" "$T/holder.out" || fail "holder did not take 8: $(cat "$T/holder.out")"
 wait_ok steady
-grep -q "received 40 verified 40 mismatched 0 gaps 0" "$T/steady.out" || fail "steady: $(tail -1 "$T/steady.out")"
+expect_sub steady received=40 verified=40 mismatched=0 gaps=0
 used=$(bpool_used gkill)
 [ "$used" -ge $((8 * 1024 * 1024)) ] || fail "B's pool should hold the 8 held messages, has $used"
 kill9 holder
@@ -132,7 +112,7 @@ ok "SIGKILLed subscriber on B: its 8 remote GPU messages ($used bytes) reclaimed
 RGAPS_SOCKET=${SOCK[A]} "$GPU_PUB" gkill --count 5 --size 1MiB >/dev/null || fail "gkill unusable after the kill"
 
 for h in A B; do
-	grep -E "hostile|staging copy failed|copy into the pool failed|cuda: .*failed" "$T/$h.log" &&
+	! grep -E "hostile|staging copy failed|copy into the pool failed|cuda: .*failed" "$T/$h.log" ||
 		fail "$h logged errors"
 done
 for h in A B; do stop_host $h; done

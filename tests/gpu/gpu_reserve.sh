@@ -4,14 +4,13 @@
 # and the numbers (free, total, pool, reserve), counted as gpu_pools_refused;
 # with the default reserve (1 GiB) the same pool is made. rgapsd asks the cuda
 # plugin for the GPU's free memory (mem_info, cudaMemGetInfo) before each pool.
-# Skips (77) with the reason when no GPU is usable.
+# Skips (77) with the reason when there is no GPU; a probe that fails otherwise
+# fails.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_reserve.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
-GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
-[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
-"$GPU_PUB" --probe >/dev/null || { "$GPU_PUB" --probe; exit 77; }
-
 . "$(dirname "$0")/../integration/lib.sh"
+GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
+[ -x "$GPU_PUB" ] || skip "$GPU_PUB not built (no nvcc at configure time)"
+require "a GPU" "$GPU_PUB" --probe
 dstat() { "$RGAPS" stats --json | tr -d ' \t\n' | grep -o "\"$1\":[0-9]*" | head -n 1 | cut -d: -f2; }
 conf() { # conf RESERVE
 	cat >"$T/rgapsd.json" <<JSON
@@ -23,7 +22,7 @@ JSON
 # No GPU holds 1 TiB free besides a pool: refused, with the numbers.
 conf 1024GiB
 start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
-"$RGAPS" pub big --count 1 --size 4KiB >"$T/big.out" 2>&1 && fail "a pool was made although it leaves less than 1 TiB free"
+! "$RGAPS" pub big --count 1 --size 4KiB >"$T/big.out" 2>&1 || fail "a pool was made although it leaves less than 1 TiB free"
 # The client gets no_memory (ENOMEM), in words that name gpu_reserve; the reply's message
 # and rgapsd's log name the numbers.
 grep -q "gpu_reserve" "$T/big.out" || fail "no clear error: $(cat "$T/big.out")"

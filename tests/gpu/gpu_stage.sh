@@ -14,23 +14,22 @@
 #  3. A spoils one chunk on the wire (the test-only fault transport,
 #     RGAPSD_FAULT=chunk:6): B's kernel catches it, the message is dropped and
 #     reported to the subscriber (gpu-sub: gaps 1), every other one verified.
-# Skips (exit 77) with the reason when no GPU is usable or the plugin is absent.
+# Skips (exit 77) with the reason when there is no GPU or the plugin is not
+# built; a probe that fails otherwise fails.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_stage.sh
-: "${RGAPS_BUILD:?RGAPS_BUILD must point at the build directory}"
+. "$(dirname "$0")/../integration/lib.sh"
 GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
 GPU_SUB="$RGAPS_BUILD/tests/gpu/gpu-sub"
 CHECK="$RGAPS_BUILD/tests/gpu/gpu-stage-check"
 FAULT_TCP="$RGAPS_BUILD/tests/fault/transport-tcp.so"
 PLUGINS=${RGAPS_PLUGIN_DIR:-$RGAPS_BUILD/plugins}
-[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
-[ -e "$PLUGINS/stage-gpusum.so" ] || { echo "SKIP: no gpusum stage plugin in $PLUGINS"; exit 77; }
-"$GPU_PUB" --probe || exit 77
-[ -e "$PLUGINS/transport-tcp.so" ] || { echo "SKIP: no tcp transport plugin in $PLUGINS"; exit 77; }
+[ -x "$GPU_PUB" ] || skip "$GPU_PUB not built (no nvcc at configure time)"
+[ -e "$PLUGINS/stage-gpusum.so" ] || skip "no gpusum stage plugin in $PLUGINS (not built)"
+require "a GPU" "$GPU_PUB" --probe
+[ -e "$PLUGINS/transport-tcp.so" ] || fail "no tcp transport plugin in $PLUGINS"
 for f in "$CHECK" "$FAULT_TCP"; do
-	[ -e "$f" ] || { echo "FAIL: $f not built"; exit 1; }
+	[ -e "$f" ] || fail "$f not built"
 done
-
-. "$(dirname "$0")/../integration/lib.sh"
 KEEPALIVE_MS=${KEEPALIVE_MS:-1000} # pinning rings stalls a loop for a moment
 . "$(dirname "$0")/../integration/remote_lib.sh"
 # ---- 1. the kernel alone

@@ -19,12 +19,12 @@
 GPU_PUB="$RGAPS_BUILD/tests/gpu/gpu-pub"
 GPU_SUB="$RGAPS_BUILD/tests/gpu/gpu-sub"
 SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
-[ -x "$GPU_PUB" ] || { echo "SKIP: $GPU_PUB not built (no nvcc at configure time)"; exit 77; }
-"$GPU_PUB" --probe >/dev/null || { "$GPU_PUB" --probe; exit 77; }
+. "$(dirname "$0")/../integration/lib.sh"
+[ -x "$GPU_PUB" ] || skip "$GPU_PUB not built (no nvcc at configure time)"
+require "a GPU" "$GPU_PUB" --probe
 G=$("$GPU_PUB" --gpus)
 N=${GPU_STREAM_COUNT:-2000}
 
-. "$(dirname "$0")/../integration/lib.sh"
 flat() { tr -d ' \t\n'; }
 mkdir -p "$T/topics.d"
 echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"

@@ -14,6 +14,11 @@
  * the same stream, and the host waits only to read the verdict. Exit 3: the
  * attach was refused (ENODEV: a GPU the topic cannot serve).
  *
+ * A message is right when every byte is the pattern for its origin sequence
+ * number and, in its publisher's stream (rgaps_msg_info()), that number follows
+ * the previous one but for the losses reported (tools/lib/pattern.h, as
+ * `rgaps sub --verify`): a duplicated, stale or reordered message is a mismatch.
+ *
  * Prints "received R verified V mismatched M gaps G drops D" and exits 0 when
  * R == N, M == 0 and (with --allow-gaps aside) G == 0. --hold K takes K
  * messages, verifies them, keeps holding them, prints "holding K" and waits to
@@ -25,7 +30,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <vector>
+
 #include "gpu_test.cuh"
+#include "pattern.h"
 #include "rgaps/rgaps.h"
 
 static volatile sig_atomic_t stop;
@@ -56,8 +64,10 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t count = 100, received = 0, verified = 0, mismatched = 0, gaps = 0;
-	uint64_t prev_seq = 0, prev_counter = 0, hold = 0, t0, deadline;
-	int allow_gaps = 0, have_prev = 0, async = 0, device = 0, ndev = 0, o, rc;
+	uint64_t hold = 0, t0, deadline;
+	int allow_gaps = 0, async = 0, device = 0, ndev = 0, o, rc;
+	/* one per publisher stream: its id (rgaps_msg_info_t.stream) and its place */
+	std::vector<std::pair<uint64_t, struct rgaps_pattern_stream>> streams;
 	const char *want_path = NULL;
 	static const char *const paths[] = { "local", "peer", "replica" };
 	double timeout = 60;
@@ -169,8 +179,27 @@ int main(int argc, char **argv)
 			fprintf(stderr, "gpu-sub: take: %s\n", rgaps_strerror(r));
 			break;
 		}
-		if (m.flags & RGAPS_MSG_GAP) { /* no payload: messages lost upstream */
+		rgaps_msg_info_t mi = {};
+		struct rgaps_pattern_stream *place = NULL;
+		const char *where, *counter = NULL;
+
+		mi.struct_size = sizeof(mi);
+		r = rgaps_msg_info(sub, &m, &mi); /* while it is held: before any release */
+		if (r) {
+			fprintf(stderr, "gpu-sub: message seq %llu: rgaps_msg_info: %s\n",
+				(unsigned long long)m.seq, rgaps_strerror(r));
+			break;
+		}
+		for (auto &p : streams)
+			if (p.first == mi.stream)
+				place = &p.second;
+		if (!place) {
+			streams.push_back({ mi.stream, {} });
+			place = &streams.back().second;
+		}
+		if (m.flags & RGAPS_MSG_GAP) { /* no payload: news of losses only */
 			gaps += m.gap;
+			rgaps_pattern_lost(place, m.gap);
 			continue;
 		}
 		if (received == 0) {
@@ -188,8 +217,11 @@ int main(int argc, char **argv)
 		}
 		received++;
 		gaps += m.gap;
+		where = rgaps_pattern_place(place, mi.origin_seq, m.gap);
 		if (m.size < PATTERN_HDR) {
-			mismatched++;
+			h_res->bad = 1;
+			h_res->first_bad = 0;
+			h_res->counter = 0;
 		} else if (async) {
 			/* Verify on s, release after the kernel on s, and only then wait for the verdict. */
 			pattern_verify_launch(m.data, m.size, d_res, h_res, s);
@@ -204,34 +236,37 @@ int main(int argc, char **argv)
 		} else {
 			pattern_verify(m.data, m.size, d_res, h_res, s);
 		}
-		if (m.size >= PATTERN_HDR) {
-			/* A publisher numbers messages base + i: seq and counter move together. */
-			if (have_prev && m.gap == 0 && h_res->counter >> 32 == prev_counter >> 32 &&
-			    h_res->counter - prev_counter != m.seq - prev_seq)
-				h_res->bad++;
-			if (h_res->bad) {
-				mismatched++;
-				if (mismatched <= 5)
-					fprintf(stderr,
-						"gpu-sub: seq %llu (%zu bytes): %llu bad words, "
-						"first at byte %llu\n",
-						(unsigned long long)m.seq, m.size, h_res->bad,
-						h_res->first_bad);
-			} else {
-				verified++;
-			}
-			prev_counter = h_res->counter;
+		if (!h_res->bad)
+			counter = rgaps_pattern_counter_error(h_res->counter, mi.origin_seq);
+		if (where || h_res->bad || counter) {
+			mismatched++;
+			if (mismatched <= 20 && where)
+				fprintf(stderr,
+					"gpu-sub: seq %llu (stream %llu, origin seq %llu, %zu bytes): %s\n",
+					(unsigned long long)m.seq, (unsigned long long)mi.stream,
+					(unsigned long long)mi.origin_seq, m.size, where);
+			if (mismatched <= 20 && h_res->bad)
+				fprintf(stderr,
+					"gpu-sub: seq %llu (origin seq %llu, %zu bytes, counter %llu): "
+					"%llu bad words, first at byte %llu\n",
+					(unsigned long long)m.seq, (unsigned long long)mi.origin_seq,
+					m.size, h_res->counter, h_res->bad, h_res->first_bad);
+			else if (mismatched <= 20 && counter)
+				fprintf(stderr,
+					"gpu-sub: seq %llu (origin seq %llu, %zu bytes): counter %llu: %s\n",
+					(unsigned long long)m.seq, (unsigned long long)mi.origin_seq,
+					m.size, h_res->counter, counter);
+		} else {
+			verified++;
 		}
-		prev_seq = m.seq;
-		have_prev = 1;
 		if (!hold && !async)
 			rgaps_subscriber_release(sub, &m);
 	}
 	rgaps_subscriber_info(sub, &info);
-	printf("received %llu verified %llu mismatched %llu gaps %llu drops %llu\n",
+	printf("received %llu verified %llu mismatched %llu gaps %llu drops %llu streams %zu\n",
 	       (unsigned long long)received, (unsigned long long)verified,
 	       (unsigned long long)mismatched, (unsigned long long)gaps,
-	       (unsigned long long)info.drops);
+	       (unsigned long long)info.drops, streams.size());
 	fflush(stdout);
 	rc = received == count && mismatched == 0 && (allow_gaps || gaps == 0) ? 0 : 1;
 	if (hold && rc == 0) {

@@ -32,7 +32,12 @@
 /* After a launch: the launch error now, the execution error at the next sync. */
 #define CK_LAUNCH() CK(cudaGetLastError())
 
-/* Exit 77 (meson: skipped) with the reason when there is no usable GPU. */
+/*
+ * Exit 77 (meson: skipped) with the reason when there is no GPU: no NVIDIA
+ * driver, or a driver that sees no device. Any other CUDA error (a driver older
+ * than the runtime, a failed initialisation...) is a broken machine or build,
+ * not a missing GPU: exit 1, so that it fails the test instead of hiding in a skip.
+ */
 static inline void gpu_require(const char *prog)
 {
 	int n = 0, drv = 0;
@@ -43,10 +48,16 @@ static inline void gpu_require(const char *prog)
 		printf("SKIP %s: no NVIDIA driver on this machine\n", prog);
 		exit(GPU_SKIP);
 	}
-	if (e != cudaSuccess || n == 0) {
-		printf("SKIP %s: no usable GPU (%s)\n", prog,
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+		printf("SKIP %s: no GPU (the NVIDIA driver %d.%d sees no CUDA device)\n", prog,
+		       drv / 1000, drv % 1000 / 10);
 		exit(GPU_SKIP);
+	}
+	if (e != cudaSuccess) {
+		fprintf(stderr, "FAIL %s: CUDA cannot count the devices: %s (%s); driver %d.%d\n",
+			prog, cudaGetErrorName(e), cudaGetErrorString(e), drv / 1000,
+			drv % 1000 / 10);
+		exit(1);
 	}
 }
 
@@ -107,6 +118,7 @@ __global__ static void pattern_verify_kernel(const uint8_t *p, uint64_t size,
 	uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	unsigned long long bad = 0;
+	bool body_seen = false; /* this thread's first bad body word is reported (its lowest) */
 
 	if (i == 0) {
 		uint64_t hs = ((const uint64_t *)p)[1];
@@ -132,8 +144,10 @@ __global__ static void pattern_verify_kernel(const uint8_t *p, uint64_t size,
 	}
 	for (uint64_t k = i; k < nwords; k += stride) {
 		if (w[k] != pattern_word(counter, k)) {
-			if (!bad)
+			/* (not "!bad": thread 0 may have counted a bad header or tail already) */
+			if (!body_seen)
 				atomicMin(&r->first_bad, (unsigned long long)(PATTERN_HDR + k * 8));
+			body_seen = true;
 			bad++;
 		}
 	}

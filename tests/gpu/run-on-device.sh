@@ -32,7 +32,7 @@ if [ "${1:-}" != --on-device ]; then
 		ninja -C .device/build src/daemon/rgapsd tools/rgaps plugins/memory-host.so \
 			plugins/memory-cuda.so plugins/transport-tcp/transport-tcp.so \
 			tests/gpu/gpu-pub tests/gpu/gpu-sub tests/gpu/gpu-bench tests/gpu/gpu-e2e \
-			tests/gpu/gpu-mbench \
+			tests/gpu/gpu-mbench tests/oracle/oracle-pub \
 			plugins/stage-gpusum.so tests/gpu/gpu-stage-check tests/fault/transport-tcp.so
 		# The loader wants every plugin in one folder; the build links the tcp one there
 		# with a symbolic link, which the carry to the device may not keep: copy it.
@@ -142,6 +142,7 @@ export -f machine dp1 table7 # timeout runs programs, not functions: bash -c run
 part machine 40 bash -c machine
 G=$("$RGAPS_BUILD/tests/gpu/gpu-pub" --gpus 2>/dev/null || echo 1)
 part selftest 40 "$RGAPS_BUILD/tests/gpu/gpu-pub" --selftest
+part oracle 60 bash tests/gpu/gpu_oracle.sh
 part suite 150 bash tests/gpu/gpu_suite.sh
 part reserve 60 bash tests/gpu/gpu_reserve.sh
 part multi 180 bash tests/gpu/gpu_multi.sh
