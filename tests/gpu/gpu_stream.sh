@@ -60,11 +60,12 @@ if [ "$G" -ge 2 ]; then
 fi
 for v in a1 a2 c1 c2 $([ "$G" -ge 2 ] && echo g1); do
 	wait_ok "speer$v"
-	grep -q "received $TOTAL verified $TOTAL mismatched 0 gaps 0" "$T/speer$v.out" ||
-		fail "speer$v: $(tail -3 "$T/speer$v.out")"
+	expect_sub "speer$v" received=$TOTAL verified=$TOTAL mismatched=0 gaps=0
 done
-[ "$G" -ge 2 ] && { wait_ok srepg1; grep -q "received $N verified $N mismatched 0 gaps 0" "$T/srepg1.out" ||
-	fail "srepg1: $(tail -3 "$T/srepg1.out")"; }
+if [ "$G" -ge 2 ]; then
+	wait_ok srepg1
+	expect_sub srepg1 received=$N verified=$N mismatched=0 gaps=0
+fi
 fenced=$("$RGAPS" stats speer --json | flat | grep -o '"fenced":[0-9]*' | head -1 | cut -d: -f2)
 waits=$("$RGAPS" stats speer --json | flat | grep -o '"fence_waits":[0-9]*' | head -1 | cut -d: -f2)
 [ "$((fenced + waits))" = "$TOTAL" ] || fail "fenced $fenced + waited $waits != $TOTAL"
@@ -87,7 +88,7 @@ if [ -x "$SANITIZER" ]; then
 			grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$T/$f.out" ||
 				fail "$f: $(tail -8 "$T/$f.out")"
 		done
-		grep -q "received 100 verified 100 mismatched 0" "$T/cs$tool.out" || fail "cs$tool: $(tail -3 "$T/cs$tool.out")"
+		expect_sub "cs$tool" received=100 verified=100 mismatched=0
 		ok "compute-sanitizer $tool: stream-ordered publisher and subscriber clean ($(grep -hE 'SUMMARY' "$T/cp$tool.out" "$T/cs$tool.out" | tr '\n' ' '))"
 	done
 else
@@ -95,5 +96,5 @@ else
 fi
 
 stop_daemon
-ls /dev/shm | grep -q "rgaps-$INSTANCE-" && fail "segments left after SIGTERM"
+! ls /dev/shm | grep -q "rgaps-$INSTANCE-" || fail "segments left after SIGTERM"
 ok "clean shutdown"

@@ -113,11 +113,14 @@ grep -q "cuda: GPU 0 has [0-9]* MiB free, topic needs 1048576 MiB" "$T/rgapsd.lo
 stop_daemon
 CUDA_VISIBLE_DEVICES= start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
 "$RGAPS" pub gauto2 --count 1 --size 1KiB >/dev/null || fail "auto topic without a visible GPU"
-grep -q "topic 'gauto2': memory auto -> host (cuda not usable: no CUDA device visible" \
-	"$T/rgapsd.log" || fail "auto did not fall back to host with the reason"
-grep -E "out of range|MiB free, topic needs|auto -> host" "$T/rgapsd.log" | sed 's/^/   /' || true
+# (the plugin registry says why cuda cannot serve the topic, then what it picked)
+grep -q "topic 'gauto2': memory auto: cuda not usable: no CUDA device visible" "$T/rgapsd.log" ||
+	fail "auto did not say why cuda is not usable: $(grep gauto2 "$T/rgapsd.log")"
+grep -q "topic 'gauto2': memory auto -> host" "$T/rgapsd.log" ||
+	fail "auto did not fall back to host: $(grep gauto2 "$T/rgapsd.log")"
+grep -E "out of range|MiB free, topic needs|auto: cuda not usable|auto -> host" "$T/rgapsd.log" | sed 's/^/   /' || true
 ok "clear refusals (device out of range, GPU memory, no device) and auto -> host fallback"
 
 stop_daemon
-ls /dev/shm | grep -q "rgaps-$INSTANCE-" && fail "segments left after SIGTERM"
+! ls /dev/shm | grep -q "rgaps-$INSTANCE-" || fail "segments left after SIGTERM"
 ok "clean shutdown"
