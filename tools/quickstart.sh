@@ -131,11 +131,15 @@ test)
 		while read -r t; do echo "plain: $t: not run: it shows an open bug (docs/TESTING.md, Known bugs)"; done >>"$SKIPS"
 	suites plain build --suite packaging
 	say "unit and integration under ASan+UBSan"
-	build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	# The sanitizer builds make only what their runs test (unit, integration, rdma): the
+	# gpu programs need a GPU and the Python package has its own suite on the plain build.
+	build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
+		-Dcuda=disabled -Dpython=disabled
 	# Same tests, smaller cross-host volume: ASan makes the byte checks ~5x slower.
 	REMOTE_COUNT=150 suites asan build-asan --suite unit --suite integration
 	say "unit and integration under ThreadSanitizer (rgapsd's loop, forwarder and worker threads)"
-	build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dcuda=disabled
+	build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dcuda=disabled \
+		-Dpython=disabled
 	# TSan slows every access ~10x while 8 verifying subscribers share the CPUs: a
 	# smaller cross-host volume and longer keepalives, so that rgapsd's loop is not
 	# starved past them; the subscribers that may fall behind (drop_oldest) are held
