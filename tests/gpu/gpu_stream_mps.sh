@@ -14,13 +14,16 @@ set -u
 HERE=$(dirname "$0")
 [ -x "$RGAPS_BUILD/tests/gpu/gpu-mbench" ] ||
 	{ echo "SKIP: gpu-mbench not built (no nvcc at configure time)"; exit 77; }
-"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || exit 77
+# The probe exits 77 when there is no GPU; any other failure is a broken setup, not a skip.
+rc=0
+"$RGAPS_BUILD/tests/gpu/gpu-pub" --probe || rc=$?
+[ $rc = 0 ] || { [ $rc = 77 ] || echo "FAIL: gpu-pub --probe exited $rc"; exit $rc; }
 
 echo "== stream order, one context per process (no MPS)"
 MBENCH_PARTS=stream timeout -k 5 200 bash "$HERE/gpu_mbench.sh" || exit $?
 
 if ! command -v nvidia-cuda-mps-control >/dev/null; then
-	echo "SKIP (MPS half): no nvidia-cuda-mps-control on this machine"
+	echo "SKIP (part): the MPS half: no nvidia-cuda-mps-control on this machine"
 	exit 0
 fi
 CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/rgaps-mps-pipe.XXXXXX)
