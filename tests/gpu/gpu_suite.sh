@@ -108,8 +108,8 @@ start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
 grep -q "device ordinal 9 out of range: 1 CUDA device visible" "$T/rgapsd.log" ||
 	grep -q "device ordinal 9 out of range" "$T/rgapsd.log" || fail "no reason for device 9"
 "$RGAPS" pub ghuge --count 1 --size 1KiB >/dev/null 2>&1 && fail "a 1 TiB GPU pool was created"
-grep -q "cuda: GPU 0 has [0-9]* MiB free, topic needs 1048576 MiB" "$T/rgapsd.log" ||
-	fail "no clear error for a pool larger than the GPU"
+grep -q "topic 'ghuge': pool refused: GPU 0 has [0-9.]* GiB free of [0-9.]* GiB ([0-9]* bytes): a 1 TiB pool does not fit" \
+	"$T/rgapsd.log" || fail "no clear error for a pool larger than the GPU: $(grep ghuge "$T/rgapsd.log" | tail -n 3)"
 stop_daemon
 CUDA_VISIBLE_DEVICES= start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
 "$RGAPS" pub gauto2 --count 1 --size 1KiB >/dev/null || fail "auto topic without a visible GPU"
@@ -118,7 +118,7 @@ grep -q "topic 'gauto2': memory auto: cuda not usable: no CUDA device visible" "
 	fail "auto did not say why cuda is not usable: $(grep gauto2 "$T/rgapsd.log")"
 grep -q "topic 'gauto2': memory auto -> host" "$T/rgapsd.log" ||
 	fail "auto did not fall back to host: $(grep gauto2 "$T/rgapsd.log")"
-grep -E "out of range|MiB free, topic needs|auto: cuda not usable|auto -> host" "$T/rgapsd.log" | sed 's/^/   /' || true
+grep -E "out of range|pool refused|auto: cuda not usable|auto -> host" "$T/rgapsd.log" | sed 's/^/   /' || true
 ok "clear refusals (device out of range, GPU memory, no device) and auto -> host fallback"
 
 stop_daemon
