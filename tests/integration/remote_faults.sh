@@ -14,13 +14,11 @@ for h in A B C; do start_host $h ', "overflow": "drop_oldest"'; done
 wait_until 20 peer_up A B && wait_until 20 peer_up A C || fail "sessions did not come up"
 
 # ---- 1. peer kill and restart. A's and C's subscribers account for every one of the
-# 3000 messages (received intact or reported lost); they must receive at least
-# FAULTS_MIN_RECEIVED (2900): their overflow policy drops the oldest when they fall
-# behind, as they may when a sanitizer slows every process ten times on a loaded
-# machine (ThreadSanitizer: 0, only the exact accounting).
+# 3000 messages (received intact or reported lost), and B's death cost them nothing
+# on the way: no gap (a message lost upstream of them). Their own overflow policy may
+# still drop the oldest when they fall behind on a loaded machine (drops, counted);
+# how many is the machine's business, not B's, so no floor on what they received.
 N=3000
-MIN=${FAULTS_MIN_RECEIVED:-2900}
-[ "$MIN" -gt 0 ] || skip_part "FAULTS_MIN_RECEIVED=0: A's and C's subscribers were held to the exact accounting only, not to a floor of messages received"
 for h in C B A; do
 	bg "sub$h" env RGAPS_SOCKET=${SOCK[$h]} "$RGAPS" sub live --count $N --verify --timeout 120 --allow-gaps
 done
@@ -47,8 +45,7 @@ grep -q "^published $N messages .* failures 0$" "$T/pub.out" || fail "publisher 
 for s in subA subC; do
 	wait_ok $s
 	expect_accounted $s $N
-	n=$(sub_field $s received)
-	[ "$n" -ge "$MIN" ] || fail "$s received fewer than $MIN while B was down: $(sub_line $s)"
+	expect_sub $s gaps=0
 	ok "$s unaffected by B's death, all $N accounted for: $(sub_line $s)"
 done
 s=$(hstats A)
