@@ -2,8 +2,8 @@
 # rgapsd killed with SIGKILL leaves its segments behind; a new rgapsd on the
 # same socket closes them (waking whoever still waits on them), removes them and
 # serves again; clients of the dead daemon - waiting, or publishing and taking
-# as fast as they can - get -ENOTCONN within 1 s instead of carrying on in a
-# world nobody reads. A second daemon on a live socket refuses to start.
+# as fast as they can, or holding messages - get -ENOTCONN within 1 s instead of
+# carrying on in a world nobody reads. A second daemon on a live socket refuses to start.
 . "$(dirname "$0")/lib.sh"
 start_daemon
 expect_exit 1 timeout -k 2 20 "$RGAPSD" --socket "$RGAPS_SOCKET" --instance "$INSTANCE"
@@ -63,5 +63,26 @@ for j in bpub bsub; do
 	grep -q "rgapsd is gone" "$T/$j.out" || fail "$j: $(tail -2 "$T/$j.out")"
 	ok "$j noticed within ${ms} ms: $(grep -m1 'rgapsd is gone' "$T/$j.out")"
 done
+
+# A subscriber holding messages and waiting for more when rgapsd dies: its wait ends
+# with -ENOTCONN within 1 s; the messages it holds stay readable; releasing them and
+# destroying the handle return.
+start_daemon
+bg holder "$ITEST" holdwait hd 4
+wait_until 20 grep -q "^ready" "$T/holder.out" || fail "holder did not attach: $(cat "$T/holder.out")"
+wait_until 20 subs_are hd 1 || fail "holder is not attached"
+"$RGAPS" pub hd --count 4 --size 64KiB >/dev/null || fail "publish to the holder"
+wait_until 20 grep -q "^holding 4" "$T/holder.out" || fail "holder took no 4: $(cat "$T/holder.out")"
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+DAEMON_PID=
+t0=$(date +%s%N)
+pid=$(bg_pid holder)
+for _ in $(seq 200); do lib_ours "$pid" || break; sleep 0.01; done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+lib_ours "$pid" && fail "holder still waiting ${ms} ms after rgapsd was killed"
+[ "$ms" -le 1000 ] || fail "holder took ${ms} ms to notice rgapsd was gone"
+wait_ok holder
+ok "a subscriber holding 4 messages noticed within ${ms} ms: $(grep '^holdwait' "$T/holder.out")"
 start_daemon
 stop_daemon

@@ -406,6 +406,49 @@ static int cmd_hold(const char *topic, long n)
 	return 0;
 }
 
+/*
+ * Hold N messages, then wait for more: when rgapsd dies the wait must end with
+ * -ENOTCONN (within the library's liveness interval), the held messages must
+ * stay readable, and releasing them and destroying the handle must not hang.
+ */
+static int cmd_holdwait(const char *topic, long n)
+{
+	rgaps_subscriber_t *sub = rgaps_subscriber_init(topic);
+	rgaps_msg_t held[64], m;
+	long got = 0;
+	unsigned sum = 0;
+	int r;
+
+	if (!sub || n < 1 || n > 64)
+		return 2;
+	printf("ready\n");
+	fflush(stdout);
+	while (got < n && rgaps_subscriber_take(sub, &held[got], 20000) == 0)
+		got++;
+	printf("holding %ld\n", got);
+	fflush(stdout);
+	if (got != n)
+		return 1;
+	r = rgaps_subscriber_take(sub, &m, 60000);
+	if (r == 0) {
+		printf("holdwait: a message came, none was published\n");
+		return 1;
+	}
+	for (long i = 0; i < got; i++) { /* the held bytes are still mapped */
+		const volatile uint8_t *b = held[i].data;
+
+		if (held[i].size)
+			sum += b[0] + b[held[i].size - 1];
+	}
+	for (long i = 0; i < got; i++)
+		(void)rgaps_subscriber_release(sub, &held[i]);
+	rgaps_subscriber_destroy(sub);
+	printf("holdwait: the wait ended with %s (%d) while holding %ld; held bytes readable "
+	       "(sum %u); released and destroyed\n",
+	       rgaps_strerror(r), r, got, sum);
+	return r == -ENOTCONN ? 0 : 1;
+}
+
 static int cmd_loanhold(const char *topic, long n)
 {
 	rgaps_publisher_t *pub = rgaps_publisher_init(topic);
@@ -669,6 +712,8 @@ int main(int argc, char **argv)
 		return cmd_fdsub(argv[2], atol(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "hold") == 0)
 		return cmd_hold(argv[2], atol(argv[3]));
+	if (argc >= 4 && strcmp(argv[1], "holdwait") == 0)
+		return cmd_holdwait(argv[2], atol(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "loanhold") == 0)
 		return cmd_loanhold(argv[2], atol(argv[3]));
 	if (argc >= 7 && strcmp(argv[1], "scribble") == 0)
@@ -680,7 +725,7 @@ int main(int argc, char **argv)
 	if (argc >= 3 && strcmp(argv[1], "stalewait") == 0)
 		return cmd_stalewait(argv[2]);
 	fprintf(stderr, "usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
-			"hold T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
+			"hold T N | holdwait T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
 			"legitpub T N | legitsub T N | stalewait SHMNAME\n");
 	return 2;
 }
