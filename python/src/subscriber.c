@@ -245,12 +245,12 @@ static void hold_describe(struct rgpy_hold *h)
 	}
 }
 
-static uint64_t mono_ms(void)
+static uint64_t mono_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
@@ -269,8 +269,8 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 	asked_ms = ms;
 	c = core_of(self);
 	core_ref(c); /* close() in another thread must not free it under us */
-	if (ms > 0)
-		deadline = mono_ms() + (uint64_t)ms;
+	if (ms > 0) /* in ns: a deadline in whole ms could end a wait up to 1 ms early */
+		deadline = mono_ns() + (uint64_t)ms * 1000000ull;
 	for (;;) {
 		int slice = ms < 0 || ms > TAKE_SLICE_MS ? TAKE_SLICE_MS : ms;
 
@@ -305,13 +305,16 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 			rgpy_raise(r, "Subscriber('%s').take", c->h.topic);
 			goto out;
 		}
-		if (ms == 0 || (ms > 0 && mono_ms() >= deadline)) {
+		if (ms == 0 || (ms > 0 && mono_ns() >= deadline)) {
 			rgpy_raise(-ETIMEDOUT, "Subscriber('%s').take: no message within %g s",
 				   c->h.topic, asked_ms / 1000.0);
 			goto out;
 		}
-		if (ms > 0)
-			ms = (int)(deadline - mono_ms());
+		if (ms > 0) { /* what is left, rounded up */
+			uint64_t now = mono_ns();
+
+			ms = now >= deadline ? 1 : (int)((deadline - now + 999999) / 1000000);
+		}
 		if (rgpy_handle_usable(self)) /* closed by another thread meanwhile */
 			goto out;
 	}
