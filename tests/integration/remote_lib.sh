@@ -25,7 +25,9 @@ host() {
 }
 
 # start_host NAME [extra JSON for the topic defaults]: start its daemon with every other host as peer
-# ($DAEMON_EXTRA, if set, is more daemon keys, each followed by a comma)
+# ($DAEMON_EXTRA, if set, is more daemon keys, each followed by a comma). Keepalive: rgapsd's
+# default 2 s unless KEEPALIVE_MS says otherwise; a loaded 2-core machine can leave a daemon
+# unscheduled for 0.6 s, so only the tests about stalled peers ask for 200 ms.
 start_host() {
 	local name=$1 defaults=${2:-} peers=""
 	for h in "${!PORT[@]}"; do
@@ -34,7 +36,7 @@ start_host() {
 	done
 	cat > "$T/$name.json" <<JSON
 { ${DAEMON_EXTRA:-} "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
-  "keepalive_ms": ${KEEPALIVE_MS:-200}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
+  "keepalive_ms": ${KEEPALIVE_MS:-2000}, "defaults": { "transport": "${TRANSPORT:-tcp}" $defaults } }
 JSON
 	# RGAPSD_FAULT=...: this daemon takes its tcp transport from the test-only fault
 	# plugin (tests/fault/transport_fault.c), which misbehaves as asked; its folder

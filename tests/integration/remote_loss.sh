@@ -13,6 +13,7 @@
 . "$(dirname "$0")/remote_lib.sh"
 [ -d "$RGAPS_BUILD/tests/fault/plugins" ] || { echo "SKIP: the fault transport plugin was not built (tcp transport absent)"; exit 77; }
 host A 0; host B 1
+KEEPALIVE_MS=${KEEPALIVE_MS:-200} # a stopped peer is noticed in 0.6 s: what this test is about
 SUB_TIMEOUT=120 # the subscriber's own limit: it must end long before
 
 # sub_counts NAME: "received drops" from a subscriber's summary line

@@ -19,6 +19,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 host A 0; host B 1; host C 2
+KEEPALIVE_MS=${KEEPALIVE_MS:-200} # a stopped peer is noticed in 0.6 s: what this test is about
 stall_b() { # TIMES SECONDS
 	for _ in $(seq "$1"); do
 		sleep 1
