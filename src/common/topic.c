@@ -281,6 +281,7 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 	c.origin_stream = __atomic_load_n(&e->origin_stream, __ATOMIC_ACQUIRE);
 	c.origin_seq = __atomic_load_n(&e->origin_seq, __ATOMIC_ACQUIRE);
 	c.gap = __atomic_load_n(&e->gap, __ATOMIC_ACQUIRE);
+	c.accounted = __atomic_load_n(&e->accounted, __ATOMIC_ACQUIRE);
 	c.flags = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
 	c.attr_len = __atomic_load_n(&e->attr_len, __ATOMIC_ACQUIRE);
 	c.fence = __atomic_load_n(&e->fence, __ATOMIC_ACQUIRE);

@@ -58,8 +58,9 @@
 #define RGAPS_TOPIC_MAGIC 0x32504f5453504752ull	 /* "RGPSTOP2" */
 #define RGAPS_PUB_MAGIC 0x3242555053504752ull	 /* "RGPSPUB2" */
 #define RGAPS_SUB_MAGIC 0x3242555353504752ull	 /* "RGPSSUB2" */
-/* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions) */
-#define RGAPS_TOPIC_LAYOUT_VERSION 4
+/* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions);
+ * 5: `accounted` in entries and publisher regions (what entries a reader skipped stood for) */
+#define RGAPS_TOPIC_LAYOUT_VERSION 5
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 #define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
 #define RGAPS_FENCE_BYTES 64u /* a fence handle (RGAPS_FENCE_HANDLE_LEN of plugin.h) */
@@ -124,8 +125,10 @@ struct rgaps_topic_entry {
 	uint64_t origin_stream; /* the publishing stream on the origin host */
 	uint64_t origin_seq;	/* its sequence number there */
 	uint32_t gap;		/* messages lost upstream just before this one */
-	uint32_t flags;		/* RGAPS_ENTRY_* */
-	uint32_t attr_len;	/* bytes of its attribute block (<= RGAPS_ATTR_MAX) */
+	uint32_t accounted;	/* the stream's messages accounted for up to and including this
+				   entry, mod 2^32: 1 per entry with a payload, plus every gap */
+	uint16_t flags;		/* RGAPS_ENTRY_* */
+	uint16_t attr_len;	/* bytes of its attribute block (<= RGAPS_ATTR_MAX) */
 	uint32_t fence;		/* with RGAPS_ENTRY_FENCE: the publisher's fence slot */
 };
 
@@ -170,6 +173,8 @@ struct rgaps_pub_region {
 	uint32_t doorbell; /* futex word: bumped after every publish */
 	uint32_t space_waiting; /* the publisher sleeps for room: 0 no, slot + 1 for that
 				   subscriber's progress, UINT32_MAX for anyone's */
+	uint32_t accounted; /* that of entry head - 1 (0 before the first): what the entries
+			       a departing stream leaves untaken stood for */
 
 	struct rgaps_pub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
 };

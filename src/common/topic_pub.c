@@ -60,6 +60,7 @@ struct rgaps_pub {
 	uint64_t gen;
 	uint32_t slot;
 	uint64_t head, tail; /* the true values; the region has copies for readers */
+	uint32_t accounted;  /* messages the stream accounted for so far, mod 2^32 (topic.h) */
 	uint32_t mask;
 	uint32_t *blk;	     /* [queue_depth]: the block of each kept entry */
 	uint32_t *blk_fence; /* [queue_depth]: its fence slot + 1, 0 for none */
@@ -605,10 +606,12 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	__atomic_store_n(&e->origin_stream, c->origin_stream ? c->origin_stream : p->gen,
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&e->origin_seq, c->origin_stream ? c->origin_seq : seq, __ATOMIC_RELEASE);
+	p->accounted += c->gap + (size ? 1 : 0); /* mod 2^32: readers take differences */
 	__atomic_store_n(&e->gap, c->gap, __ATOMIC_RELEASE);
-	__atomic_store_n(&e->flags, c->flags | (c->has_fence ? RGAPS_ENTRY_FENCE : 0),
+	__atomic_store_n(&e->accounted, p->accounted, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->flags, (uint16_t)(c->flags | (c->has_fence ? RGAPS_ENTRY_FENCE : 0)),
 			 __ATOMIC_RELEASE);
-	__atomic_store_n(&e->attr_len, c->attr_len, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->attr_len, (uint16_t)c->attr_len, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->fence, c->has_fence ? c->fence : 0, __ATOMIC_RELEASE);
 	if (c->attr_len)
 		rgaps_attrs_store(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
@@ -617,6 +620,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	p->blk_fence[i] = c->has_fence ? c->fence + 1 : 0;
 
 	p->head = seq + 1;
+	__atomic_store_n(&p->r->accounted, p->accounted, __ATOMIC_RELEASE);
 	__atomic_store_n(&p->r->head, p->head, __ATOMIC_SEQ_CST);
 	__atomic_fetch_add(&p->r->doorbell, 1, __ATOMIC_SEQ_CST);
 	/* One FUTEX_WAKE for every subscriber asleep on the doorbell, if any is. A

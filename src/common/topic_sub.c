@@ -36,6 +36,9 @@ struct stream {
 	const uint8_t *pool;
 	uint64_t limit;	      /* UINT64_MAX, or the final head of a departed publisher */
 	uint64_t pending_gap; /* lost, to report with the next message of this stream */
+	uint32_t last_acc;    /* `accounted` of the last entry taken (or 0 before the stream's
+				 first, when we read it from its start), if have_acc */
+	bool have_acc;
 	bool poisoned;
 };
 
@@ -186,7 +189,15 @@ bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
 		uint64_t untaken;
 
 		head = RGAPS_MIN(head, st->limit);
-		untaken = head > next ? RGAPS_MIN(head - next, (uint64_t)s->lim.queue_depth) : 0;
+		if (st->have_acc) /* the entries left and what they carried */
+			untaken = head > next ? (uint32_t)(__atomic_load_n(&st->r->accounted,
+									   __ATOMIC_ACQUIRE) -
+							   st->last_acc) :
+						0;
+		else
+			untaken = head > next ? RGAPS_MIN(head - next,
+							  (uint64_t)s->lim.queue_depth) :
+						0;
 		untaken += st->pending_gap;
 		if (untaken) {
 			__atomic_fetch_add(&s->lost, untaken, __ATOMIC_RELAXED);
@@ -269,7 +280,31 @@ static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r, ui
 		rgaps_futex_wake_all(&s->r->progress);
 }
 
-/* The subscriber was lapped in stream st: move to its tail, counting what it missed. */
+/*
+ * What was lost just before entry e, which we take now. Once we know where we
+ * stand in the stream's running count (have_acc), that is the difference of
+ * the counts less e itself: it includes every entry we were lapped past and
+ * what they carried (a gap-only entry counts its gap, not itself). Before
+ * that, e's own gap. A count that disagrees with e's gap is its publisher's
+ * lie about its own stream: e's gap stands.
+ */
+static uint64_t lost_before(struct stream *st, const struct rgaps_topic_entry *e)
+{
+	uint32_t n = e->gap;
+
+	if (st->have_acc) {
+		uint32_t d = e->accounted - st->last_acc - (e->size ? 1u : 0u);
+
+		if (d >= e->gap)
+			n = d;
+	}
+	st->last_acc = e->accounted;
+	st->have_acc = true;
+	return n;
+}
+
+/* The subscriber was lapped in stream st: move to its tail, counting what it missed
+ * (where it knows the stream's count, the next entry taken tells it: lost_before()). */
 static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t slot,
 			      struct rgaps_sub_cursor *c, uint64_t next, uint64_t head)
 {
@@ -285,7 +320,8 @@ static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t s
 		return TRY_NONE;
 	}
 	if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & RGAPS_CURSOR_FRESH)) {
-		st->pending_gap += tail - next;
+		if (!st->have_acc)
+			st->pending_gap += tail - next;
 		__atomic_fetch_add(&s->r->c.drops, tail - next, __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&c->next, tail, __ATOMIC_SEQ_CST);
@@ -316,6 +352,12 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		return TRY_NONE;
 	c = cursor_of(s, slot, st->gen);
 	next = __atomic_load_n(&c->next, __ATOMIC_RELAXED);
+	if (!st->have_acc && next == 0 &&
+	    !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & RGAPS_CURSOR_FRESH)) {
+		/* A stream that began after we attached: we count it from its start. */
+		st->have_acc = true;
+		st->last_acc = 0;
+	}
 	head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
 	if (next >= head)
 		return TRY_NONE; /* nothing new (a head that went back only hides its own stream) */
@@ -340,7 +382,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		m->off = 0;
 		m->data = NULL;
 		m->size = 0;
-		m->gap = st->pending_gap + e.gap;
+		m->gap = st->pending_gap + lost_before(st, &e);
 		m->token = UINT32_MAX;
 		m->attr_len = 0;
 		m->attrs = NULL;
@@ -388,7 +430,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	m->off = e.off;
 	m->data = st->pool + e.off;
 	m->size = e.size;
-	m->gap = st->pending_gap + e.gap;
+	m->gap = st->pending_gap + lost_before(st, &e);
 	m->token = (uint32_t)k;
 	m->attr_len = e.attr_len;
 	m->attrs = e.attr_len ? s->hp[k].attrs : NULL;

@@ -816,6 +816,76 @@ static void test_gap_only_messages(void **state)
 	destroy(f);
 }
 
+/* Publish one message of size bytes that follows gap messages lost upstream (a relay). */
+static void publish_after_loss(struct client *c, uint64_t size, uint32_t gap)
+{
+	struct rgaps_pub_commit cm = { .ts_ns = 1, .gap = gap };
+	struct rgaps_pub_state st;
+	uint32_t tok;
+	uint64_t off;
+
+	assert_int_equal(rgaps_pub_loan(c->pub, size, 0, &tok, &off), 0);
+	rgaps_pub_get_state(c->pub, &st);
+	rgaps_pattern_fill(c->f->pool[c->slot] + off, size, st.head); /* take_ok checks it */
+	assert_int_equal(rgaps_pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
+}
+
+/*
+ * A subscriber lapped past entries that carried losses (a relay's stream:
+ * messages with gaps, gap-only entries) reports those losses too, and counts a
+ * gap-only entry it skipped as its gap, not as a message: what it receives
+ * plus what it is told lost is what the stream stood for. Likewise for the
+ * entries a departing stream leaves untaken.
+ */
+static void test_lapped_reader_counts_what_it_skipped(void **state)
+{
+	struct fixture *f = make(1 << 20, 4, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	static const uint32_t gaps[] = { 2, 0, 1, 0, 3, 0, 0 }; /* messages 1..7 */
+	struct rgaps_sub_msg m;
+	uint64_t got = 0, told = 0;
+
+	publish_after_loss(p, 100, 0);
+	take_ok(s, &m);
+	assert_int_equal(m.gap, 0);
+	rgaps_sub_release(s->sub, m.token);
+	got++;
+	/* 1 (after 2 lost), a notice of 5 lost, 2, 3 (after 1), 4, 5 (after 3), 6, 7: the
+	 * queue keeps the last 4, so the subscriber skips 1, the notice, 2 and 3. */
+	publish_after_loss(p, 100, gaps[0]);
+	assert_int_equal(rgaps_pub_gap(p->pub, 5, 1), 0);
+	for (int k = 1; k < 7; k++)
+		publish_after_loss(p, 100, gaps[k]);
+	take_ok(s, &m);
+	assert_int_equal(m.seq, 5); /* message 4 */
+	assert_int_equal(m.gap, (1 + 2) + 5 + 1 + (1 + 1));
+	got++, told += m.gap;
+	rgaps_sub_release(s->sub, m.token);
+	for (uint32_t want = 3; want != UINT32_MAX; want = want ? 0 : UINT32_MAX) {
+		for (int k = 0; k < (want ? 1 : 2); k++) {
+			take_ok(s, &m);
+			assert_int_equal(m.gap, want);
+			got++, told += m.gap;
+			rgaps_sub_release(s->sub, m.token);
+		}
+	}
+	assert_int_equal(got + told, 8 + 2 + 5 + 1 + 3);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+
+	/* Untaken when the stream goes: 8 (after 4 lost), a notice of 2, 9. */
+	publish_after_loss(p, 100, 4);
+	assert_int_equal(rgaps_pub_gap(p->pub, 2, 1), 0);
+	publish_after_loss(p, 100, 0);
+	fx_remove_pub(f, 0);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
+	assert_int_equal(m.gap, (1 + 4) + 2 + 1);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
 /* A departed publisher's stream drains up to its limit, then nothing more. */
 static void test_departed_stream_drains(void **state)
 {
@@ -1198,6 +1268,7 @@ int main(void)
 		cmocka_unit_test(test_loans),
 		cmocka_unit_test(test_attributes_and_origin),
 		cmocka_unit_test(test_gap_only_messages),
+		cmocka_unit_test(test_lapped_reader_counts_what_it_skipped),
 		cmocka_unit_test(test_departed_stream_drains),
 		cmocka_unit_test(test_publishers_round_robin),
 		cmocka_unit_test(test_spoiled_stream_is_poisoned),
