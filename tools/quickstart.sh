@@ -131,7 +131,9 @@ test)
 	suites plain build --no-suite integration --no-suite rdma --no-suite packaging \
 		--no-suite known_bug
 	# Tests that show an open bug are not run, and counted among the skipped.
-	meson test -C build --list --no-rebuild --suite known_bug 2>/dev/null | sed -n 's|^.* / ||p' |
+	# (meson fails "No suitable tests defined" while none is open)
+	{ meson test -C build --list --no-rebuild --suite known_bug 2>/dev/null || true; } |
+		sed -n 's|^.* / ||p' |
 		while read -r t; do echo "plain: $t: not run: it shows an open bug (docs/TESTING.md, Known bugs)"; done >>"$SKIPS"
 	suites plain build --suite packaging
 	say "unit and integration under ASan+UBSan"
