@@ -74,7 +74,7 @@ run_topic() { # TOPIC SIZE COUNT [SUB_COUNT --allow-gaps]
 }
 checked() { # TOPIC N LABEL: B checked N messages on its GPU, none refused; their time
 	local topic=$1 n=$2 ns
-	wait_until 10 test "$(stage_count B $topic before_publish runs)" = "$n" ||
+	wait_until 10 eval 'test "$(stage_count B $topic before_publish runs)" = "$n"' ||
 		fail "B checked $(stage_count B $topic before_publish runs) messages of $topic, expected $n"
 	[ "$(stage_count B $topic before_publish failed)" = 0 ] || fail "B refused a message of $topic"
 	on B "$RGAPS" stats $topic --json | flat | grep -q '"memory":"cuda"' || fail "$topic on B is not in GPU memory"

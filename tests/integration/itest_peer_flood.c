@@ -6,14 +6,15 @@
  *
  * For every PORT on 127.0.0.1 it holds PER_SOURCE connections from each of the
  * source addresses 127.0.0.2 .. 127.0.0.(SOURCES+1), and opens a new one in
- * place of every connection the daemon closes (every 100 ms), for SECONDS.
- * It prints "flood: started" once the first round is out, and at the end what
- * it did: "flood: connects N closed_by_daemon N".
+ * place of every connection the daemon closes (every 100 ms), for SECONDS or
+ * until SIGINT or SIGTERM. It prints "flood: started" once the first round is
+ * out, and at the end what it did: "flood: connects N closed_by_daemon N".
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,14 @@ struct slot {
 	uint16_t port;
 	unsigned src;
 };
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
 
 static double now_s(void)
 {
@@ -73,6 +82,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s SECONDS SOURCES PER_SOURCE PORT [PORT...]\n", argv[0]);
 		return 2;
 	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
 	end = now_s() + atof(argv[1]);
 	sources = (unsigned)atoi(argv[2]);
 	per = (unsigned)atoi(argv[3]);
@@ -90,7 +101,7 @@ int main(int argc, char **argv)
 			for (unsigned i = 0; i < per; i++)
 				s[n++] = (struct slot){ .fd = -1, .port = (uint16_t)atoi(argv[a]),
 							.src = 2 + src };
-	while (now_s() < end) {
+	while (!stop && now_s() < end) {
 		if (now_s() >= next_round) {
 			for (unsigned i = 0; i < n; i++) {
 				if (s[i].fd >= 0)

@@ -343,7 +343,9 @@ nsubs() {
 subs_are() { test "$(nsubs "$1" 2>/dev/null)" = "$2"; }
 pool_is() { test "$(pool_used "$1" 2>/dev/null)" = "$2"; }
 
-# wait_until SECONDS CMD...: poll CMD every 50 ms until it succeeds or SECONDS pass
+# wait_until SECONDS CMD...: poll CMD every 50 ms until it succeeds or SECONDS pass. CMD's
+# words are expanded once, by the call: a "$(query)" in them is a constant, so a value that
+# must be read again on every poll goes in a predicate function or in eval '...'.
 wait_until() {
 	local end=$((${EPOCHREALTIME/./} + $1 * 1000000))
 	shift

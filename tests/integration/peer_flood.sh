@@ -30,7 +30,7 @@ pstat() { on "$1" "$RGAPS" stats --json | flat | grep -o "\"$2\":[0-9]*" | head 
 pstat_pos() { local v; v=$(pstat "$1" "$2"); [ -n "$v" ] && [ "$v" -gt 0 ]; }
 
 # 50 sources x 10 connections on each port: 500 per daemon (8 per source fit), held
-# until the checks below are done (at most 20 s plus the bound).
+# until the checks below are done (then stopped; at most 20 s plus the bound).
 t0=$(now_ms)
 spawn flood "${NOBODY[@]}" "$PFLOOD" $(( 20 + BOUND_MS / 1000 )) 50 10 "${PORT[a]}" "${PORT[b]}"
 wait_until 10 grep -q started "$T/flood.out" || fail "the flood did not start: $(cat "$T/flood.out")"
@@ -67,6 +67,7 @@ wait_until 20 knows_sub a b pf || fail "a did not learn of b's subscriber during
 on a "$RGAPS" pub pf --count 5 --size 1KiB >/dev/null || fail "publish on a failed"
 wait_ok sub
 ok "messages crossed the session during the flood"
+kill -INT "${PID_flood}" 2>/dev/null
 wait "${PID_flood}" 2>/dev/null
 ok "flood over: $(tail -n 1 "$T/flood.out")"
 stop_host a

@@ -37,7 +37,7 @@ BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub sum --count $N --
 wait_ok pub
 wait_ok sub
 grep -q "received $N verified $N mismatched 0 gaps 0 drops 0" "$T/sub.out" || fail "sub: $(tail -1 "$T/sub.out")"
-wait_until 10 test "$(stage_count B sum before_publish runs)" = $N ||
+wait_until 10 eval 'test "$(stage_count B sum before_publish runs)" = $N' ||
 	fail "B checked $(stage_count B sum before_publish runs) messages, expected $N"
 [ "$(stage_count B sum after_landing runs)" = $CHUNKS ] || fail "B added $(stage_count B sum after_landing runs) tags, expected $CHUNKS"
 [ "$(stage_count A sum before_send runs)" = $CHUNKS ] || fail "A summed $(stage_count A sum before_send runs) chunks, expected $CHUNKS"
@@ -56,7 +56,7 @@ BG_TIMEOUT=120 bg opub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub odd --count $ODD
 wait_ok opub
 wait_ok osub
 grep -q "received $ODD verified $ODD mismatched 0 gaps 0 drops 0" "$T/osub.out" || fail "odd: $(tail -1 "$T/osub.out")"
-wait_until 10 test "$(stage_count B odd before_publish runs)" = $ODD ||
+wait_until 10 eval 'test "$(stage_count B odd before_publish runs)" = $ODD' ||
 	fail "B checked $(stage_count B odd before_publish runs) messages of odd, expected $ODD"
 landed=$(stage_count B odd after_landing runs)
 [ "$landed" -gt $ODD ] || fail "odd: $landed chunks for $ODD messages: no message was cut"

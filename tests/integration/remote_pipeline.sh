@@ -30,7 +30,7 @@ count() {
 }
 C=$((N * 4))
 # Every record is back (record_sent) once B has everything; give the last completions a moment.
-wait_until 10 test "$(count A sender_chunks 'posted->sent')" = $C ||
+wait_until 10 eval 'test "$(count A sender_chunks "posted->sent")" = $C' ||
 	fail "A: posted->sent $(count A sender_chunks 'posted->sent'), expected $C"
 for tr in '->queued' 'queued->staged' 'staged->reserved' 'reserved->posted' 'posted->sent'; do
 	[ "$(count A sender_chunks "$tr")" = $C ] || fail "A sender_chunks $tr = $(count A sender_chunks "$tr"), expected $C"

@@ -32,7 +32,7 @@ BG_TIMEOUT=120 bg pub env RGAPS_SOCKET=${SOCK[A]} "$RGAPS" pub crc --count $N --
 wait_ok pub
 wait_ok sub
 expect_sub sub received=$N verified=$N mismatched=0 gaps=0 drops=0
-wait_until 10 test "$(stage_count B crc after_landing runs)" = $CHUNKS ||
+wait_until 10 eval 'test "$(stage_count B crc after_landing runs)" = $CHUNKS' ||
 	fail "B ran crc32c on $(stage_count B crc after_landing runs) chunks, expected $CHUNKS"
 [ "$(stage_count A crc before_send runs)" = $CHUNKS ] || fail "A ran crc32c on $(stage_count A crc before_send runs) chunks"
 [ "$(stage_count A crc before_send failed)" = 0 ] && [ "$(stage_count B crc after_landing failed)" = 0 ] ||
