@@ -172,6 +172,18 @@ static struct rgaps_sub_cursor *cursor_of(struct rgaps_sub *s, uint32_t slot, ui
 	return c;
 }
 
+/* The messages that entries [next, head) of a departing stream stood for. */
+static uint64_t untaken_of(const struct stream *st, const struct rgaps_topic_limits *lim,
+			   uint64_t next, uint64_t head)
+{
+	if (head <= next)
+		return 0;
+	if (st->have_acc) /* the entries and what they carried: the region has the count */
+		return (uint32_t)(__atomic_load_n(&st->r->accounted, __ATOMIC_ACQUIRE) -
+				  st->last_acc);
+	return RGAPS_MIN(head - next, (uint64_t)lim->queue_depth);
+}
+
 bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
 {
 	struct stream *st;
@@ -189,16 +201,7 @@ bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
 		uint64_t untaken;
 
 		head = RGAPS_MIN(head, st->limit);
-		if (st->have_acc) /* the entries left and what they carried */
-			untaken = head > next ? (uint32_t)(__atomic_load_n(&st->r->accounted,
-									   __ATOMIC_ACQUIRE) -
-							   st->last_acc) :
-						0;
-		else
-			untaken = head > next ? RGAPS_MIN(head - next,
-							  (uint64_t)s->lim.queue_depth) :
-						0;
-		untaken += st->pending_gap;
+		untaken = untaken_of(st, &s->lim, next, head) + st->pending_gap;
 		if (untaken) {
 			__atomic_fetch_add(&s->lost, untaken, __ATOMIC_RELAXED);
 			s->lost_stream = gen;
