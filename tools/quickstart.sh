@@ -69,8 +69,7 @@ build() { # build DIR [meson options...]
 SKIPS=$(mktemp /tmp/rgaps-skips.XXXXXX)
 HOGS=()
 finish() {
-	local p
-	for p in "${HOGS[@]}"; do kill "$p" 2>/dev/null || true; done
+	stop_load
 	rm -f "$SKIPS"
 }
 trap finish EXIT
