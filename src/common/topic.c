@@ -350,15 +350,23 @@ void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps
 {
 	const uint64_t *src = (const uint64_t *)&r->c;
 	uint64_t *dst = (uint64_t *)&s->c;
-	uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+	/*
+	 * Head, tail, head again: the publisher runs on meanwhile, so the only lies
+	 * are a tail ahead of the later head or more than a queue behind the earlier
+	 * one (an honest tail lies in [head1 - depth, head2]).
+	 */
+	uint64_t head1 = __atomic_load_n(&r->head, __ATOMIC_SEQ_CST);
+	uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);
+	uint64_t head = __atomic_load_n(&r->head, __ATOMIC_SEQ_CST);
 
 	_Static_assert(sizeof(r->c) % sizeof(uint64_t) == 0, "counters are uint64_t");
 	for (size_t i = 0; i < sizeof(r->c) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	s->bad = tail > head || head - tail > lim->queue_depth;
+	s->bad = head1 > head || tail > head || (head1 > tail && head1 - tail > lim->queue_depth);
 	if (s->bad)
 		tail = head;
+	else if (head - tail > lim->queue_depth) /* it published on while we read */
+		tail = head - lim->queue_depth;
 	s->head = head;
 	s->tail = tail;
 	if (s->c.pool_used_bytes > lim->pool_size)

@@ -306,19 +306,28 @@ static uint64_t lost_before(struct stream *st, const struct rgaps_topic_entry *e
 	return n;
 }
 
-/* The subscriber was lapped in stream st: move to its tail, counting what it missed
- * (where it knows the stream's count, the next entry taken tells it: lost_before()). */
+/*
+ * The subscriber was lapped in stream st: move to its tail, counting what it missed
+ * (where it knows the stream's count, the next entry taken tells it: lost_before()).
+ *
+ * An honest stream's tail passed entry next before the entry changed, and is never
+ * ahead of its head. The head is read again here, after the tail: the one our caller
+ * read may be long stale (a subscriber descheduled between the two reads while its
+ * publisher ran on, as on any loaded machine), and a tail past a stale head is no lie.
+ */
 static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t slot,
-			      struct rgaps_sub_cursor *c, uint64_t next, uint64_t head)
+			      struct rgaps_sub_cursor *c, uint64_t next)
 {
 	uint64_t tail = __atomic_load_n(&st->r->tail, __ATOMIC_SEQ_CST);
+	uint64_t head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
 
 	if (tail <= next || tail > head) {
 		/* The entry changed, yet the stream claims it is still kept: a spoiled stream. */
-		char why[96];
+		char why[128];
 
-		snprintf(why, sizeof(why), "entry %llu changed while its tail is %llu",
-			 (unsigned long long)next, (unsigned long long)tail);
+		snprintf(why, sizeof(why), "entry %llu changed while its tail is %llu (head %llu)",
+			 (unsigned long long)next, (unsigned long long)tail,
+			 (unsigned long long)head);
 		poison(s, st, slot, why);
 		return TRY_NONE;
 	}
@@ -370,7 +379,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		return TRY_NONE;
 	}
 	if (r == -EAGAIN)
-		return lapped(s, st, slot, c, next, head);
+		return lapped(s, st, slot, c, next);
 
 	m->seq = next;
 	m->fence = e.fence;
@@ -443,7 +452,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 retired:
 	__atomic_store_n(&s->holds[k].gen, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&s->r->nholds, s->nholds, __ATOMIC_RELAXED);
-	return lapped(s, st, slot, c, next, head);
+	return lapped(s, st, slot, c, next);
 }
 
 /* One pass over every stream, round robin. */

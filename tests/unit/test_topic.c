@@ -886,6 +886,78 @@ static void test_lapped_reader_counts_what_it_skipped(void **state)
 	destroy(f);
 }
 
+/*
+ * The linker sends every rgaps_entry_read here (-Wl,--wrap, tests/unit/meson.build):
+ * a test may run something just before the next one, that is between a subscriber's
+ * read of a stream's head and its read of the entry there, where a loaded machine
+ * may deschedule it for as long as it likes.
+ */
+int __real_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
+int __wrap_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
+
+static void (*before_entry_read)(struct client *);
+static struct client *before_entry_read_arg;
+
+int __wrap_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen)
+{
+	void (*fn)(struct client *) = before_entry_read;
+
+	if (fn) {
+		before_entry_read = NULL;
+		fn(before_entry_read_arg);
+	}
+	return __real_rgaps_entry_read(lim, r, seq, e_p, why, whylen);
+}
+
+static void publish_ten(struct client *p)
+{
+	for (int k = 0; k < 10; k++)
+		assert_int_equal(publish(p, 100), 0);
+}
+
+/*
+ * A subscriber that read a stream's head, then looked away while its publisher
+ * lapped it, finds the stream's tail ahead of the head it read: no lie, only a
+ * stale head. (remote_stall on a loaded machine: the subscriber poisoned an honest
+ * relay stream, skipped the rest of it and waited out its timeout.) A tail ahead
+ * of the head as it is now still poisons.
+ */
+static void test_stale_head_is_no_lie(void **state)
+{
+	struct fixture *f = make(1 << 20, 4, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_sub_msg m;
+
+	assert_int_equal(publish(p, 100), 0); /* the subscriber reads head 1 */
+	before_entry_read = publish_ten;      /* 1..10 meanwhile: head 11, tail 7 */
+	before_entry_read_arg = p;
+	take_ok(s, &m);
+	assert_null(before_entry_read);
+	assert_int_equal(m.seq, 7);
+	assert_int_equal(m.gap, 7); /* 0..6, lapped */
+	rgaps_sub_release(s->sub, m.token);
+	for (uint64_t want = 8; want <= 10; want++) {
+		take_ok(s, &m);
+		assert_int_equal(m.seq, want);
+		assert_int_equal(m.gap, 0);
+		rgaps_sub_release(s->sub, m.token);
+	}
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(f->subr[0]->c.errors, 0);
+
+	/* The liar: message 11, then a tail past its head. */
+	assert_int_equal(publish(p, 100), 0);
+	__atomic_store_n(&f->pubr[0]->tail, 20, __ATOMIC_SEQ_CST);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(f->subr[0]->c.errors, 1);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
 /* A departed publisher's stream drains up to its limit, then nothing more. */
 static void test_departed_stream_drains(void **state)
 {
@@ -1269,6 +1341,7 @@ int main(void)
 		cmocka_unit_test(test_attributes_and_origin),
 		cmocka_unit_test(test_gap_only_messages),
 		cmocka_unit_test(test_lapped_reader_counts_what_it_skipped),
+		cmocka_unit_test(test_stale_head_is_no_lie),
 		cmocka_unit_test(test_departed_stream_drains),
 		cmocka_unit_test(test_publishers_round_robin),
 		cmocka_unit_test(test_spoiled_stream_is_poisoned),
