@@ -7,7 +7,11 @@
      publisher starting to publish a tensor that sits on the GPU (one D2D
      copy into the pool) to the last subscriber holding it (CLOCK_MONOTONIC);
      Python's subscribers stop the clock once torch.from_dlpack(msg) returned
-     a tensor (and, for the like-for-like row, once take() returned).
+     a tensor (and, for the like-for-like row, once take() returned). The
+     Python subscribers are timed twice: with a Python publisher (publish(),
+     in stream order: they wait for its copy's fence) and with the C
+     benchmark's own publish call, rgaps_publisher_push through ctypes ("C
+     push": only the subscribers' language differs from the C row).
   2. Against what a Python user would do instead, the same processes:
      torch.multiprocessing queues sharing CUDA tensors (a fresh tensor per
      message, put once per consumer), and pickling the tensor through a
@@ -120,7 +124,50 @@ class Workers:
                 p.kill()
 
 
-def run_rgaps(w, torch, rgaps, topic, size, k, n, warm):
+def c_push(build):
+    """rgaps_publisher_push of librgaps through ctypes: the call the C benchmark times
+    (a synchronous D2D copy into the pool, then the commit), from this process, so that
+    Python subscribers are timed against C ones with the same publisher."""
+    import ctypes
+
+    lib = ctypes.CDLL(os.path.join(build, "src", "lib", "librgaps.so.0"))
+    lib.rgaps_publisher_init.restype = ctypes.c_void_p
+    lib.rgaps_publisher_init.argtypes = [ctypes.c_char_p]
+    lib.rgaps_publisher_push.restype = ctypes.c_int
+    lib.rgaps_publisher_push.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.rgaps_publisher_destroy.restype = None
+    lib.rgaps_publisher_destroy.argtypes = [ctypes.c_void_p]
+    lib.rgaps_strerror.restype = ctypes.c_char_p
+    lib.rgaps_strerror.argtypes = [ctypes.c_int]
+    return lib
+
+
+class CPublisher:
+    def __init__(self, lib, topic):
+        self.lib = lib
+        self.h = lib.rgaps_publisher_init(topic.encode())
+        if not self.h:
+            raise OSError(ctypes_errno(), f"rgaps_publisher_init('{topic}') failed")
+
+    def publish(self, x, timeout=None):
+        r = self.lib.rgaps_publisher_push(self.h, x.numel() * x.element_size(), x.data_ptr())
+        if r:
+            raise OSError(-r, self.lib.rgaps_strerror(r).decode())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.rgaps_publisher_destroy(self.h)
+
+
+def ctypes_errno():
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def run_rgaps(w, torch, rgaps, topic, size, k, n, warm, clib=None):
     for c in w.ctl[:k]:
         c.send(("rgaps", n + warm, topic))
     w.records(k)  # attached
@@ -132,7 +179,7 @@ def run_rgaps(w, torch, rgaps, topic, size, k, n, warm):
     x = torch.full((size // 4,), 7, dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()
     lat_take, lat_tensor = [], []
-    with rgaps.Publisher(topic) as pub:
+    with (CPublisher(clib, topic) if clib else rgaps.Publisher(topic)) as pub:
         for i in range(n + warm):
             t0 = time.monotonic_ns()
             pub.publish(x, timeout=60)
@@ -216,16 +263,20 @@ def main():
     c_res, c_text = run_c(a.build, list(SIZES), [1, 8], a.reps)
     if c_res is None:
         print(f"note: C benchmark not run: {c_text}")
+    clib = c_push(a.build)
     w = Workers(8)
     try:
         for name, size in SIZES.items():
             for k in (1, 8):
                 n = a.reps
                 take, tensor = run_rgaps(w, torch, rgaps, "gbench", size, k, n, 3)
+                ctake, ctensor = run_rgaps(w, torch, rgaps, "gbench", size, k, n, 3, clib)
                 q = run_tmpq(w, torch, size, k, n, 3)
                 pk = run_pickle(w, torch, size, k, 3 if size > (8 << 20) else 10, 1)
                 row = {"size": name, "consumers": k, "messages": n,
                        "rgaps_py_take_ms": ms(take), "rgaps_py_tensor_ms": ms(tensor),
+                       "rgaps_cpush_py_take_ms": ms(ctake),
+                       "rgaps_cpush_py_tensor_ms": ms(ctensor),
                        "rgaps_c_ms": c_res.get((name, k)) if c_res else None,
                        "torch_mp_queue_ms": ms(q), "pickle_pipe_ms": ms(pk),
                        "pickle_messages": len(pk)}
@@ -236,13 +287,19 @@ def main():
     print(f"\nGPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M')}")
     print("message on the GPU -> every consumer holds it as a CUDA tensor, median ms")
+    print("Py: a Python publisher (publish(), in stream order) and Python subscribers;")
+    print("C push: Python subscribers, the publisher calls rgaps_publisher_push as the C")
+    print("benchmark does (ctypes); C rgaps: the C benchmark, C publisher and subscribers")
     print(f"{'size':<7}{'N':>3}{'C rgaps':>10}{'Py take':>10}{'Py tensor':>11}{'Py/C':>7}"
+          f"{'C push: take':>14}{'tensor':>8}{'take/C':>8}"
           f"{'torch.mp':>10}{'pickle':>10}{'mp/Py':>8}")
     for r in rows:
         c = r["rgaps_c_ms"]
         ratio = f"{r['rgaps_py_take_ms'] / c:7.2f}" if c else "      -"
+        cratio = f"{r['rgaps_cpush_py_take_ms'] / c:8.2f}" if c else "       -"
         print(f"{r['size']:<7}{r['consumers']:>3}{(f'{c:.3f}' if c else '-'):>10}"
               f"{r['rgaps_py_take_ms']:>10.3f}{r['rgaps_py_tensor_ms']:>11.3f}{ratio}"
+              f"{r['rgaps_cpush_py_take_ms']:>14.3f}{r['rgaps_cpush_py_tensor_ms']:>8.3f}{cratio}"
               f"{r['torch_mp_queue_ms']:>10.3f}{r['pickle_pipe_ms']:>10.1f}"
               f"{r['torch_mp_queue_ms'] / r['rgaps_py_tensor_ms']:>8.1f}")
     with open(a.json, "w") as f:

@@ -86,20 +86,31 @@ for _ in $(seq 100); do
 done
 fails=0
 
-echo "== 1. checks ($(left) s left)"
-timeout -k 5 "$(cap 120)" $PY $HERE/gpu_checks.py --json "$OUT/gpu_checks.json"
-rc=$?
-[ $rc -eq 0 ] || { echo "checks: exit $rc"; fails=$((fails + 1)); }
+# GPU_PY_PARTS: which of checks, bench, sanitizer run (all three); GPU_PY_BENCH_RUNS: how
+# many times the benchmarks run back to back (1), for min / median / max over runs.
+want() { case " ${GPU_PY_PARTS:-checks bench sanitizer} " in *" $1 "*) return 0 ;; esac; return 1; }
+if want checks; then
+	echo "== 1. checks ($(left) s left)"
+	timeout -k 5 "$(cap 120)" $PY $HERE/gpu_checks.py --json "$OUT/gpu_checks.json"
+	rc=$?
+	[ $rc -eq 0 ] || { echo "checks: exit $rc"; fails=$((fails + 1)); }
+fi
 
-echo "== 2. benchmarks ($(left) s left)"
-timeout -k 5 "$(cap 75)" $PY $HERE/gpu_bench.py --json "$OUT/gpu_bench.json" ||
-	{ echo "gpu benchmark: exit $?"; fails=$((fails + 1)); }
-timeout -k 5 "$(cap 30)" $PY python/bench/bench_latency.py --build "$RGAPS_BUILD" \
-	--iters 4000 --rounds 4 --json "$OUT/bench_latency.json" ||
-	echo "4 KiB host benchmark: exit $? (not counted as a failure)"
+for run in $(seq "${GPU_PY_BENCH_RUNS:-1}"); do
+	want bench || break
+	sfx=$([ "${GPU_PY_BENCH_RUNS:-1}" = 1 ] || echo "-$run")
+	echo "== 2. benchmarks, run $run ($(left) s left)"
+	timeout -k 5 "$(cap 100)" $PY $HERE/gpu_bench.py --json "$OUT/gpu_bench$sfx.json" ||
+		{ echo "gpu benchmark: exit $?"; fails=$((fails + 1)); }
+	timeout -k 5 "$(cap 30)" $PY python/bench/bench_latency.py --build "$RGAPS_BUILD" \
+		--iters 4000 --rounds 4 --json "$OUT/bench_latency$sfx.json" ||
+		echo "4 KiB host benchmark: exit $? (not counted as a failure)"
+done
 
 echo "== 3. compute-sanitizer memcheck ($(left) s left)"
-if [ -z "$SANITIZER" ]; then
+if ! want sanitizer; then
+	echo "note: compute-sanitizer not asked for (GPU_PY_PARTS)"
+elif [ -z "$SANITIZER" ]; then
 	echo "note: compute-sanitizer not found: not run"
 elif [ "$(left)" -lt 40 ]; then
 	echo "note: compute-sanitizer not run: only $(left) s of the budget left"
