@@ -8,6 +8,7 @@
 #   2. gpu_bench.py: Python against the C benchmark (gpu-bench) and against
 #      torch.multiprocessing queues and pickling, 4 MiB and 64 MiB, 1 and 8
 #      consumers; bench_latency.py: 4 KiB Python against C on host memory;
+#      publish_cost.py: what a publish() of a CUDA tensor spends, step by step;
 #   3. compute-sanitizer memcheck on a torch producer and a torch consumer.
 # Built here by python/tests/gpu/prepare-device.sh (which prints the call);
 # on the device: bash python/tests/gpu/gpu_python.sh. Skips (77) with the
@@ -105,6 +106,8 @@ for run in $(seq "${GPU_PY_BENCH_RUNS:-1}"); do
 	timeout -k 5 "$(cap 30)" $PY python/bench/bench_latency.py --build "$RGAPS_BUILD" \
 		--iters 4000 --rounds 4 --json "$OUT/bench_latency$sfx.json" ||
 		echo "4 KiB host benchmark: exit $? (not counted as a failure)"
+	timeout -k 5 "$(cap 30)" $PY $HERE/publish_cost.py --json "$OUT/publish_cost$sfx.json" ||
+		echo "publish() step costs: exit $? (not counted as a failure)"
 done
 
 echo "== 3. compute-sanitizer memcheck ($(left) s left)"
