@@ -387,6 +387,14 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 		 "from for three of them (6 s by default) is declared dead and reconnected. "
 		 "Below 1000, a loaded machine trips it (docs/BENCHMARKS.md, keepalive under "
 		 "load)." },
+	{ .name = "copy_spin_us", .type = RGAPS_CFG_UINT, CFG_AT(D, copy_spin_us),
+	  .def = "2000", .max = 1000000,
+	  .doc = "While copies between a GPU pool and host memory are in flight (a peer's "
+		 "sends staged out of the GPU, a peer's messages landing in it), rgapsd's loop "
+		 "polls instead of sleeping, for at most this many microseconds after a copy "
+		 "started or ended: a copy's end is seen at once, not after the loop's wake-up "
+		 "(about 6 us, 7 % of a 4 MiB staging copy: docs/BENCHMARKS.md, DP1). It costs "
+		 "the loop's core while GPU copies run. 0: the loop always sleeps." },
 	{ .name = "socket_mode", .type = RGAPS_CFG_STRING, CFG_AT(D, socket_mode),
 	  .def = "\"0666\"", .check = check_mode,
 	  .doc = "Permission bits of the socket, in octal. \"0666\": every local user may "

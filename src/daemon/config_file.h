@@ -36,6 +36,7 @@ struct rgapsd_config {
 	uint32_t npeers;
 	char key_file[RGAPS_PATH_MAX];
 	uint32_t keepalive_ms;
+	uint32_t copy_spin_us; /* the loop polls this long after a GPU copy started or ended */
 	/* Bounds on what local clients can make rgapsd hold (docs/CONFIG.md). */
 	uint32_t max_connections;	   /* client connections open at once */
 	uint32_t max_connections_per_user; /* of one uid (0 and rgapsd's own: only the above) */

@@ -26,7 +26,8 @@
  * Subscribers are this program re-executed with --child.
  *   gpu-e2e --sub-socket B.sock --topic-on T --topic-off T [--sizes L] [--subs L]
  *           [--reps L] [--schemes pipelined,whole,baseline] [--no-dp1]
- *   gpu-e2e --dp1-only [--sizes L] [--reps L]   (physical limits and DP1 alone)
+ *   gpu-e2e --dp1-only [--sizes L] [--reps L] [--copy-spin-us N]
+ *           (physical limits and DP1 alone; N: as rgapsd's copy_spin_us, 2000)
  * The publisher attaches through $RGAPS_SOCKET (daemon A); the cuda plugin
  * for DP1 is found in $RGAPS_PLUGIN_DIR. tests/gpu/gpu_e2e.sh sets it all up.
  */
@@ -412,6 +413,34 @@ struct dp1_sig {
 	int status;
 };
 
+/* rgapsd's copy_spin_us (--copy-spin-us): how its loop waits for a copy's end. */
+static uint64_t dp1_spin_ns = 2000000;
+
+/*
+ * Wait for completions on the eventfd (non-blocking) as rgapsd's loop waits for
+ * its mailbox: polling it without sleeping until dp1_spin_ns after the last copy
+ * started or ended (since_ns), then sleeping in poll(). Returns how many.
+ */
+static uint64_t dp1_wait(int efd, uint64_t since_ns)
+{
+	uint64_t got;
+
+	for (;;) {
+		ssize_t r = read(efd, &got, sizeof(got));
+
+		if (r == sizeof(got))
+			return got;
+		if (r >= 0 || errno != EAGAIN)
+			die("DP1", "eventfd read");
+		if (gpu_now_ns() - since_ns > dp1_spin_ns) {
+			struct pollfd p = { efd, POLLIN, 0 };
+
+			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+				die("DP1", "poll");
+		}
+	}
+}
+
 static void dp1_done(void *arg, int status)
 {
 	dp1_sig *s = (dp1_sig *)arg;
@@ -526,9 +555,8 @@ static double hf2_run(cudaStream_t cs, cudaStream_t cbs, std::vector<cudaEvent_t
 		CK(cudaStreamWaitEvent(cbs, evs[k], 0));
 		CK(cudaLaunchHostFunc(cbs, hf2_fn, sig));
 	}
-	while (want) {
-		if (read(sig->efd, &got, sizeof(got)) != sizeof(got))
-			die("DP1", "eventfd read");
+	for (uint64_t since = t0; want; since = gpu_now_ns()) {
+		got = dp1_wait(sig->efd, since);
 		want -= std::min(want, got);
 	}
 	return (gpu_now_ns() - t0) / 1e6;
@@ -536,7 +564,8 @@ static double hf2_run(cudaStream_t cs, cudaStream_t cbs, std::vector<cudaEvent_t
 
 /*
  * The plugin's staging of n bytes, in copies of step bytes queued back to back
- * (what stage_pump does), until every completion reached the eventfd: ms.
+ * (what stage_pump does), until every completion reached the eventfd, read as
+ * rgapsd's loop reads its mailbox (dp1_wait): ms.
  */
 static double plugin_stage(const struct rgaps_memory_ops *ops, void *ctx, dp1_sig *sig,
 			   uint8_t *dst, const uint8_t *src, uint64_t n, uint64_t step)
@@ -547,9 +576,8 @@ static double plugin_stage(const struct rgaps_memory_ops *ops, void *ctx, dp1_si
 		if (ops->copy_async(ctx, dst + off, (uint8_t *)src + off, std::min(step, n - off),
 				    RGAPS_COPY_FROM_POOL, dp1_done, sig))
 			die("DP1", "copy_async refused");
-	while (want) {
-		if (read(sig->efd, &got, sizeof(got)) != sizeof(got))
-			die("DP1", "eventfd read");
+	for (uint64_t since = t0; want; since = gpu_now_ns()) {
+		got = dp1_wait(sig->efd, since);
 		want -= std::min(want, got);
 	}
 	return (gpu_now_ns() - t0) / 1e6;
@@ -590,7 +618,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (stg == MAP_FAILED || ops->host_register(ctx, stg, max))
 		die("DP1 staging buffer", "mmap or host_register failed");
-	sig.efd = eventfd(0, EFD_CLOEXEC);
+	sig.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	pattern_fill(region.base, max, 7, s);
 	CK(cudaStreamSynchronize(s));
@@ -617,10 +645,12 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 	CK(cudaStreamCreateWithFlags(&cbs, cudaStreamNonBlocking));
 	printf("rates: median ms and GB/s per message; ratios: raw cudaMemcpy time / this time.\n"
 	       "plugin = cuda_copy_async (cudaMemcpyAsync + event, the plugin's waiter polls then "
-	       "sleeps), what rgapsd runs;\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
+	       "sleeps), what rgapsd runs, its end read as rgapsd's loop reads it (polling "
+	       "for copy_spin_us = %llu us, then sleeping);\nevent-spin / event-block = prototype (copy + cudaEventRecord, one "
 	       "thread waiting in order; spinning / blocking-sync events), not in rgapsd;\n"
 	       "hostfn-2nd = prototype: the same host function, launched on a second stream "
-	       "after an event of the copy stream, not in rgapsd.\n");
+	       "after an event of the copy stream, not in rgapsd.\n",
+	       (unsigned long long)(dp1_spin_ns / 1000));
 	printf("%-7s %21s %21s %21s %21s %21s %21s %21s %21s %21s | %6s %6s %6s %6s %6s %6s "
 	       "%6s\n",
 	       "size", "raw cudaMemcpy", "raw async 4MiB x k", "plugin whole", "plugin 4MiB x k",
@@ -843,6 +873,7 @@ int main(int argc, char **argv)
 		{ "schemes", required_argument, NULL, 'S' },
 		{ "no-dp1", no_argument, NULL, 'D' },
 		{ "dp1-only", no_argument, NULL, 'O' },
+		{ "copy-spin-us", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *sub_socket = NULL, *topics[2] = { NULL, NULL }, *only = NULL;
@@ -901,10 +932,14 @@ int main(int argc, char **argv)
 		case 'O':
 			dp1_only = true;
 			break;
+		case 'C':
+			dp1_spin_ns = strtoull(optarg, NULL, 10) * 1000ull;
+			break;
 		default:
 			fprintf(stderr, "usage: gpu-e2e --sub-socket B.sock --topic-on T --topic-off T "
 					"[--sizes L] [--subs L] [--reps L] [--schemes L] [--no-dp1]\n"
-					"       gpu-e2e --dp1-only [--sizes L] [--reps L]\n");
+					"       gpu-e2e --dp1-only [--sizes L] [--reps L] "
+					"[--copy-spin-us N]\n");
 			return 2;
 		}
 	}

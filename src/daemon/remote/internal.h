@@ -512,6 +512,17 @@ struct rgapsd_remote {
 	uint64_t in_trans[IN_NUM_STATES][IN_NUM_STATES];
 	uint64_t unknown_tokens;
 	bool mem_async_missing; /* the memory plugin has no copy_async: use the worker */
+	/*
+	 * Asynchronous copies in flight (copies.c): while some are, the loop polls
+	 * instead of sleeping (an idle handle), for at most copy_spin_ns after the
+	 * last copy started or ended. The plugin's thread ends copies: atomics.
+	 */
+	uv_idle_t copy_spin;
+	bool copy_spinning;
+	uint64_t copy_spin_ns;
+	uint32_t copies_in_flight;
+	uint64_t copy_last_ns;
+	uint64_t copy_spin_rounds, copy_spin_timeouts;
 };
 
 /* ---------------------------------------------------------------- peer.c */
@@ -545,6 +556,9 @@ void rt_copy_start(struct rgapsd_remote *rt, struct rgaps_loaded_plugin *mem,
 		   struct rgapsd_job *job, int *status, void *dst, const void *src, uint64_t n,
 		   uint32_t dir);
 /* Host memory a GPU copies to or from goes on the GPU's NUMA node: bind, check, log. */
+/* The loop's polling while asynchronous copies are in flight (copy_spin_us). */
+void rt_copies_init(struct rgapsd_remote *rt, uv_loop_t *loop, uint32_t spin_us);
+void rt_copies_fini(struct rgapsd_remote *rt);
 void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const char *what);
 
 /* ---------------------------------------------------------------- staging.c */

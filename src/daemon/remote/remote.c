@@ -202,6 +202,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 	}
 	uv_timer_init(d->loop, &rt->tick);
 	uv_timer_init(d->loop, &rt->retry);
+	rt_copies_init(rt, d->loop, d->cfg.copy_spin_us);
 	rt->tick.data = rt->retry.data = rt;
 	uv_timer_start(&rt->tick, rt_on_tick, RT_TICK_MS, RT_TICK_MS);
 	rgaps_info("peers: listening on %s, %u configured", d->cfg.listen, d->cfg.npeers);
@@ -251,6 +252,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	}
 	uv_close((uv_handle_t *)&rt->tick, NULL);
 	uv_close((uv_handle_t *)&rt->retry, NULL);
+	rt_copies_fini(rt);
 	sodium_memzero(rt->key, sizeof(rt->key));
 	/* rt itself is freed in rgapsd_fini, after the loop closed its handles. */
 }

@@ -157,6 +157,16 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		}
 		cJSON_AddItemToArray(arr, po);
 	}
+	{ /* the loop's polling while GPU copies are in flight (copy_spin_us) */
+		cJSON *cs = cJSON_AddObjectToObject(peers, "copy_spin");
+
+		cJSON_AddNumberToObject(cs, "us", (double)(rt->copy_spin_ns / 1000));
+		cJSON_AddNumberToObject(cs, "in_flight",
+					(double)__atomic_load_n(&rt->copies_in_flight,
+								__ATOMIC_RELAXED));
+		cJSON_AddNumberToObject(cs, "rounds", (double)rt->copy_spin_rounds);
+		cJSON_AddNumberToObject(cs, "timeouts", (double)rt->copy_spin_timeouts);
+	}
 	sm = cJSON_AddObjectToObject(peers, "state_machine");
 	cJSON_AddItemToObject(
 		sm, "sender",
