@@ -9,7 +9,8 @@
 # plus the all-baseline path and DP1, all in one run. Extra arguments go to
 # gpu-e2e (e.g. --sizes 4MiB,64MiB --subs 1,8 --reps 10,10). The stats of both
 # daemons are printed after the run. Skips (77) without a GPU; a probe that
-# fails otherwise fails.
+# fails otherwise fails. DAEMON_EXTRA: more daemon keys for both, each followed
+# by a comma (e.g. '"copy_spin_us": 0,').
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_e2e.sh
 . "$(dirname "$0")/../integration/lib.sh"
 GPU_E2E="$RGAPS_BUILD/tests/gpu/gpu-e2e"
@@ -30,7 +31,7 @@ for name in A B; do
 		[ "$h" = "$name" ] || peers="$peers${peers:+, }\"${ADDR[$h]}:${PORT[$h]}\""
 	done
 	cat >"$T/$name.json" <<JSON
-{ "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
+{ ${DAEMON_EXTRA:-} "listen": "${ADDR[$name]}:${PORT[$name]}", "peers": [ $peers ], "key_file": "$KEY",
   "keepalive_ms": $KEEPALIVE_MS, "topics_dir": "$T/topics.d", "defaults": { "transport": "tcp" } }
 JSON
 	"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
@@ -51,6 +52,7 @@ for h in A B; do
 	grep -o '"name":"e2eo[nf]*","memory":"[a-z]*"[^{]*"from_peers":{[^}]*}' <<<"$s" | sed 's/^/   /' || true
 	echo "-- $h: forwarders and rings"
 	grep -o '"forwarders":\[[^]]*\]' <<<"$s" | sed 's/^/   /' || true
+	grep -o '"copy_spin":{[^}]*}' <<<"$s" | sed 's/^/   /' || true
 	grep -o '{"topic":"e2eo[nf]*","direction":"[a-z]*"[^}]*}' <<<"$s" | sed 's/^/   /' || true
 done
 grep -hE "staging|not pinned|cuda:|hostile|refused|failed" "$T/A.log" "$T/B.log" | sed 's/^/log: /' | head -40 || true
