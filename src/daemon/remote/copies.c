@@ -32,8 +32,9 @@ static void copy_signal(void *arg, int status)
 	*c->status = status;
 	free(c);
 	__atomic_store_n(&rt->copy_last_ns, rgaps_now_ns(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
-	__atomic_fetch_sub(&rt->copies_in_flight, 1, __ATOMIC_RELEASE);
 	rgapsd_mailbox_post(&rt->mb, done); /* only signal: the loop does the work */
+	/* After the post: a loop that sees no copy in flight has the signal to read. */
+	__atomic_fetch_sub(&rt->copies_in_flight, 1, __ATOMIC_RELEASE);
 }
 
 /*
