@@ -130,7 +130,7 @@ def c_push(build):
     Python subscribers are timed against C ones with the same publisher."""
     import ctypes
 
-    lib = ctypes.CDLL(os.path.join(build, "src", "lib", "librgaps.so.0"))
+    lib = ctypes.CDLL(os.path.join(build, "src", "lib", "librgaps.so.0"), use_errno=True)
     lib.rgaps_publisher_init.restype = ctypes.c_void_p
     lib.rgaps_publisher_init.argtypes = [ctypes.c_char_p]
     lib.rgaps_publisher_push.restype = ctypes.c_int
