@@ -1,8 +1,8 @@
 /*
  * Copies between a topic's pool and host memory (the sender's staging slots,
  * the receiver's ring), started on the loop and run off it: on the memory
- * plugin's own stream when it has copy_async (cuda: a stream host function
- * signals the end), else on the copy worker. Either way the completion comes
+ * plugin's own stream when it has copy_async (cuda: its waiter thread signals
+ * the end), else on the copy worker. Either way the completion comes
  * back to the loop through the mailbox, in start order (STYLE.md items 7, 9);
  * while asynchronous copies are in flight the loop polls for it rather than
  * sleeping (copy_spin_us, bounded).

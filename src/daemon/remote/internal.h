@@ -548,17 +548,17 @@ int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *
 
 /*
  * Copy between a pool and host memory off the loop thread: on the memory
- * plugin's own stream (cuda: completion by a stream host function), else on
+ * plugin's own stream (cuda: completion seen by its waiter thread), else on
  * the worker (job->run does the copy there). job->done runs on the loop either
  * way, in start order, with *status set.
  */
 void rt_copy_start(struct rgapsd_remote *rt, struct rgaps_loaded_plugin *mem,
 		   struct rgapsd_job *job, int *status, void *dst, const void *src, uint64_t n,
 		   uint32_t dir);
-/* Host memory a GPU copies to or from goes on the GPU's NUMA node: bind, check, log. */
 /* The loop's polling while asynchronous copies are in flight (copy_spin_us). */
 void rt_copies_init(struct rgapsd_remote *rt, uv_loop_t *loop, uint32_t spin_us);
 void rt_copies_fini(struct rgapsd_remote *rt);
+/* Host memory a GPU copies to or from goes on the GPU's NUMA node: bind, check, log. */
 void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const char *what);
 
 /* ---------------------------------------------------------------- staging.c */
