@@ -23,6 +23,7 @@ Needs rgapsd with the topics of gpu_python.sh, $RGAPS_BUILD (for gpu-bench)
 and torch with a GPU. Writes a table and --json.
 """
 import argparse
+import ctypes
 import json
 import multiprocessing as mp
 import os
@@ -124,17 +125,19 @@ class Workers:
                 p.kill()
 
 
-def c_push(build):
-    """rgaps_publisher_push of librgaps through ctypes: the call the C benchmark times
-    (a synchronous D2D copy into the pool, then the commit), from this process, so that
-    Python subscribers are timed against C ones with the same publisher."""
-    import ctypes
-
+def librgaps(build):
+    """librgaps's publisher calls through ctypes: rgaps_publisher_push is the call the C
+    benchmark times (a synchronous D2D copy into the pool, then the commit), made from
+    this process so that Python subscribers are timed against C ones with the same
+    publisher; publish_cost.py times it and rgaps_publisher_push_async too."""
     lib = ctypes.CDLL(os.path.join(build, "src", "lib", "librgaps.so.0"), use_errno=True)
     lib.rgaps_publisher_init.restype = ctypes.c_void_p
     lib.rgaps_publisher_init.argtypes = [ctypes.c_char_p]
     lib.rgaps_publisher_push.restype = ctypes.c_int
     lib.rgaps_publisher_push.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.rgaps_publisher_push_async.restype = ctypes.c_int
+    lib.rgaps_publisher_push_async.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                               ctypes.c_void_p, ctypes.c_void_p]
     lib.rgaps_publisher_destroy.restype = None
     lib.rgaps_publisher_destroy.argtypes = [ctypes.c_void_p]
     lib.rgaps_strerror.restype = ctypes.c_char_p
@@ -147,7 +150,7 @@ class CPublisher:
         self.lib = lib
         self.h = lib.rgaps_publisher_init(topic.encode())
         if not self.h:
-            raise OSError(ctypes_errno(), f"rgaps_publisher_init('{topic}') failed")
+            raise OSError(ctypes.get_errno(), f"rgaps_publisher_init('{topic}') failed")
 
     def publish(self, x, timeout=None):
         r = self.lib.rgaps_publisher_push(self.h, x.numel() * x.element_size(), x.data_ptr())
@@ -159,12 +162,6 @@ class CPublisher:
 
     def __exit__(self, *exc):
         self.lib.rgaps_publisher_destroy(self.h)
-
-
-def ctypes_errno():
-    import ctypes
-
-    return ctypes.get_errno()
 
 
 def run_rgaps(w, torch, rgaps, topic, size, k, n, warm, clib=None):
@@ -263,7 +260,7 @@ def main():
     c_res, c_text = run_c(a.build, list(SIZES), [1, 8], a.reps)
     if c_res is None:
         print(f"note: C benchmark not run: {c_text}")
-    clib = c_push(a.build)
+    clib = librgaps(a.build)
     w = Workers(8)
     try:
         for name, size in SIZES.items():

@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 
+from gpu_bench import librgaps  # the same ctypes bindings (this script's folder)
+
 
 def median_us(fn, n=200, warm=20):
     v = []
@@ -47,13 +49,7 @@ def main():
     size = 4 << 20
     x = torch.full((size // 4,), 7, dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()
-    lib = ctypes.CDLL(os.path.join(a.build, "src", "lib", "librgaps.so.0"))
-    lib.rgaps_publisher_init.restype = ctypes.c_void_p
-    lib.rgaps_publisher_init.argtypes = [ctypes.c_char_p]
-    lib.rgaps_publisher_push.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    lib.rgaps_publisher_push_async.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
-                                               ctypes.c_void_p, ctypes.c_void_p]
-    lib.rgaps_publisher_destroy.argtypes = [ctypes.c_void_p]
+    lib = librgaps(a.build)
     rows = [
         ("torch.cuda.current_stream()", median_us(torch.cuda.current_stream)),
         ("x.__dlpack_device__()", median_us(x.__dlpack_device__)),
