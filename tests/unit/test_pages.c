@@ -1,6 +1,6 @@
 /*
  * Tests of paged replies: the writer (src/daemon/pages.c) and the merge
- * (src/common/page_merge.c) together. A reply with small and large members,
+ * (tools/lib/page_merge.c) together. A reply with small and large members,
  * a keyed array of elements of every size (some far larger than a page,
  * with nested arrays) is written page by page under several limits; every
  * page must be valid JSON within its limit, and the pages merged in order

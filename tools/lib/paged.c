@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/common/page_merge.h"
+#include "page_merge.h"
 #include "rgaps/rgaps.h"
 
 /* The error message of a refused request, else the words for its errno. */
