@@ -168,7 +168,7 @@ static cJSON *paged(struct src *s, size_t limit, int *npages)
 			assert_true(strcmp(next->valuestring, cursor) != 0); /* progress */
 			snprintf(cursor, sizeof(cursor), "%s", next->valuestring);
 		}
-		rgaps_page_merge(acc, page);
+		tool_page_merge(acc, page);
 		cJSON_Delete(page);
 		(*npages)++;
 		if (!next)

@@ -53,7 +53,7 @@ static void merge_object(cJSON *dst, cJSON *src, bool page)
 	}
 }
 
-void rgaps_page_merge(cJSON *reply, cJSON *page)
+void tool_page_merge(cJSON *reply, cJSON *page)
 {
 	if (cJSON_IsObject(reply) && cJSON_IsObject(page))
 		merge_object(reply, page, true);

@@ -6,12 +6,12 @@
  * objects are merged member by member by the same rule; other values are
  * replaced. The page's own "ok", "id" and "next" are not merged.
  */
-#ifndef RGAPS_COMMON_PAGE_MERGE_H
-#define RGAPS_COMMON_PAGE_MERGE_H
+#ifndef RGAPS_TOOLS_PAGE_MERGE_H
+#define RGAPS_TOOLS_PAGE_MERGE_H
 
 #include <cjson/cJSON.h>
 
 /* Move the members of page (an object) into reply (an object); page is left empty. */
-void rgaps_page_merge(cJSON *reply, cJSON *page);
+void tool_page_merge(cJSON *reply, cJSON *page);
 
 #endif

@@ -78,7 +78,7 @@ int rgaps_tool_query(const char *type, const char *topic, cJSON **reply_p, char 
 		}
 		free(cursor);
 		cursor = next ? strdup(next->valuestring) : NULL;
-		rgaps_page_merge(acc, page);
+		tool_page_merge(acc, page);
 		cJSON_Delete(page);
 		if (!next)
 			break;
