@@ -68,6 +68,18 @@ void tool_futex_wake_all(uint32_t *word)
 	rgaps_futex_wake_all(word);
 }
 
+int tool_futex_wait_any(uint32_t *const *words, const uint32_t *seen, uint32_t n,
+			int64_t timeout_ns)
+{
+	struct futex_waitv w[TOOL_WAIT_ANY_MAX];
+
+	if (n == 0 || n > TOOL_WAIT_ANY_MAX || timeout_ns < 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		rgaps_waitv_set(&w[i], words[i], seen[i]);
+	return rgaps_futex_waitv(w, n, timeout_ns);
+}
+
 const char *tool_default_socket(void)
 {
 	return RGAPS_DEFAULT_SOCKET;

@@ -7,7 +7,7 @@
  *     that a blocking wait (a take, a sleep) returns and the tool can finish;
  *   - clocks and sleeps;
  *   - size strings ("256MiB"), parsed and formatted as rgapsd does;
- *   - futex waits between the processes of a benchmark;
+ *   - futex waits between the processes of a benchmark, on one word or on several;
  *   - where librgaps finds rgapsd ($RGAPS_SOCKET, else the default socket).
  */
 #ifndef RGAPS_TOOLS_TOOL_H
@@ -42,6 +42,15 @@ void tool_format_size(uint64_t v, char *buf, size_t len);
 /* Wait while *word == val, at most timeout_ns (< 0: no bound). 0, -ETIMEDOUT, -EINTR. */
 int tool_futex_wait(uint32_t *word, uint32_t val, int64_t timeout_ns);
 void tool_futex_wake_all(uint32_t *word);
+/*
+ * Wait until one of n words (at most TOOL_WAIT_ANY_MAX) differs from its seen value or
+ * is woken, at most timeout_ns (>= 0): futex_waitv, as librgaps waits on several
+ * publishers. The index woken, -EAGAIN (a word had moved), -ETIMEDOUT, -EINTR, -ENOSYS
+ * (Linux before 5.16), -EINVAL (n out of range).
+ */
+#define TOOL_WAIT_ANY_MAX 8
+int tool_futex_wait_any(uint32_t *const *words, const uint32_t *seen, uint32_t n,
+			int64_t timeout_ns);
 
 /* The socket librgaps connects to: $RGAPS_SOCKET when set and not empty, else the default. */
 const char *tool_socket(void);
