@@ -55,7 +55,7 @@
 #include <iceoryx_binding_c/subscriber.h>
 #include <iceoryx_binding_c/wait_set.h>
 
-#include "../../src/common/futex.h"
+#include "tool.h"
 
 #define MAX_SUBS 64
 #define MAX_LIST 16
@@ -119,12 +119,12 @@ static char roudi_dir[64], roudi_cfg[128], roudi_log[128];
 
 static uint64_t mono_ns(void)
 {
-	return rgaps_now_ns(CLOCK_MONOTONIC);
+	return tool_now_ns(CLOCK_MONOTONIC);
 }
 
 static uint64_t real_ns(void)
 {
-	return rgaps_now_ns(CLOCK_REALTIME);
+	return tool_now_ns(CLOCK_REALTIME);
 }
 
 static void on_signal(int sig)
@@ -288,9 +288,9 @@ static void child_fail(struct shared *sh, int idx, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "iox-bench: subscriber %d: %s\n", idx, sh->err[idx]);
 	__atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
-	rgaps_futex_wake_all(&sh->failed);
-	rgaps_futex_wake_all(&sh->ready);
-	rgaps_futex_wake_all(&sh->released);
+	tool_futex_wake_all(&sh->failed);
+	tool_futex_wake_all(&sh->ready);
+	tool_futex_wake_all(&sh->released);
 	_exit(1);
 }
 
@@ -338,7 +338,7 @@ static int child_main(const char *idx_s, const char *fd_s)
 	    WaitSetResult_SUCCESS)
 		child_fail(sh, idx, "cannot attach the subscriber to a WaitSet");
 	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	rgaps_futex_wake_all(&sh->ready);
+	tool_futex_wake_all(&sh->ready);
 
 	for (uint64_t k = 0; k < total; k++) {
 		enum iox_ChunkReceiveResult r;
@@ -375,7 +375,7 @@ static int child_main(const char *idx_s, const char *fd_s)
 		if (sh->mode == MODE_LATENCY &&
 		    __atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
 			    (uint32_t)((uint64_t)sh->nsubs * (k + 1)))
-			rgaps_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->released);
 	}
 	iox_ws_detach_subscriber_state(ws, sub, SubscriberState_HAS_DATA);
 	iox_ws_deinit(ws);
@@ -513,7 +513,7 @@ static int wait_count(struct shared *sh, uint32_t *word, uint32_t target, struct
 				WAIT_MS / 1000, what, v, target);
 			return -ETIMEDOUT;
 		}
-		if (rgaps_futex_wait(word, v, SLICE_NS < (int64_t)(deadline - now) ? SLICE_NS : (int64_t)(deadline - now)) ==
+		if (tool_futex_wait(word, v, SLICE_NS < (int64_t)(deadline - now) ? SLICE_NS : (int64_t)(deadline - now)) ==
 			    -ETIMEDOUT &&
 		    kids_failed(k)) {
 			for (int i = 0; i < k->n; i++)

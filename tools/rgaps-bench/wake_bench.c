@@ -2,7 +2,8 @@
  * wake-bench: what waking N sleeping processes costs when they sleep in
  * FUTEX_WAIT on one word against futex_waitv on two words (what an rgaps
  * subscriber of one publisher does: the publisher's doorbell and the topic
- * header's dir_gen). No rgaps code is involved. Paced like rgaps-bench's
+ * header's dir_gen), through the futex helpers rgaps itself uses (tool.h hands
+ * them on). Nothing else of rgaps is involved. Paced like rgaps-bench's
  * latency mode: the parent bumps a word and issues one FUTEX_WAKE(INT_MAX),
  * then waits until every sleeper has acknowledged. The two kinds alternate,
  * pair after pair, so that drift of a shared machine hits them alike.
@@ -11,8 +12,6 @@
  * usage: wake-bench [SLEEPERS [ROUNDS [PAIRS]]]   (default 8 5000 4)
  */
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,12 +20,11 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/common/futex.h"
+#include "tool.h"
 
 #define MAX_SLEEPERS 64
 #define WAIT_NS (10ll * 1000 * 1000 * 1000) /* no progress for this long: give up */
@@ -52,31 +50,29 @@ static void sleeper(struct shared *sh, int n, int idx, int rounds, int waitv)
 	uint32_t seen = 0;
 
 	for (int k = 0; k < rounds; k++) {
-		uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) + WAIT_NS;
+		uint64_t deadline = tool_now_ns(CLOCK_MONOTONIC) + WAIT_NS;
 
 		while (__atomic_load_n(&sh->bell, __ATOMIC_ACQUIRE) == seen) {
-			if (rgaps_now_ns(CLOCK_MONOTONIC) >= deadline) {
+			if (tool_now_ns(CLOCK_MONOTONIC) >= deadline) {
 				__atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
-				rgaps_futex_wake_all(&sh->acks);
+				tool_futex_wake_all(&sh->acks);
 				_exit(1);
 			}
 			if (waitv) {
-				struct futex_waitv w[2];
+				uint32_t *words[2] = { &sh->bell, &sh->other };
+				const uint32_t vals[2] = { seen, 0 };
 
-				memset(w, 0, sizeof(w));
-				rgaps_waitv_set(&w[0], &sh->bell, seen);
-				rgaps_waitv_set(&w[1], &sh->other, 0);
-				rgaps_futex_waitv(w, 2, 100ll * 1000 * 1000);
+				tool_futex_wait_any(words, vals, 2, 100ll * 1000 * 1000);
 			} else {
-				rgaps_futex_wait(&sh->bell, seen, 100ll * 1000 * 1000);
+				tool_futex_wait(&sh->bell, seen, 100ll * 1000 * 1000);
 			}
 		}
 		sh->lat[(int64_t)idx * rounds + k] =
-			(int64_t)(rgaps_now_ns(CLOCK_REALTIME) - __atomic_load_n(&sh->ts, __ATOMIC_ACQUIRE));
+			(int64_t)(tool_now_ns(CLOCK_REALTIME) - __atomic_load_n(&sh->ts, __ATOMIC_ACQUIRE));
 		seen = __atomic_load_n(&sh->bell, __ATOMIC_ACQUIRE);
 		/* The last sleeper to acknowledge wakes the parent (as rgaps-bench's do). */
 		if (__atomic_add_fetch(&sh->acks, 1, __ATOMIC_SEQ_CST) == (uint32_t)n * (uint32_t)(k + 1))
-			rgaps_futex_wake_all(&sh->acks);
+			tool_futex_wake_all(&sh->acks);
 	}
 }
 
@@ -112,22 +108,22 @@ static int measure(int n, int rounds, int waitv)
 	}
 	usleep(100000); /* let them reach their first sleep */
 	for (int k = 0; k < rounds && !r; k++) {
-		uint64_t t0, deadline = rgaps_now_ns(CLOCK_MONOTONIC) + WAIT_NS;
+		uint64_t t0, deadline = tool_now_ns(CLOCK_MONOTONIC) + WAIT_NS;
 		uint32_t a;
 
-		__atomic_store_n(&sh->ts, rgaps_now_ns(CLOCK_REALTIME), __ATOMIC_RELEASE);
+		__atomic_store_n(&sh->ts, tool_now_ns(CLOCK_REALTIME), __ATOMIC_RELEASE);
 		__atomic_store_n(&sh->bell, (uint32_t)k + 1, __ATOMIC_SEQ_CST);
-		t0 = rgaps_now_ns(CLOCK_MONOTONIC);
-		rgaps_futex_wake_all(&sh->bell);
-		wake_ns += rgaps_now_ns(CLOCK_MONOTONIC) - t0;
+		t0 = tool_now_ns(CLOCK_MONOTONIC);
+		tool_futex_wake_all(&sh->bell);
+		wake_ns += tool_now_ns(CLOCK_MONOTONIC) - t0;
 		while ((a = __atomic_load_n(&sh->acks, __ATOMIC_ACQUIRE)) < (uint32_t)n * (uint32_t)(k + 1)) {
 			if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE) ||
-			    rgaps_now_ns(CLOCK_MONOTONIC) >= deadline) {
+			    tool_now_ns(CLOCK_MONOTONIC) >= deadline) {
 				fprintf(stderr, "wake-bench: no progress in round %d\n", k);
 				r = -1;
 				break;
 			}
-			rgaps_futex_wait(&sh->acks, a, 100ll * 1000 * 1000);
+			tool_futex_wait(&sh->acks, a, 100ll * 1000 * 1000);
 		}
 	}
 out:
