@@ -1,7 +1,8 @@
 /*
  * rgaps-bench: measures the local path (publisher and subscribers on one host)
  * through the public API (include/rgaps/rgaps.h); its own processes meet on
- * futexes of the tools' library (tools/lib/tool.h). The parent publishes;
+ * futexes of the tools' library (tools/lib/tool.h), and harness.c (shared
+ * with iox-bench) keeps them and every wait on them bounded. The parent publishes;
  * N forked subscriber processes take and release. Latency is the subscriber's
  * CLOCK_REALTIME when rgaps_subscriber_take() returns minus msg.ts_ns (taken
  * when a push starts, so it includes the one copy into the pool; at commit for
@@ -40,14 +41,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "pattern.h"
 #include "rgaps/rgaps.h"
 #include "tool.h"
 
-#define MAX_SUBS 64
+#define MAX_SUBS HARNESS_MAX_KIDS
 #define MAX_LIST 16
-#define WAIT_MS 10000		/* bound on every wait: take, push, a subscriber's ack */
-#define SLICE_NS (100ll * 1000 * 1000) /* parent re-checks its children this often */
+#define WAIT_MS HARNESS_WAIT_MS /* bound on every wait: take, push, a subscriber's ack */
+#define SLICE_NS HARNESS_SLICE_NS
 #define SPIN_LIB (-1)		/* leave RGAPS_SPIN_US as inherited (library default) */
 #define LIB_SPIN_DEFAULT_US 20	/* what librgaps spins when RGAPS_SPIN_US is unset */
 #define NS_PER_S 1000000000.0
@@ -61,27 +63,6 @@ static uint64_t mono_ns(void)
 static uint64_t real_ns(void)
 {
 	return tool_now_ns(CLOCK_REALTIME);
-}
-
-/* The CPUs this process may run on at start: what unpinned children get back. */
-static cpu_set_t start_cpus;
-
-/* Pin the calling process to one CPU (cpu >= 0), or give it back every start CPU. */
-static int pin_to(int cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return sched_setaffinity(0, sizeof(start_cpus), &start_cpus) ? -errno : 0;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set)) {
-		int r = -errno;
-
-		fprintf(stderr, "rgaps-bench: cannot pin to CPU %d: %s\n", cpu, strerror(errno));
-		return r;
-	}
-	return 0;
 }
 
 /* ---------------------------------------------------------------- options */
@@ -392,25 +373,6 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 /* ---------------------------------------------------------------- statistics */
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array. */
-static double pct(const int64_t *v, size_t n, double p)
-{
-	size_t k;
-
-	if (!n)
-		return 0;
-	k = (size_t)(p * (double)n + 0.999999);
-	k = k ? k - 1 : 0;
-	return (double)v[k < n ? k : n - 1];
-}
-
 /* 8 GiB of payload per configuration, within [50, 10000] (throughput: 100000). */
 static uint64_t adaptive_iters(const struct opts *o, uint64_t size, enum mode mode)
 {
@@ -433,191 +395,16 @@ static uint64_t warmup_of(uint64_t iters)
 
 /*
  * What the parent and its children share (an anonymous MAP_SHARED mapping made
- * before fork). Futex words sit on their own cache lines: "released" is
- * bumped by every subscriber after every message.
+ * before fork): the harness's words, then the raw wake test's round word.
  */
 struct shared {
-	uint32_t ready __attribute__((aligned(64))); /* children attached */
-	uint32_t released __attribute__((aligned(64))); /* latency mode: releases so far */
-	uint32_t failed __attribute__((aligned(64)));
+	struct harness_sync sync;
 	uint32_t round __attribute__((aligned(64))); /* raw wake test: the round number */
 	uint64_t round_ts;
 	uint64_t t_first[MAX_SUBS]; /* ts_ns of the first measured message */
 	uint64_t t_last[MAX_SUBS];  /* CLOCK_REALTIME when the last take returned */
-	char err[MAX_SUBS][160];
 	int64_t lat[]; /* [sub][message], ns */
 };
-
-struct kids {
-	pid_t pid[MAX_SUBS];
-	int status[MAX_SUBS];
-	int n;
-};
-
-TOOL_PRINTF(3, 4)
-static void child_fail(struct shared *sh, int idx, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sh->err[idx], sizeof(sh->err[idx]), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "rgaps-bench: subscriber %d: %s\n", idx, sh->err[idx]);
-	__atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
-	tool_futex_wake_all(&sh->failed);
-	tool_futex_wake_all(&sh->ready);
-	tool_futex_wake_all(&sh->released);
-	_exit(1);
-}
-
-static void kids_kill(struct kids *k)
-{
-	for (int i = 0; i < k->n; i++) {
-		if (k->pid[i] <= 0)
-			continue;
-		kill(k->pid[i], SIGKILL);
-		waitpid(k->pid[i], &k->status[i], 0);
-		k->pid[i] = 0;
-	}
-}
-
-/* Reap children that have exited; true if one of them failed. */
-static bool kids_failed(struct kids *k)
-{
-	bool bad = false;
-
-	for (int i = 0; i < k->n; i++) {
-		if (k->pid[i] > 0 && waitpid(k->pid[i], &k->status[i], WNOHANG) == k->pid[i])
-			k->pid[i] = 0;
-		if (k->pid[i] == 0 && k->status[i] != 0)
-			bad = true;
-	}
-	return bad;
-}
-
-static void report_kid(const struct kids *k, int i, const struct shared *sh)
-{
-	int st = k->status[i];
-
-	if (sh->err[i][0])
-		return; /* it said why itself */
-	if (WIFSIGNALED(st))
-		fprintf(stderr, "rgaps-bench: subscriber %d killed by signal %d (%s)\n", i,
-			WTERMSIG(st), strsignal(WTERMSIG(st)));
-	else if (WIFEXITED(st) && WEXITSTATUS(st))
-		fprintf(stderr, "rgaps-bench: subscriber %d exited with status %d\n", i,
-			WEXITSTATUS(st));
-}
-
-/* Wait for every child to exit (at most WAIT_MS); 0 if all exited 0. */
-static int kids_wait(struct kids *k, const struct shared *sh)
-{
-	uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull;
-	int r = 0;
-
-	for (;;) {
-		bool left = false;
-
-		kids_failed(k);
-		for (int i = 0; i < k->n; i++)
-			left |= k->pid[i] > 0;
-		if (!left)
-			break;
-		if (mono_ns() >= deadline || tool_interrupted) {
-			fprintf(stderr, "rgaps-bench: subscribers did not exit within %d s%s\n",
-				WAIT_MS / 1000, tool_interrupted ? " (tool_interrupted)" : "");
-			kids_kill(k);
-			r = -ETIMEDOUT;
-			break;
-		}
-		usleep(1000);
-	}
-	for (int i = 0; i < k->n; i++) {
-		if (k->status[i]) {
-			report_kid(k, i, sh);
-			r = r ? r : -EIO;
-		}
-	}
-	return r;
-}
-
-/*
- * Wait until *word reaches target, a child fails, WAIT_MS pass or a signal
- * comes. Children that die without saying so are found between futex slices.
- */
-static int wait_count(struct shared *sh, uint32_t *word, uint32_t target, struct kids *k,
-		      const char *what)
-{
-	uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull;
-
-	for (;;) {
-		uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-		uint64_t now;
-		int r;
-
-		if (v >= target)
-			return 0;
-		if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE))
-			return -EIO;
-		if (tool_interrupted) {
-			fprintf(stderr, "rgaps-bench: tool_interrupted\n");
-			return -EINTR;
-		}
-		now = mono_ns();
-		if (now >= deadline) {
-			fprintf(stderr, "rgaps-bench: no progress for %d s waiting for %s "
-					"(%u of %u)\n", WAIT_MS / 1000, what, v, target);
-			return -ETIMEDOUT;
-		}
-		r = tool_futex_wait(word, v,
-				     TOOL_MIN((int64_t)SLICE_NS, (int64_t)(deadline - now)));
-		if (r == -ETIMEDOUT && kids_failed(k)) {
-			for (int i = 0; i < k->n; i++)
-				if (k->pid[i] == 0 && k->status[i])
-					report_kid(k, i, sh);
-			return -EIO;
-		}
-	}
-}
-
-typedef void (*child_fn)(struct shared *sh, int idx, void *arg);
-
-/*
- * Fork n children running fn; each dies with the parent (PR_SET_PDEATHSIG).
- * Child i runs on cpus[i % ncpus], or wherever the scheduler likes if ncpus is 0.
- */
-static int kids_spawn(struct kids *k, int n, const int *cpus, int ncpus, struct shared *sh,
-		      child_fn fn, void *arg)
-{
-	pid_t parent = getpid();
-
-	memset(k, 0, sizeof(*k));
-	fflush(stdout);
-	fflush(stderr);
-	for (int i = 0; i < n; i++) {
-		pid_t pid = fork();
-
-		if (pid < 0) {
-			fprintf(stderr, "rgaps-bench: fork: %s\n", strerror(errno));
-			kids_kill(k);
-			return -errno;
-		}
-		if (pid == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(1);
-			signal(SIGINT, SIG_DFL);
-			signal(SIGTERM, SIG_DFL);
-			if (pin_to(ncpus ? cpus[i % ncpus] : -1))
-				_exit(1);
-			fn(sh, i, arg);
-			_exit(0);
-		}
-		k->pid[i] = pid;
-		k->n = i + 1;
-	}
-	return 0;
-}
 
 static struct shared *shared_map(size_t nlat, size_t *len_p)
 {
@@ -695,8 +482,8 @@ static void samples_done(struct samples *sp)
 {
 	if (!sp->n)
 		return;
-	qsort(sp->v, sp->n, sizeof(*sp->v), cmp_i64);
-	sp->p50 = pct(sp->v, sp->n, 0.5);
+	qsort(sp->v, sp->n, sizeof(*sp->v), harness_cmp_i64);
+	sp->p50 = harness_pct(sp->v, sp->n, 0.5);
 	sp->min = (double)sp->v[0];
 }
 
@@ -747,24 +534,26 @@ static int raw_copy_measure(uint64_t size, uint64_t n, const uint8_t *src, uint8
 }
 
 struct wake_arg {
+	struct shared *sh;
 	int nsubs;
 	uint64_t rounds;
 };
 
 /* Raw wake child: sleep on the round word, note how late it wakes, ack. */
-static void wake_child(struct shared *sh, int idx, void *arg)
+static void wake_child(int idx, void *arg)
 {
 	const struct wake_arg *wa = arg;
+	struct shared *sh = wa->sh;
 	uint32_t seen = 0;
 
-	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	tool_futex_wake_all(&sh->ready);
+	__atomic_add_fetch(&sh->sync.ready, 1, __ATOMIC_SEQ_CST);
+	tool_futex_wake_all(&sh->sync.ready);
 	for (uint64_t k = 0; k < wa->rounds; k++) {
 		uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull, now;
 
 		while (__atomic_load_n(&sh->round, __ATOMIC_ACQUIRE) == seen) {
 			if (mono_ns() >= deadline)
-				child_fail(sh, idx, "raw wake test: no wake-up in %d s",
+				harness_child_fail(&sh->sync, idx, "raw wake test: no wake-up in %d s",
 					   WAIT_MS / 1000);
 			tool_futex_wait(&sh->round, seen, SLICE_NS);
 		}
@@ -772,9 +561,9 @@ static void wake_child(struct shared *sh, int idx, void *arg)
 		seen = __atomic_load_n(&sh->round, __ATOMIC_ACQUIRE);
 		sh->lat[(uint64_t)idx * wa->rounds + k] =
 			(int64_t)(now - __atomic_load_n(&sh->round_ts, __ATOMIC_ACQUIRE));
-		if (__atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
+		if (__atomic_add_fetch(&sh->sync.released, 1, __ATOMIC_SEQ_CST) ==
 		    (uint32_t)wa->nsubs * (k + 1))
-			tool_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->sync.released);
 	}
 }
 
@@ -787,8 +576,8 @@ static int raw_wake_measure(int nsubs, const int *cpus, int ncpus, struct raw_wa
 {
 	struct wake_arg wa = { .nsubs = nsubs, .rounds = 2000 };
 	uint64_t warm = 100, n = (uint64_t)nsubs * wa.rounds, m = 0;
+	struct harness_kids k = { 0 };
 	struct shared *sh;
-	struct kids k;
 	size_t len;
 	int64_t *v;
 	int r;
@@ -796,22 +585,24 @@ static int raw_wake_measure(int nsubs, const int *cpus, int ncpus, struct raw_wa
 	sh = shared_map(n, &len);
 	if (!sh)
 		return -ENOMEM;
-	r = kids_spawn(&k, nsubs, cpus, ncpus, sh, wake_child, &wa);
+	wa.sh = sh;
+	k.sync = &sh->sync;
+	r = harness_spawn(&k, nsubs, cpus, ncpus, wake_child, &wa);
 	if (r)
 		goto out_unmap;
-	r = wait_count(sh, &sh->ready, (uint32_t)nsubs, &k, "raw wake children to start");
+	r = harness_wait_count(&k, &sh->sync.ready, (uint32_t)nsubs, "raw wake children to start");
 	for (uint64_t i = 0; !r && i < wa.rounds; i++) {
 		__atomic_store_n(&sh->round_ts, real_ns(), __ATOMIC_RELEASE);
 		__atomic_store_n(&sh->round, (uint32_t)(i + 1), __ATOMIC_RELEASE);
 		tool_futex_wake_all(&sh->round);
-		r = wait_count(sh, &sh->released, (uint32_t)((uint64_t)nsubs * (i + 1)), &k,
-			       "raw wake acknowledgements");
+		r = harness_wait_count(&k, &sh->sync.released, (uint32_t)((uint64_t)nsubs * (i + 1)),
+				       "raw wake acknowledgements");
 	}
 	if (r) {
-		kids_kill(&k);
+		harness_kill(&k);
 		goto out_unmap;
 	}
-	r = kids_wait(&k, sh);
+	r = harness_wait_exit(&k);
 	if (r)
 		goto out_unmap;
 	v = calloc(n, sizeof(*v));
@@ -822,10 +613,10 @@ static int raw_wake_measure(int nsubs, const int *cpus, int ncpus, struct raw_wa
 	for (int s = 0; s < nsubs; s++)
 		for (uint64_t i = warm; i < wa.rounds; i++)
 			v[m++] = sh->lat[(uint64_t)s * wa.rounds + i];
-	qsort(v, m, sizeof(*v), cmp_i64);
+	qsort(v, m, sizeof(*v), harness_cmp_i64);
 	rw->nsubs = nsubs;
-	rw->p50 = pct(v, m, 0.5);
-	rw->p99 = pct(v, m, 0.99);
+	rw->p50 = harness_pct(v, m, 0.5);
+	rw->p99 = harness_pct(v, m, 0.99);
 	rw->max = (double)v[m - 1];
 	free(v);
 out_unmap:
@@ -869,19 +660,6 @@ static int topic_subscribers(const char *topic)
 	}
 	cJSON_Delete(reply);
 	return n;
-}
-
-static void print_log_tail(const char *path)
-{
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return;
-	fprintf(stderr, "---- %s ----\n", path);
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fclose(f);
 }
 
 static void shm_cleanup(const char *instance)
@@ -1015,7 +793,7 @@ static int daemon_spawn(struct bench *b)
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			b->daemon_pid = 0;
 			fprintf(stderr, "rgaps-bench: rgapsd exited at start\n");
-			print_log_tail(b->log);
+			harness_print_file(b->log);
 			return -ECHILD;
 		}
 		if (query_json("{\"type\":\"topics\"}", &reply) == 0) {
@@ -1025,22 +803,24 @@ static int daemon_spawn(struct bench *b)
 		usleep(10000);
 	}
 	fprintf(stderr, "rgaps-bench: rgapsd did not answer on %s within 5 s\n", b->sock);
-	print_log_tail(b->log);
+	harness_print_file(b->log);
 	return -ETIMEDOUT;
 }
 
 /* ---------------------------------------------------------------- one configuration */
 
 struct sub_arg {
+	struct shared *sh;
 	const struct run *run;
 	const char *topic;
 	uint64_t n, warm; /* this round: measured and warm-up messages */
 	bool verify;
 };
 
-static void sub_child(struct shared *sh, int idx, void *arg)
+static void sub_child(int idx, void *arg)
 {
 	const struct sub_arg *sa = arg;
+	struct shared *sh = sa->sh;
 	const struct run *c = sa->run;
 	uint64_t total = sa->warm + sa->n, base = 0;
 	rgaps_topic_info_t info = { .struct_size = sizeof(info) };
@@ -1056,13 +836,13 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 	}
 	sub = rgaps_subscriber_init(sa->topic);
 	if (!sub)
-		child_fail(sh, idx, "cannot attach to '%s': %s", sa->topic, rgaps_strerror(errno));
+		harness_child_fail(&sh->sync, idx, "cannot attach to '%s': %s", sa->topic, rgaps_strerror(errno));
 	r = rgaps_subscriber_info(sub, &info);
 	if (r)
-		child_fail(sh, idx, "topic info: %s", rgaps_strerror(r));
+		harness_child_fail(&sh->sync, idx, "topic info: %s", rgaps_strerror(r));
 	host = info.memory == RGAPS_MEMORY_HOST;
-	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	tool_futex_wake_all(&sh->ready);
+	__atomic_add_fetch(&sh->sync.ready, 1, __ATOMIC_SEQ_CST);
+	tool_futex_wake_all(&sh->sync.ready);
 
 	for (uint64_t k = 0; k < total; k++) {
 		rgaps_msg_t m;
@@ -1071,12 +851,12 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 		r = rgaps_subscriber_take(sub, &m, WAIT_MS);
 		now = real_ns();
 		if (r)
-			child_fail(sh, idx, "take of message %" PRIu64 " of %" PRIu64 ": %s", k,
+			harness_child_fail(&sh->sync, idx, "take of message %" PRIu64 " of %" PRIu64 ": %s", k,
 				   total, rgaps_strerror(r));
 		if (k == 0)
 			base = m.seq;
 		if (m.seq != base + k || m.gap || m.size != c->size)
-			child_fail(sh, idx, "message %" PRIu64 ": seq %" PRIu64 " (want %" PRIu64
+			harness_child_fail(&sh->sync, idx, "message %" PRIu64 ": seq %" PRIu64 " (want %" PRIu64
 					    "), gap %" PRIu64 ", %zu bytes (want %" PRIu64 ")",
 				   k, m.seq, base + k, m.gap, m.size, c->size);
 		if (host) {
@@ -1084,7 +864,7 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 
 			memcpy(hdr, m.data, sizeof(hdr));
 			if (hdr[0] != k || hdr[1] != c->size)
-				child_fail(sh, idx, "message %" PRIu64 ": payload header says "
+				harness_child_fail(&sh->sync, idx, "message %" PRIu64 ": payload header says "
 						    "counter %" PRIu64 " size %" PRIu64, k, hdr[0],
 					   hdr[1]);
 			if (sa->verify) {
@@ -1092,7 +872,7 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 				int64_t off = rgaps_pattern_check(m.data, m.size, &ctr);
 
 				if (off >= 0)
-					child_fail(sh, idx, "message %" PRIu64 ": payload differs "
+					harness_child_fail(&sh->sync, idx, "message %" PRIu64 ": payload differs "
 							    "at byte %" PRId64, k, off);
 			}
 		}
@@ -1104,12 +884,12 @@ static void sub_child(struct shared *sh, int idx, void *arg)
 			sh->t_last[idx] = now;
 		r = rgaps_subscriber_release(sub, &m);
 		if (r)
-			child_fail(sh, idx, "release of message %" PRIu64 ": %s", k,
+			harness_child_fail(&sh->sync, idx, "release of message %" PRIu64 ": %s", k,
 				   rgaps_strerror(r));
 		if (c->mode == MODE_LATENCY &&
-		    __atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
+		    __atomic_add_fetch(&sh->sync.released, 1, __ATOMIC_SEQ_CST) ==
 			    (uint32_t)((uint64_t)c->nsubs * (k + 1)))
-			tool_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->sync.released);
 	}
 	rgaps_subscriber_destroy(sub);
 }
@@ -1164,23 +944,23 @@ static int stats_fill(struct run *c)
 	/* Paired per message, so that how fast the copy went this time cancels out. */
 	for (uint64_t i = 0; i < c->iters; i++)
 		fan[i] = last[i] - c->push[i];
-	qsort(fan, c->iters, sizeof(*fan), cmp_i64);
-	c->fan_p50 = pct(fan, c->iters, 0.5);
+	qsort(fan, c->iters, sizeof(*fan), harness_cmp_i64);
+	c->fan_p50 = harness_pct(fan, c->iters, 0.5);
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)c->lat[i];
-	qsort(c->lat, n, sizeof(*c->lat), cmp_i64);
-	qsort(last, c->iters, sizeof(*last), cmp_i64);
-	qsort(c->push, c->iters, sizeof(*c->push), cmp_i64);
-	c->p50 = pct(c->lat, n, 0.5);
-	c->p99 = pct(c->lat, n, 0.99);
-	c->p999 = pct(c->lat, n, 0.999);
+	qsort(c->lat, n, sizeof(*c->lat), harness_cmp_i64);
+	qsort(last, c->iters, sizeof(*last), harness_cmp_i64);
+	qsort(c->push, c->iters, sizeof(*c->push), harness_cmp_i64);
+	c->p50 = harness_pct(c->lat, n, 0.5);
+	c->p99 = harness_pct(c->lat, n, 0.99);
+	c->p999 = harness_pct(c->lat, n, 0.999);
 	c->min = (double)c->lat[0];
 	c->max = (double)c->lat[n - 1];
 	c->mean = sum / (double)n;
-	c->last_p50 = pct(last, c->iters, 0.5);
-	c->last_p99 = pct(last, c->iters, 0.99);
-	c->push_p50 = pct(c->push, c->iters, 0.5);
-	c->push_p99 = pct(c->push, c->iters, 0.99);
+	c->last_p50 = harness_pct(last, c->iters, 0.5);
+	c->last_p99 = harness_pct(last, c->iters, 0.99);
+	c->push_p50 = harness_pct(c->push, c->iters, 0.5);
+	c->push_p99 = harness_pct(c->push, c->iters, 0.99);
 	c->push_min = (double)c->push[0];
 	if (c->mode == MODE_THROUGHPUT) {
 		c->msgs_s = 0;
@@ -1348,9 +1128,9 @@ static int run_round(struct bench *b, struct run *c, rgaps_publisher_t *pub, boo
 	rgaps_loan_t src_loan = { 0 };
 	bool have_src_loan = false;
 	int64_t *push_ns;
+	struct harness_kids k = { 0 };
 	struct shared *sh;
 	char topic[64];
-	struct kids k;
 	uint8_t *src;
 	size_t len;
 	int r;
@@ -1366,10 +1146,12 @@ static int run_round(struct bench *b, struct run *c, rgaps_publisher_t *pub, boo
 		free(push_ns);
 		return -ENOMEM;
 	}
-	r = kids_spawn(&k, c->nsubs, b->o.sub_cpus, b->o.nsub_cpus, sh, sub_child, &sa);
+	sa.sh = sh;
+	k.sync = &sh->sync;
+	r = harness_spawn(&k, c->nsubs, b->o.sub_cpus, b->o.nsub_cpus, sub_child, &sa);
 	if (r)
 		goto out_unmap;
-	r = wait_count(sh, &sh->ready, (uint32_t)c->nsubs, &k, "subscribers to attach");
+	r = harness_wait_count(&k, &sh->sync.ready, (uint32_t)c->nsubs, "subscribers to attach");
 	if (r)
 		goto out_kill;
 	src = hostbuf;
@@ -1398,16 +1180,17 @@ static int run_round(struct bench *b, struct run *c, rgaps_publisher_t *pub, boo
 			goto out_loan;
 		}
 		if (c->mode == MODE_LATENCY) {
-			r = wait_count(sh, &sh->released, (uint32_t)((uint64_t)c->nsubs * (i + 1)),
-				       &k, "every subscriber to release the last message");
+			r = harness_wait_count(&k, &sh->sync.released,
+					       (uint32_t)((uint64_t)c->nsubs * (i + 1)),
+					       "every subscriber to release the last message");
 			if (r)
 				goto out_loan;
-		} else if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE) || tool_interrupted) {
+		} else if (__atomic_load_n(&sh->sync.failed, __ATOMIC_ACQUIRE) || tool_interrupted) {
 			r = -EIO;
 			goto out_loan;
 		}
 	}
-	r = kids_wait(&k, sh);
+	r = harness_wait_exit(&k);
 	if (r == 0)
 		round_collect(c, sh, push_ns, n);
 out_loan:
@@ -1415,7 +1198,7 @@ out_loan:
 		rgaps_publisher_cancel(pub, &src_loan);
 out_kill:
 	if (r)
-		kids_kill(&k);
+		harness_kill(&k);
 out_unmap:
 	munmap(sh, len);
 	free(push_ns);
@@ -1521,17 +1304,6 @@ static const char *api_name(enum api a)
 	return a == API_PUSH ? "push" : "loan";
 }
 
-static void read_loadavg(char *buf, size_t len)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-
-	snprintf(buf, len, "unknown");
-	if (f && fgets(buf, (int)len, f))
-		buf[strcspn(buf, "\n")] = 0;
-	if (f)
-		fclose(f);
-}
-
 static void machine_info(struct bench *b, int argc, char **argv)
 {
 	struct utsname u;
@@ -1567,7 +1339,7 @@ static void machine_info(struct bench *b, int argc, char **argv)
 		off += (size_t)snprintf(b->cmdline + off, sizeof(b->cmdline) - off, "%s%s",
 					i ? " " : "", argv[i]);
 	snprintf(b->spin_env, sizeof(b->spin_env), "%s", env ? env : "");
-	read_loadavg(b->load_start, sizeof(b->load_start));
+	harness_loadavg(b->load_start, sizeof(b->load_start));
 }
 
 static double us(double ns)
@@ -1908,14 +1680,14 @@ int main(int argc, char **argv)
 	r = plan(&b);
 	if (r)
 		return 1;
-	sched_getaffinity(0, sizeof(start_cpus), &start_cpus);
+	harness_save_cpus();
 	if (b.o.spawn) {
 		r = daemon_spawn(&b);
 		if (r)
 			goto out;
 	}
 	if (b.o.pub_cpu >= 0) {
-		r = pin_to(b.o.pub_cpu);
+		r = harness_pin(b.o.pub_cpu);
 		if (r)
 			goto out;
 	}
@@ -1936,13 +1708,13 @@ int main(int argc, char **argv)
 	r = run_all(&b);
 	if (r)
 		goto out;
-	read_loadavg(b.load_end, sizeof(b.load_end));
+	harness_loadavg(b.load_end, sizeof(b.load_end));
 	print_tables(&b);
 	if (b.o.json)
 		r = json_write(&b);
 out:
 	if (r && !tool_interrupted && b.daemon_pid > 0)
-		print_log_tail(b.log);
+		harness_print_file(b.log);
 	daemon_stop(&b);
 	for (int i = 0; i < b.nruns; i++) {
 		free(b.runs[i].lat);

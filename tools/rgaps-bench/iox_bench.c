@@ -1,7 +1,7 @@
 /*
  * iox-bench: what rgaps-bench's latency and throughput modes measure, done with
  * iceoryx 2.0.3 through its C binding, for the side-by-side run of
- * tools/rgaps-bench/compare_local.sh (issue 7, docs/BENCHMARKS.md).
+ * tools/rgaps-bench/compare_local.sh (docs/BENCHMARKS.md, the local path at 4 KiB).
  *
  * One publisher (this process) and N subscriber processes per round. A
  * subscriber never polls: it tries iox_sub_take_chunk() and, when that finds
@@ -22,10 +22,8 @@
  * mempool sized for the message) and stops it at the end; iceoryx 2.0 allows
  * one RouDi per machine, so it refuses to run beside another one.
  *
- * The harness (children, bounded waits, percentiles) is a copy of bench.c's on
- * purpose: bench.c is kept as it was at b4f3916, so that compare_local.sh's
- * "now" and "before" builds run the same benchmark source; change both
- * together.
+ * The harness (children, bounded waits, percentiles) is rgaps-bench's own,
+ * harness.c, so that both measure the same way.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -55,12 +53,13 @@
 #include <iceoryx_binding_c/subscriber.h>
 #include <iceoryx_binding_c/wait_set.h>
 
+#include "harness.h"
 #include "tool.h"
 
-#define MAX_SUBS 64
+#define MAX_SUBS HARNESS_MAX_KIDS
 #define MAX_LIST 16
-#define WAIT_MS 10000		  /* bound on every wait, as in rgaps-bench */
-#define SLICE_NS (100ll * 1000 * 1000) /* re-check children and deadlines this often */
+#define WAIT_MS HARNESS_WAIT_MS /* bound on every wait, as in rgaps-bench */
+#define SLICE_NS HARNESS_SLICE_NS
 #define ROUND_ALARM_S 120	  /* a round that takes longer is killed with everything */
 #define ROUDI_SOCKET "/tmp/roudi" /* where iceoryx 2.0's RouDi listens */
 #define NS_PER_S 1000000000.0
@@ -72,17 +71,13 @@ static const char SERVICE[] = "rgaps-compare", INSTANCE[] = "local";
 
 /* Parent and subscribers share this (a memfd the child maps after exec). */
 struct shared {
-	uint32_t ready __attribute__((aligned(64)));
-	uint32_t released __attribute__((aligned(64)));
-	uint32_t failed __attribute__((aligned(64)));
+	struct harness_sync sync;
 	/* the round, set by the parent before the children start */
 	uint64_t size, n, warm;
 	int32_t nsubs, mode;
 	char event[32];
 	uint64_t t_first[MAX_SUBS]; /* publish timestamp of the first measured message */
 	uint64_t t_last[MAX_SUBS];  /* CLOCK_REALTIME when the last take returned */
-	uint32_t done[MAX_SUBS];    /* measured everything and left its subscriber */
-	char err[MAX_SUBS][160];
 	int64_t lat[]; /* [sub][message], ns */
 };
 
@@ -103,7 +98,6 @@ struct opts {
 	const char *json, *roudi;
 };
 
-static volatile sig_atomic_t interrupted;
 /*
  * Subscribers that had taken every message and left their subscriber but did
  * not exit within WAIT_MS, killed: iceoryx 2.0's exit handshake with RouDi
@@ -112,8 +106,8 @@ static volatile sig_atomic_t interrupted;
  * reported; the round's numbers are complete.
  */
 static unsigned exit_hangs;
-/* What the SIGALRM watchdog kills (async-signal-safe: plain arrays and kill()). */
-static volatile pid_t kid_pids[MAX_SUBS], roudi_pid;
+/* What the SIGALRM watchdog kills besides the round's children (async-signal-safe). */
+static volatile pid_t roudi_pid;
 static volatile pid_t pub_pid; /* in the parent: the publisher process, told to stop too */
 static char roudi_dir[64], roudi_cfg[128], roudi_log[128];
 
@@ -129,7 +123,7 @@ static uint64_t real_ns(void)
 
 static void on_signal(int sig)
 {
-	interrupted = 1;
+	tool_interrupted = 1;
 	if (pub_pid > 0)
 		kill(pub_pid, SIGTERM);
 }
@@ -138,9 +132,7 @@ static void on_alarm(int sig)
 {
 	static const char msg[] = "iox-bench: a round took too long: killing everything\n";
 
-	for (int i = 0; i < MAX_SUBS; i++)
-		if (kid_pids[i] > 0)
-			kill(kid_pids[i], SIGKILL);
+	harness_signal_kill();
 	if (roudi_pid > 0)
 		kill(roudi_pid, SIGKILL);
 	if (write(2, msg, sizeof(msg) - 1) < 0)
@@ -278,22 +270,6 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 /* ---------------------------------------------------------------- subscriber process */
 
-__attribute__((format(printf, 3, 4)))
-static void child_fail(struct shared *sh, int idx, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sh->err[idx], sizeof(sh->err[idx]), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "iox-bench: subscriber %d: %s\n", idx, sh->err[idx]);
-	__atomic_store_n(&sh->failed, 1, __ATOMIC_SEQ_CST);
-	tool_futex_wake_all(&sh->failed);
-	tool_futex_wake_all(&sh->ready);
-	tool_futex_wake_all(&sh->released);
-	_exit(1);
-}
-
 static int child_main(const char *idx_s, const char *fd_s)
 {
 	iox_sub_storage_t sub_storage;
@@ -316,7 +292,7 @@ static int child_main(const char *idx_s, const char *fd_s)
 	close(fd);
 	total = sh->warm + sh->n;
 	if ((off_t)(sizeof(*sh) + (uint64_t)sh->nsubs * sh->n * sizeof(int64_t)) > st.st_size)
-		child_fail(sh, idx, "shared area too small for the round");
+		harness_child_fail(&sh->sync, idx, "shared area too small for the round");
 
 	snprintf(name, sizeof(name), "iox-bench-sub-%d", (int)getpid());
 	iox_runtime_init(name);
@@ -329,16 +305,16 @@ static int child_main(const char *idx_s, const char *fd_s)
 	deadline = mono_ns() + WAIT_MS * 1000000ull;
 	while (iox_sub_get_subscription_state(sub) != SubscribeState_SUBSCRIBED) {
 		if (mono_ns() >= deadline)
-			child_fail(sh, idx, "not subscribed within %d s (state %d)", WAIT_MS / 1000,
+			harness_child_fail(&sh->sync, idx, "not subscribed within %d s (state %d)", WAIT_MS / 1000,
 				   (int)iox_sub_get_subscription_state(sub));
 		usleep(1000);
 	}
 	ws = iox_ws_init(&ws_storage);
 	if (iox_ws_attach_subscriber_state(ws, sub, SubscriberState_HAS_DATA, 1, NULL) !=
 	    WaitSetResult_SUCCESS)
-		child_fail(sh, idx, "cannot attach the subscriber to a WaitSet");
-	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
-	tool_futex_wake_all(&sh->ready);
+		harness_child_fail(&sh->sync, idx, "cannot attach the subscriber to a WaitSet");
+	__atomic_add_fetch(&sh->sync.ready, 1, __ATOMIC_SEQ_CST);
+	tool_futex_wake_all(&sh->sync.ready);
 
 	for (uint64_t k = 0; k < total; k++) {
 		enum iox_ChunkReceiveResult r;
@@ -351,20 +327,20 @@ static int child_main(const char *idx_s, const char *fd_s)
 			uint64_t missed = 0;
 
 			if (r != ChunkReceiveResult_NO_CHUNK_AVAILABLE)
-				child_fail(sh, idx, "take of message %" PRIu64 ": result %d", k,
+				harness_child_fail(&sh->sync, idx, "take of message %" PRIu64 ": result %d", k,
 					   (int)r);
 			if (mono_ns() >= deadline)
-				child_fail(sh, idx, "no message %" PRIu64 " of %" PRIu64 " within %d s",
+				harness_child_fail(&sh->sync, idx, "no message %" PRIu64 " of %" PRIu64 " within %d s",
 					   k, total, WAIT_MS / 1000);
 			iox_ws_timed_wait(ws, slice, info, 1, &missed);
 		}
 		now = real_ns();
 		memcpy(hdr, p, sizeof(hdr));
 		if (hdr[0] != k || hdr[1] != sh->size)
-			child_fail(sh, idx, "message %" PRIu64 ": header says counter %" PRIu64
+			harness_child_fail(&sh->sync, idx, "message %" PRIu64 ": header says counter %" PRIu64
 					    " size %" PRIu64, k, hdr[0], hdr[1]);
 		if (iox_sub_has_lost_chunks(sub))
-			child_fail(sh, idx, "lost messages before message %" PRIu64, k);
+			harness_child_fail(&sh->sync, idx, "lost messages before message %" PRIu64, k);
 		if (k >= sh->warm)
 			sh->lat[(uint64_t)idx * sh->n + (k - sh->warm)] = (int64_t)(now - hdr[2]);
 		if (k == sh->warm)
@@ -373,25 +349,19 @@ static int child_main(const char *idx_s, const char *fd_s)
 			sh->t_last[idx] = now;
 		iox_sub_release_chunk(sub, p);
 		if (sh->mode == MODE_LATENCY &&
-		    __atomic_add_fetch(&sh->released, 1, __ATOMIC_SEQ_CST) ==
+		    __atomic_add_fetch(&sh->sync.released, 1, __ATOMIC_SEQ_CST) ==
 			    (uint32_t)((uint64_t)sh->nsubs * (k + 1)))
-			tool_futex_wake_all(&sh->released);
+			tool_futex_wake_all(&sh->sync.released);
 	}
 	iox_ws_detach_subscriber_state(ws, sub, SubscriberState_HAS_DATA);
 	iox_ws_deinit(ws);
 	iox_sub_deinit(sub);
-	__atomic_store_n(&sh->done[idx], 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&sh->sync.done[idx], 1, __ATOMIC_RELEASE);
 	iox_runtime_shutdown();
 	return 0;
 }
 
 /* ---------------------------------------------------------------- children, from the parent */
-
-struct kids {
-	pid_t pid[MAX_SUBS];
-	int status[MAX_SUBS];
-	int n;
-};
 
 /* The socket and lock file an iceoryx 2.0 runtime named NAME leaves in /tmp when killed. */
 static void runtime_files_remove(pid_t pid)
@@ -404,164 +374,20 @@ static void runtime_files_remove(pid_t pid)
 	unlink(path);
 }
 
-static void kids_kill(struct kids *k)
+/* A subscriber process: this program again, exec'd, as subscriber idx of the round in the memfd. */
+static void kid_exec(int idx, void *arg)
 {
-	for (int i = 0; i < k->n; i++) {
-		if (k->pid[i] <= 0)
-			continue;
-		kill(k->pid[i], SIGKILL);
-		waitpid(k->pid[i], &k->status[i], 0);
-		runtime_files_remove(k->pid[i]);
-		k->pid[i] = kid_pids[i] = 0;
-	}
-}
+	int memfd = *(const int *)arg;
+	char idx_s[16], fd_s[16];
 
-static bool kids_failed(struct kids *k)
-{
-	bool bad = false;
-
-	for (int i = 0; i < k->n; i++) {
-		if (k->pid[i] > 0 && waitpid(k->pid[i], &k->status[i], WNOHANG) == k->pid[i])
-			k->pid[i] = kid_pids[i] = 0;
-		if (k->pid[i] == 0 && k->status[i] != 0)
-			bad = true;
-	}
-	return bad;
-}
-
-static void report_kid(const struct kids *k, int i, const struct shared *sh)
-{
-	int st = k->status[i];
-
-	if (sh->err[i][0])
-		return;
-	if (WIFSIGNALED(st))
-		fprintf(stderr, "iox-bench: subscriber %d killed by signal %d\n", i, WTERMSIG(st));
-	else if (WIFEXITED(st) && WEXITSTATUS(st))
-		fprintf(stderr, "iox-bench: subscriber %d exited with status %d\n", i,
-			WEXITSTATUS(st));
-}
-
-static int kids_wait(struct kids *k, const struct shared *sh)
-{
-	uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull;
-	int r = 0;
-
-	for (;;) {
-		bool left = false;
-
-		kids_failed(k);
-		for (int i = 0; i < k->n; i++)
-			left |= k->pid[i] > 0;
-		if (!left)
-			break;
-		if (mono_ns() >= deadline || interrupted) {
-			bool all_done = !interrupted;
-
-			for (int i = 0; i < k->n; i++)
-				if (k->pid[i] > 0 && !__atomic_load_n(&sh->done[i], __ATOMIC_ACQUIRE))
-					all_done = false;
-			if (all_done) {
-				for (int i = 0; i < k->n; i++) {
-					if (k->pid[i] <= 0)
-						continue;
-					fprintf(stderr, "iox-bench: subscriber %d hung in iceoryx's exit "
-							"after its last message: killed\n", i);
-					exit_hangs++;
-					kill(k->pid[i], SIGKILL);
-					waitpid(k->pid[i], NULL, 0);
-					runtime_files_remove(k->pid[i]);
-					k->pid[i] = kid_pids[i] = 0;
-				}
-				break;
-			}
-			fprintf(stderr, "iox-bench: subscribers did not exit within %d s\n",
-				WAIT_MS / 1000);
-			kids_kill(k);
-			r = -ETIMEDOUT;
-			break;
-		}
-		usleep(1000);
-	}
-	for (int i = 0; i < k->n; i++) {
-		if (k->status[i]) {
-			report_kid(k, i, sh);
-			r = r ? r : -EIO;
-		}
-	}
-	return r;
-}
-
-static int wait_count(struct shared *sh, uint32_t *word, uint32_t target, struct kids *k,
-		      const char *what)
-{
-	uint64_t deadline = mono_ns() + WAIT_MS * 1000000ull;
-
-	for (;;) {
-		uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-		uint64_t now;
-
-		if (v >= target)
-			return 0;
-		if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE))
-			return -EIO;
-		if (interrupted)
-			return -EINTR;
-		now = mono_ns();
-		if (now >= deadline) {
-			fprintf(stderr, "iox-bench: no progress for %d s waiting for %s (%u of %u)\n",
-				WAIT_MS / 1000, what, v, target);
-			return -ETIMEDOUT;
-		}
-		if (tool_futex_wait(word, v, SLICE_NS < (int64_t)(deadline - now) ? SLICE_NS : (int64_t)(deadline - now)) ==
-			    -ETIMEDOUT &&
-		    kids_failed(k)) {
-			for (int i = 0; i < k->n; i++)
-				if (k->pid[i] == 0 && k->status[i])
-					report_kid(k, i, sh);
-			return -EIO;
-		}
-	}
-}
-
-/* Fork + exec this program as subscriber i of the round in the memfd. */
-static int kids_spawn(struct kids *k, int n, int memfd)
-{
-	pid_t parent = getpid();
-
-	memset(k, 0, sizeof(*k));
-	fflush(stdout);
-	fflush(stderr);
-	for (int i = 0; i < n; i++) {
-		pid_t pid = fork();
-
-		if (pid < 0) {
-			fprintf(stderr, "iox-bench: fork: %s\n", strerror(errno));
-			kids_kill(k);
-			return -errno;
-		}
-		if (pid == 0) {
-			char idx[16], fd[16];
-
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(1);
-			signal(SIGINT, SIG_DFL);
-			signal(SIGTERM, SIG_DFL);
-			signal(SIGALRM, SIG_DFL);
-			/* Nothing of the parent's iceoryx runtime may reach the child. */
-			for (int f = 3; f < 1024; f++)
-				if (f != memfd)
-					close(f);
-			snprintf(idx, sizeof(idx), "%d", i);
-			snprintf(fd, sizeof(fd), "%d", memfd);
-			execl("/proc/self/exe", "iox-bench", "--child", idx, fd, (char *)NULL);
-			_exit(127);
-		}
-		k->pid[i] = kid_pids[i] = pid;
-		k->n = i + 1;
-	}
-	return 0;
+	/* Nothing of the parent's iceoryx runtime may reach the child. */
+	for (int f = 3; f < 1024; f++)
+		if (f != memfd)
+			close(f);
+	snprintf(idx_s, sizeof(idx_s), "%d", idx);
+	snprintf(fd_s, sizeof(fd_s), "%d", memfd);
+	execl("/proc/self/exe", "iox-bench", "--child", idx_s, fd_s, (char *)NULL);
+	_exit(127);
 }
 
 /* ---------------------------------------------------------------- RouDi */
@@ -588,19 +414,6 @@ static pid_t other_roudi(void)
 	if (d)
 		closedir(d);
 	return found;
-}
-
-static void print_file(const char *path)
-{
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return;
-	fprintf(stderr, "---- %s ----\n", path);
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fclose(f);
 }
 
 /*
@@ -656,7 +469,7 @@ static void roudi_stop(bool show_log)
 		}
 	}
 	if (show_log)
-		print_file(roudi_log);
+		harness_print_file(roudi_log);
 	if (roudi_dir[0]) {
 		unlink(roudi_cfg);
 		unlink(roudi_log);
@@ -731,7 +544,7 @@ static int roudi_start(const struct opts *o)
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			roudi_pid = 0;
 			fprintf(stderr, "iox-bench: iox-roudi exited at start\n");
-			print_file(roudi_log);
+			harness_print_file(roudi_log);
 			return -ECHILD;
 		}
 		if (stat(ROUDI_SOCKET, &st) == 0)
@@ -743,25 +556,6 @@ static int roudi_start(const struct opts *o)
 }
 
 /* ---------------------------------------------------------------- the publisher */
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array (as rgaps-bench). */
-static double pct(const int64_t *v, size_t n, double p)
-{
-	size_t k;
-
-	if (!n)
-		return 0;
-	k = (size_t)(p * (double)n + 0.999999);
-	k = k ? k - 1 : 0;
-	return (double)v[k < n ? k : n - 1];
-}
 
 /* Until the subscribers of the last round are gone from the publisher (5 s). */
 static int pub_idle(iox_pub_t pub)
@@ -807,7 +601,7 @@ static int run_round(struct run *c, iox_pub_t pub, const char *event, uint64_t s
 	int64_t *pub_ns = calloc(n, sizeof(*pub_ns));
 	int memfd = memfd_create("iox-bench", 0);
 	struct shared *sh = MAP_FAILED;
-	struct kids k = { 0 };
+	struct harness_kids k = { .killed = runtime_files_remove };
 	int r = -ENOMEM;
 
 	if (!pub_ns || memfd < 0 || ftruncate(memfd, (off_t)len))
@@ -825,9 +619,11 @@ static int run_round(struct run *c, iox_pub_t pub, const char *event, uint64_t s
 	if (r)
 		goto out;
 	alarm(ROUND_ALARM_S);
-	r = kids_spawn(&k, c->nsubs, memfd);
+	k.sync = &sh->sync;
+	r = harness_spawn(&k, c->nsubs, NULL, 0, kid_exec, &memfd);
 	if (!r)
-		r = wait_count(sh, &sh->ready, (uint32_t)c->nsubs, &k, "subscribers to attach");
+		r = harness_wait_count(&k, &sh->sync.ready, (uint32_t)c->nsubs,
+				       "subscribers to attach");
 	for (uint64_t i = 0; i < total && !r; i++) {
 		int64_t ns = 0;
 
@@ -837,15 +633,17 @@ static int run_round(struct run *c, iox_pub_t pub, const char *event, uint64_t s
 		if (r)
 			break;
 		if (c->mode == MODE_LATENCY)
-			r = wait_count(sh, &sh->released, (uint32_t)((uint64_t)c->nsubs * (i + 1)),
-				       &k, "every subscriber to release the last message");
-		else if (__atomic_load_n(&sh->failed, __ATOMIC_ACQUIRE) || interrupted)
+			r = harness_wait_count(&k, &sh->sync.released,
+					       (uint32_t)((uint64_t)c->nsubs * (i + 1)),
+					       "every subscriber to release the last message");
+		else if (__atomic_load_n(&sh->sync.failed, __ATOMIC_ACQUIRE) || tool_interrupted)
 			r = -EIO;
 	}
 	if (!r)
-		r = kids_wait(&k, sh);
+		r = harness_wait_exit(&k);
+	exit_hangs += k.exit_hangs;
 	if (r) {
-		kids_kill(&k);
+		harness_kill(&k);
 		goto out;
 	}
 	for (int s = 0; s < c->nsubs; s++) {
@@ -879,17 +677,17 @@ static int stats_fill(struct run *c)
 				last[i] = c->lat[(uint64_t)s * c->iters + i];
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)c->lat[i];
-	qsort(c->lat, n, sizeof(*c->lat), cmp_i64);
-	qsort(last, c->iters, sizeof(*last), cmp_i64);
-	qsort(c->pub, c->iters, sizeof(*c->pub), cmp_i64);
-	c->p50 = pct(c->lat, n, 0.5);
-	c->p99 = pct(c->lat, n, 0.99);
-	c->p999 = pct(c->lat, n, 0.999);
+	qsort(c->lat, n, sizeof(*c->lat), harness_cmp_i64);
+	qsort(last, c->iters, sizeof(*last), harness_cmp_i64);
+	qsort(c->pub, c->iters, sizeof(*c->pub), harness_cmp_i64);
+	c->p50 = harness_pct(c->lat, n, 0.5);
+	c->p99 = harness_pct(c->lat, n, 0.99);
+	c->p999 = harness_pct(c->lat, n, 0.999);
 	c->min = (double)c->lat[0];
 	c->max = (double)c->lat[n - 1];
 	c->mean = sum / (double)n;
-	c->last_p50 = pct(last, c->iters, 0.5);
-	c->pub_p50 = pct(c->pub, c->iters, 0.5);
+	c->last_p50 = harness_pct(last, c->iters, 0.5);
+	c->pub_p50 = harness_pct(c->pub, c->iters, 0.5);
 	c->msgs_s = 0;
 	for (int s = 0; c->mode == MODE_THROUGHPUT && s < c->nsubs; s++) {
 		double rate = c->sub_s[s] > 0 ? (double)c->iters / c->sub_s[s] : 0;
@@ -899,17 +697,6 @@ static int stats_fill(struct run *c)
 	}
 	free(last);
 	return 0;
-}
-
-static void read_loadavg(char *buf, size_t len)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-
-	snprintf(buf, len, "unknown");
-	if (f && fgets(buf, (int)len, f))
-		buf[strcspn(buf, "\n")] = 0;
-	if (f)
-		fclose(f);
 }
 
 static int json_write(const struct opts *o, const struct run *runs, int nruns, const char *date,
@@ -1040,7 +827,7 @@ static int publisher_main(const struct opts *o, int argc, char **argv)
 	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
 	for (int i = 0; i < argc && off < sizeof(cmd) - 1; i++)
 		off += (size_t)snprintf(cmd + off, sizeof(cmd) - off, "%s%s", i ? " " : "", argv[i]);
-	read_loadavg(load0, sizeof(load0));
+	harness_loadavg(load0, sizeof(load0));
 	for (int i = 0; i < o->nsubs && !r; i++) {
 		if (o->latency)
 			r = plan_add(runs, &nruns, o, o->subs[i], MODE_LATENCY);
@@ -1083,7 +870,7 @@ static int publisher_main(const struct opts *o, int argc, char **argv)
 	for (int i = 0; i < nruns && !r; i++)
 		r = stats_fill(&runs[i]);
 	if (!r) {
-		read_loadavg(load1, sizeof(load1));
+		harness_loadavg(load1, sizeof(load1));
 		print_tables(o, runs, nruns, date, cmd, load0, load1);
 		if (o->json)
 			r = json_write(o, runs, nruns, date, cmd, load0, load1);
@@ -1095,7 +882,7 @@ out:
 		free(runs[i].pub);
 	}
 	free(src);
-	if (interrupted)
+	if (tool_interrupted)
 		return 130;
 	return r ? 1 : 0;
 }
@@ -1140,15 +927,15 @@ int main(int argc, char **argv)
 		exit(publisher_main(&o, argc, argv));
 	}
 	pub_pid = pid;
-	if (interrupted) /* a signal that came before pub_pid was set */
+	if (tool_interrupted) /* a signal that came before pub_pid was set */
 		kill(pid, SIGTERM);
 	/* The publisher bounds its own waits (and a round's time, with SIGALRM). */
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	r = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 out:
-	roudi_stop(r && !interrupted);
-	if (interrupted)
+	roudi_stop(r && !tool_interrupted);
+	if (tool_interrupted)
 		return 130;
 	return r ? 1 : 0;
 }
