@@ -1,5 +1,5 @@
 /*
- * Who may see, attach to and create which topic (issue 10, docs/CONFIG.md):
+ * Who may see, attach to and create which topic (docs/CONFIG.md):
  * decided from the client's socket credentials (uid, primary gid and the
  * supplementary groups the control socket read with SO_PEERGROUPS) and from
  * the configuration the topic has, or would get if an attach created it. So

@@ -299,7 +299,7 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		reply_error(d, conn, req, -EPROTO, "attach needs role \"pub\" or \"sub\"");
 		return;
 	}
-	/* The client's GPU (issue 8): optional, an ordinal and its PCI address ("0000:3b:00.0"). */
+	/* The client's GPU: optional, an ordinal and its PCI address ("0000:3b:00.0"). */
 	if (dev && (!cJSON_IsNumber(dev) || dev->valuedouble < 0 || dev->valuedouble > 1023 ||
 		    dev->valuedouble != (int)dev->valuedouble)) {
 		reply_error(d, conn, req, -EPROTO, "'device' must be a GPU ordinal, 0 to 1023");
