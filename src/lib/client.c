@@ -334,7 +334,7 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 		return -EPROTO;
 	if (stream && (take_fd(o, "pool_fd", fds, nfds, &pfd) ||
 		       num_of(o, "mem_flags", 0xffff, &flags) ||
-		       /* rgapsd before issue 8 sends no pool_device: the topic's device then */
+		       /* pool_device is optional: without it, the topic's device */
 		       (cJSON_GetObjectItemCaseSensitive(o, "pool_device") &&
 			num_of(o, "pool_device", 1023, &pdev)))) {
 		close(fd);
@@ -739,7 +739,7 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		r = -EPROTO;
 		goto err_fds;
 	}
-	/* The device rgapsd serves us on, and how (absent from an rgapsd before issue 8). */
+	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
 	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
 	if (v && (!cJSON_IsNumber(v) || (v->valuedouble != -1 &&
 					  num_of(reply, "my_device", 1023, &mine)))) {
