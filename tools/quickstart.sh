@@ -122,8 +122,8 @@ build) ;;
 demo) exec tools/demo.sh build ;;
 test)
 	say "unit, integration, transport, packaging and gpu suites"
-	# The integration suite beside the busy loops (issue 10: it must pass on a loaded
-	# machine), then the other suites without them.
+	# The integration suite beside the busy loops (it must pass on a loaded machine),
+	# then the other suites without them.
 	[ "${RGAPS_TEST_LOAD:-0}" -gt 0 ] && start_load "$RGAPS_TEST_LOAD"
 	suites plain build --suite integration
 	stop_load

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# compare_local.sh: issue 7's host-memory benchmark at 4 KiB, three contenders
+# compare_local.sh: the host-memory benchmark at 4 KiB against its targets
+# (docs/BENCHMARKS.md, "Local path at 4 KiB"), three contenders
 # side by side in one run, interleaved so that drift of a shared machine hits
 # them alike:
 #
@@ -155,7 +156,7 @@ def target(text, vals, ok):
     targets.append({"target": text, "median": med, "min": s[0], "max": s[-1], "verdict": verdict})
     print(f"- {text}: {med:.2f} ({s[0]:.2f}-{s[-1]:.2f}) -> {verdict}")
 
-print("\nTargets of issue 7 (ratios paired within each round; median (min-max)):")
+print("\nTargets (ratios paired within each round; median (min-max)):")
 for w in ("spin 20", "spin 0"):
     target(f"throughput per subscriber, N=8, now / before, {w}: >= 2",
            ratio(("now", w, 8), ("before", w, 8), "msg/s"), lambda v: v >= 2)

@@ -7,7 +7,7 @@
  * latency mode: the parent bumps a word and issues one FUTEX_WAKE(INT_MAX),
  * then waits until every sleeper has acknowledged. The two kinds alternate,
  * pair after pair, so that drift of a shared machine hits them alike.
- * Used for docs/BENCHMARKS.md ("Local path at 4 KiB ... issue 7").
+ * Used for docs/BENCHMARKS.md ("Local path at 4 KiB").
  *
  * usage: wake-bench [SLEEPERS [ROUNDS [PAIRS]]]   (default 8 5000 4)
  */
