@@ -1,5 +1,5 @@
 #!/bin/bash
-# A local client attacks through shared memory (issue 7, SECURITY.md): attached to one topic as
+# A local client attacks through shared memory (SECURITY.md): attached to one topic as
 # an unprivileged user, it overwrites every byte of every mapping it can write - its own region,
 # its own pool - with random bytes or zeros, again and again, then exits or stays alive holding
 # what it holds; it also checks that no read-only mapping can be made writable. Meanwhile and

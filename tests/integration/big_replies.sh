@@ -1,10 +1,10 @@
 #!/bin/bash
-# Replies of any size (issue 10): on main a topics or stats reply over 64 KiB
-# closed the connection without a word, and `rgaps stats` broke at about 55
-# topics. Here rgapsd holds 10,000 topics (fewer where the open-files limit
-# cannot hold them, or under a sanitizer, which is ~5x slower), and `rgaps topics`, `rgaps stats --json`, `--prometheus` and
-# rgaps-top each show every one of them, read page by page; a root client
-# is served within 1 s meanwhile.
+# Replies of any size: a topics or stats reply larger than a frame comes in
+# pages (docs/PROTOCOL.md, "Paged replies"). Here rgapsd holds 10,000 topics
+# (fewer where the open-files limit cannot hold them, or under a sanitizer,
+# which is ~5x slower), and `rgaps topics`, `rgaps stats --json`,
+# `--prometheus` and rgaps-top each show every one of them, read page by page;
+# a root client is served within 1 s meanwhile.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
 need_users

@@ -1,5 +1,5 @@
 /*
- * Helper of the limit tests (issue 10): the floods a hostile local user can
+ * Helper of the limit tests: the floods a hostile local user can
  * aim at rgapsd's control socket, each bounded in count and time, and a
  * probe that times one legitimate request. Speaks the wire protocol itself
  * (docs/PROTOCOL.md), so it can misbehave where librgaps would not.

@@ -1,9 +1,9 @@
 #!/bin/bash
-# Connections (issue 10): on main one user's 19,900 idle connections cost
-# 969 MB and at 20,200 a legitimate client timed out. Here nobody asks for
-# 2,000 and keeps them: max_connections_per_user lets 64 in, the rest are
-# refused with "quota" at once, root is still served within 1 s, rgapsd's
-# memory hardly moves, and idle_timeout_ms closes the 64 it holds. Then two
+# Connections: one user's idle connections cannot cost rgapsd its memory nor
+# its other clients their service. Here nobody asks for 2,000 and keeps them:
+# max_connections_per_user lets 64 in, the rest are refused with "quota" at
+# once, root is still served within 1 s, rgapsd's memory hardly moves, and
+# idle_timeout_ms closes the 64 it holds. Then two
 # users together reach max_connections: the next one gets "limit", while
 # root, for whom the last places are kept, is still served.
 . "$(dirname "$0")/lib.sh"

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Partial frames (issue 10): on main a half-sent frame held for 45 s was still
-# answered, and each connection carried a 64 KiB frame buffer. Here nobody
-# opens 64 connections (its per-user cap), each with an unfinished frame:
-# half a header, or a header announcing 60,000 bytes and 16 of them. rgapsd
+# Partial frames: a half-sent frame is cut off, and costs no more buffer than
+# its own size while it waits. Here nobody opens 64 connections (its per-user
+# cap), each with an unfinished frame: half a header, or a header announcing
+# 60,000 bytes and 16 of them. rgapsd
 # holds a buffer only for the frames whose header is in, sized to the frame;
 # a root client is served within 1 s meanwhile; frame_timeout_ms (2 s) cuts
 # every one of them off with a "timeout" error, counted as frame_timeouts.

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Unread replies (issue 10): on main one connection that sent 40,000 stats
-# requests without reading a reply grew rgapsd from 6 MB to 970 MB in 12 s.
-# Here nobody does the same: once max_unsent_replies (1 MiB) of replies wait,
+# Unread replies: a connection that sends requests and reads no reply cannot
+# grow rgapsd's memory. Here nobody sends 40,000 stats requests without
+# reading a reply: once max_unsent_replies (1 MiB) of replies wait,
 # rgapsd stops reading that connection (its requests stay in the socket), so
 # its memory stays put; root is served within 1 s; and when the replies
 # stay unread for idle_timeout_ms (3 s) the connection is closed.

@@ -1,12 +1,10 @@
 #!/bin/bash
-# Topics (issue 10): on main one user made 1000 topics a second until rgapsd
-# ran out of descriptors (9,990 topics, 1.58 GB RSS, 1.5 GB in /dev/shm), and
-# a user denied on topic 'secret' still created it. Here the allow-list
-# decides before anything exists; max_topics_per_user (10) stops nobody's
-# flood with "quota", max_topics (50) everyone's with "limit"; configured
-# topics are always created; /dev/shm holds one segment per topic; root is
-# served within 1 s throughout; and with create_topics "configured" no other
-# topic can be made.
+# Topics: no user's flood of topics can exhaust rgapsd, and a user denied on
+# a topic cannot create it. Here the allow-list decides before anything
+# exists; max_topics_per_user (10) stops nobody's flood with "quota",
+# max_topics (50) everyone's with "limit"; configured topics are always
+# created; /dev/shm holds one segment per topic; root is served within 1 s
+# throughout; and with create_topics "configured" no other topic can be made.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
 need_users

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 10 item 5: a network neighbour floods both daemons' peer ports with
+# A network neighbour floods both daemons' peer ports with
 # connections that never send a byte (500 a port, from 50 source addresses
 # 127.0.0.2 ...), and one daemon restarts meanwhile: pending connections are
 # capped per source address and in all, a configured peer's address is admitted

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Losses at the end of a stream reach subscribers at once (issue 10, item 7):
+# Losses at the end of a stream reach subscribers at once:
 # no later message has to come to carry the news.
 #  1. The data link is cut after K of N messages (the test-only fault transport,
 #     RGAPSD_FAULT=cut:K on the sender) and nothing more is published: the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The resend window (issue 10, item 7): a link flap inside the window loses
+# The resend window: a link flap inside the window loses
 # nothing, one beyond it reports exactly what it lost.
 #  1. The data link is cut after 50 of 200 messages (the test-only fault
 #     transport, RGAPSD_FAULT=cut:50 on the sender) with the default window:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# systemd (issue 10): rgapsd speaks the sd_notify protocol itself. With
+# systemd: rgapsd speaks the sd_notify protocol itself. With
 # $NOTIFY_SOCKET set it sends READY=1 (with a first STATUS=) once the
 # control socket serves, STATUS= when topics, clients or peers change,
 # WATCHDOG=1 every half of $WATCHDOG_USEC when $WATCHDOG_PID is its own pid

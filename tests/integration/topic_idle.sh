@@ -1,5 +1,5 @@
 #!/bin/bash
-# topic_idle_s (issue 10, item 1): topics made from the defaults that nobody
+# topic_idle_s: topics made from the defaults that nobody
 # uses - no publisher, no subscriber, no history kept, no peer - are removed
 # with their shared memory after topic_idle_s, so ad hoc topics made and left
 # by any user (here nobody, 40 of them) do not stay forever; a topic with a

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Visibility and access (issue 10): topics and stats show a user only the
+# Visibility and access: topics and stats show a user only the
 # topics it may attach to (root and rgapsd's group see all); supplementary
 # groups count in allow-lists; socket_mode and socket_group set who may
 # connect; rgapsd started by hand by a user other than root makes its
