@@ -1,5 +1,5 @@
 /*
- * gpu-mbench: the issue 8 benchmarks (docs/BENCHMARKS.md, "Several GPUs and
+ * gpu-mbench: the benchmarks of several GPUs (docs/BENCHMARKS.md, "Several GPUs and
  * stream order"), each with its baseline in the same run.
  *
  * --fanout: a publisher on GPU 0 pushes a message from its device buffer; K

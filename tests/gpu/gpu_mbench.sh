@@ -1,5 +1,5 @@
 #!/bin/bash
-# The issue 8 benchmarks against their own rgapsd (docs/BENCHMARKS.md, "Several
+# The benchmarks of several GPUs against their own rgapsd (docs/BENCHMARKS.md, "Several
 # GPUs and stream order"): gpu-mbench --fanout (peer, replica, per-subscriber
 # copies, against one GPU) over G = 1, 2, 4 GPUs as there are, then NCCL
 # broadcast to the same GPUs (tests/gpu/nccl_bcast.py, PyTorch), then

@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu_reserve on a real GPU (issue 10, item 1): a cuda pool that would leave
+# gpu_reserve on a real GPU: a cuda pool that would leave
 # less than gpu_reserve free on its GPU is refused at attach with "no_memory"
 # and the numbers (free, total, pool, reserve), counted as gpu_pools_refused;
 # with the default reserve (1 GiB) the same pool is made. rgapsd asks the cuda

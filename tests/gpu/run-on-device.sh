@@ -7,7 +7,8 @@
 #   runs need), copies the shared libraries the device image lacks to
 #   .device/lib, and prints the device call.
 # There (the lent machine): tests/gpu/run-on-device.sh --on-device
-#   builds nothing; runs every GPU test and every benchmark of issues 7 and 8
+#   builds nothing; runs every GPU test and the GPU benchmarks (local fan-out,
+#   several GPUs and stream order)
 #   on however many GPUs there are (parts that need two say why they skip),
 #   each part bounded by `timeout`, the whole by RUN_BUDGET seconds (530);
 #   a part that fails or times out does not stop the others. Writes to $OUT:

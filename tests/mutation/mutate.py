@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Planted-bug check (issue 12): apply each small, deliberate bug of
+"""Planted-bug check: apply each small, deliberate bug of
 tests/mutation/mutations.txt to a copy of the tree, one at a time, build, run
 the tests the bug names, and require that they fail. A bug that no test
 catches fails this check; so does one whose text is not found exactly once

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Throughput of the tcp transport plugin against iperf3's single TCP stream, on
-# one path (loopback by default), in one run: issue 3's target is >= 0.9 of
-# iperf3. Both sides of both tools are two processes; the transport side is
+# one path (loopback by default), in one run: the target is >= 0.9 of iperf3
+# (docs/BENCHMARKS.md). Both sides of both tools are two processes; the transport side is
 # transport-conformance --bench (sender and receiver rgapsd stand-ins, records
 # from registered memory straight into the receiver's ring, headers and samples
 # of every record verified). Runs are interleaved and repeated; medians compared.

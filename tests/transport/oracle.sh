@@ -4,7 +4,7 @@
 # landed (--corrupt), in the header, at the payload's first byte, a third into
 # it (where sampling would look away) and at its last byte. Every run must fail,
 # naming that record and the byte. Case a: records of 1 B..256 KiB; case d:
-# 4 MiB records, which the checker used to sample.
+# 4 MiB records, checked to the last byte like small ones.
 # Usage: oracle.sh CONFORMANCE PLUGIN_DIR
 set -eu
 conf=$1 pdir=$2

@@ -445,7 +445,7 @@ static const struct reject rejects[] = {
 	{ "{\"defaults\": []}", NULL, NULL, "defaults", "expected an object, got an array" },
 	{ NULL, NULL, "{\"name\": 5}", "name", "expected a string, got a number" },
 
-	/* the limits on clients (issue 10) */
+	/* the limits on clients */
 	{ "{\"socket_mode\": \"999\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
 	{ "{\"socket_mode\": \"4755\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
 	{ "{\"socket_mode\": \"66\"}", NULL, NULL, "socket_mode", "is not a permission mode" },
@@ -855,7 +855,7 @@ static void test_topic_parse_api(void **state)
 	assert_memory_equal(&tc, &before, sizeof(tc));
 }
 
-/* The GPU keys of issue 8: gpu_fanout's choices, devices as unique ordinals. */
+/* The GPU keys: gpu_fanout's choices, devices as unique ordinals. */
 static void test_gpu_keys(void **state)
 {
 	struct fx *fx = *state;
