@@ -146,8 +146,10 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	if (n)
 		rgaps_warn("removed %d stale shared-memory segments of instance %s", n, d->instance);
 
+	rgapsd_looplag_start(loop, &d->lag);
 	r = rgapsd_remote_start(d);
 	if (r) {
+		rgapsd_looplag_stop(&d->lag);
 		rgapsd_control_stop(d->ctl);
 		d->ctl = NULL;
 		rgapsd_registry_free(&d->reg);
@@ -181,6 +183,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	rgapsd__topics_destroy(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
+	rgapsd_looplag_stop(&d->lag);
 }
 
 void rgapsd_fini(struct rgapsd *d)

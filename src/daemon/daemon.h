@@ -20,6 +20,7 @@
 #include "../common/topic.h"
 #include "config_file.h"
 #include "control.h"
+#include "looplag.h"
 #include "registry.h"
 
 #define RGAPSD_MAX_MEMORY_PLUGINS 4
@@ -165,6 +166,7 @@ struct rgapsd {
 	struct rgapsd_registry reg; /* the plugins found in plugin_dir */
 	struct rgapsd_control *ctl;
 	uv_signal_t sig_term, sig_int;
+	struct rgapsd_looplag lag; /* how late the loop runs (stats, peer deadlines) */
 	struct rgapsd_topic *topics;
 	uint32_t ntopics;
 	struct rgaps_loaded_plugin *mem_plugins[RGAPSD_MAX_MEMORY_PLUGINS];

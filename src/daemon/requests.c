@@ -761,6 +761,7 @@ static cJSON *page_daemon(void *ctx)
 	cJSON_AddNumberToObject(dm, "gpu_pools_refused", (double)d->gpu_pools_refused);
 	cJSON_AddNumberToObject(dm, "log_suppressed",
 				(double)(cs.log_suppressed + d->log_rl.suppressed_total));
+	rgapsd_looplag_stats(&d->lag, cJSON_AddObjectToObject(dm, "loop"));
 	lim = cJSON_AddObjectToObject(dm, "limits");
 	cJSON_AddNumberToObject(lim, "max_connections", d->cfg.max_connections);
 	cJSON_AddNumberToObject(lim, "max_connections_per_user", d->cfg.max_connections_per_user);

@@ -443,6 +443,21 @@ static void top_render_limits(struct top_frame *f, const cJSON *d)
 		top_frame_printf(f, TOP_ATTR_ALERT, "limits: %s", line);
 }
 
+/* How late the loop runs (daemon.loop): one line, an alert once it stalled. */
+static void top_render_loop(struct top_frame *f, const cJSON *l)
+{
+	double stalls = stats_num(l, "stalls");
+
+	if (!l)
+		return; /* an older rgapsd */
+	top_frame_printf(f, stalls > 0 ? TOP_ATTR_ALERT : TOP_ATTR_NONE,
+			 "loop lag %.1f ms (p99 %.1f, max %.1f)  stalls %.0f (%.1f s)  longest "
+			 "turn %.1f ms of CPU",
+			 stats_num(l, "lag_ms"), stats_num(l, "lag_p99_ms"),
+			 stats_num(l, "lag_max_ms"), stalls, stats_num(l, "stalled_ms") / 1e3,
+			 stats_num(l, "turn_cpu_max_ms"));
+}
+
 void top_render_header(struct top_frame *f, const cJSON *stats)
 {
 	const cJSON *d = stats_get(stats, "daemon");
@@ -459,6 +474,7 @@ void top_render_header(struct top_frame *f, const cJSON *stats)
 			 top_fmt_count(rq, sizeof(rq), stats_num(d, "requests")),
 			 top_fmt_count(re, sizeof(re), stats_num(d, "request_errors")),
 			 top_fmt_count(nt, sizeof(nt), stats_num(d, "topics")));
+	top_render_loop(f, stats_get(d, "loop"));
 	top_render_limits(f, d);
 }
 

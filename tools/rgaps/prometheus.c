@@ -78,6 +78,18 @@ static const struct metric daemon_metrics[] = {
 	  "gpu_pools_refused" },
 	{ "daemon_log_suppressed_total", "counter",
 	  "Log records of refusals left out by the rate limit.", "log_suppressed" },
+	{ "daemon_loop_lag_seconds", "gauge", "How late the loop's last lag probe ran.",
+	  "loop.lag_ms", 1e-3 },
+	{ "daemon_loop_lag_p99_seconds", "gauge", "99th percentile of the loop's lag probes.",
+	  "loop.lag_p99_ms", 1e-3 },
+	{ "daemon_loop_lag_max_seconds", "gauge", "Largest lateness of a lag probe since start.",
+	  "loop.lag_max_ms", 1e-3 },
+	{ "daemon_loop_stalls_total", "counter", "Lag probes over 100 ms late.", "loop.stalls" },
+	{ "daemon_loop_stalled_seconds_total", "counter",
+	  "Time the loop stood still (every probe's lateness, summed).", "loop.stalled_ms", 1e-3 },
+	{ "daemon_loop_turn_cpu_max_seconds", "gauge",
+	  "CPU time of the loop's longest turn: its longest piece of work.",
+	  "loop.turn_cpu_max_ms", 1e-3 },
 };
 
 /* The peer port (the "peers" object of stats, without its sessions). */
