@@ -22,8 +22,9 @@
  *   local.c       the remote path's view of the local topic (the only user of ../../common/topic.h)
  *   wire.c        pure codecs: control messages, the record header check (wire.h)
  *
- * Everything runs on the loop thread except the forwarder threads and the copy
- * worker, which reach the loop only through the mailbox (../worker.h).
+ * Everything runs on the loop thread except the forwarder threads and the
+ * workers (copies, stages, the resend windows' keeper), which reach the loop
+ * only through the mailbox (../worker.h).
  */
 #ifndef RGAPSD_REMOTE_INTERNAL_H
 #define RGAPSD_REMOTE_INTERNAL_H
@@ -146,8 +147,9 @@ extern const char *const rt_out_state_names[OUT_NUM_STATES];
  */
 enum rt_chunk_state {
 	CHUNK_QUEUED,	  /* in its ring's queue; earlier chunks of the ring go first */
-	CHUNK_STAGING,	  /* reached; its D2H copy into a staging slot runs (device pools) */
-	CHUNK_STAGED,	  /* its bytes are where the transport reads them (host pool or slot) */
+	CHUNK_STAGING,	  /* reached; its D2H copy into a staging slot runs (device pools), or
+			     the copy it is sent again from is still being made (resend.c) */
+	CHUNK_STAGED,	  /* its bytes are where the transport reads them (pool, slot, window) */
 	CHUNK_PROCESSING, /* the topic's before-send stages run on it (stages.c) */
 	CHUNK_RESERVED,	  /* ring space taken, header written; waits for send credits */
 	CHUNK_POSTED,	  /* handed to the transport; the source may still be read */
@@ -270,8 +272,14 @@ struct rt_link {
  */
 struct rt_kept {
 	TAILQ_ENTRY(rt_kept) link;
+	struct rgapsd_job job; /* its copy into the window, on the keep worker */
+	struct rt_topic *tt;
+	const uint8_t *src; /* while the copy runs: the message in its pool */
 	uint64_t seq, size, ts_ns, origin_stream, origin_seq, off;
-	uint32_t busy; /* copies being sent again: not overwritten until they are sent */
+	uint32_t busy; /* its copy being made, or sent again: not overwritten until done */
+	bool filled;   /* its bytes are in the window: it may be sent again */
+	void (*done)(void *arg); /* the keeper's caller, once the copy is made (on the loop) */
+	void *done_arg;
 };
 
 struct rt_omsg {
@@ -501,6 +509,7 @@ struct rgapsd_remote {
 	struct rgapsd_mailbox mb;
 	struct rgapsd_worker worker;	 /* copies (one thread: completions in order) */
 	struct rgapsd_worker stage_pool; /* stages (several threads) */
+	struct rgapsd_worker keeper;	 /* copies into the resend windows (one thread) */
 	SLIST_HEAD(, rt_stage_plugin) stage_plugins;
 	SLIST_HEAD(, rt_stages) stages;
 	uv_timer_t tick, retry;
@@ -581,8 +590,15 @@ void rt_staging_free(struct rt_topic *tt);
 
 /* ---------------------------------------------------------------- resend.c */
 
-/* Keep a copy of a forwarded message in the topic's resend window (if it has one). */
-void rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg);
+/*
+ * Keep a copy of a forwarded message in the topic's resend window, if it has
+ * one. The copy is made off the loop, on the keep worker: true when it was
+ * started, and then done(arg) runs on the loop once it is made; until then the
+ * caller keeps msg's bytes where they are (its hold on the message). false:
+ * nothing kept (no window, or no room: counted), done is never called.
+ */
+bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*done)(void *arg),
+		    void *arg);
 /* The window's registration with transport tr (made on first use); NULL: refused, logged. */
 void *rt_resend_mr(struct rt_topic *tt, int tr);
 void rt_resend_free(struct rt_topic *tt);

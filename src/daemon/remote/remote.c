@@ -177,6 +177,12 @@ int rgapsd_remote_start(struct rgapsd *d)
 		rgapsd_worker_stop(&rt->worker);
 		goto err_mb;
 	}
+	e = rgapsd_worker_start(&rt->keeper, &rt->mb, "rgapsd-keep", 1);
+	if (e) {
+		rgapsd_worker_stop(&rt->stage_pool);
+		rgapsd_worker_stop(&rt->worker);
+		goto err_mb;
+	}
 	e = rt_transports_start(rt);
 	if (e)
 		goto err_worker;
@@ -209,6 +215,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 	return 0;
 
 err_worker:
+	rgapsd_worker_stop(&rt->keeper);
 	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
 	rt_transports_fini(rt);
@@ -229,6 +236,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	/* Forwarders first (they post to the mailbox), then sessions, links, transports. */
 	for (struct rt_topic *tt = SLIST_FIRST(&rt->topics); tt; tt = SLIST_NEXT(tt, link))
 		rt_forwarder_stop(tt);
+	rgapsd_worker_stop(&rt->keeper);
 	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the workers posted */

@@ -7,9 +7,12 @@
  * publisher's pool: the forwarder's few holds keep flowing and no peer pins
  * the pool. The window is one buffer of resend_window bytes per topic, shared
  * by every peer, filled in order and overwritten oldest first; a copy being
- * sent again is never overwritten (the newest message then goes unkept, and a
- * flap that needs it reports it lost). Host-memory topics only: a device
- * topic's messages would need a copy off the GPU on the loop.
+ * made or sent again is never overwritten (the newest message then goes
+ * unkept, and a flap that needs it reports it lost). The copies are made on
+ * the keep worker, never on the loop: a message may be as large as
+ * max_message_size, and a bulk copy on the loop would hold up every timer,
+ * keepalive and client behind it (docs/DECISIONS.md 120). Host-memory topics
+ * only: a device topic's messages would need a copy off the GPU.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -47,13 +50,33 @@ static uint64_t place(struct rt_topic *tt, uint64_t size)
 	}
 }
 
-void rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg)
+/* On the keep worker: the message's bytes into the window. */
+static void keep_run(struct rgapsd_job *job)
+{
+	struct rt_kept *k = RGAPS_CONTAINER_OF(job, struct rt_kept, job);
+
+	memcpy(k->tt->rs_mem + k->off, k->src, k->size);
+}
+
+/* Back on the loop: the copy is made; it may be sent again, and overwritten once sent. */
+static void keep_done(struct rgapsd_msg *m)
+{
+	struct rt_kept *k = RGAPS_CONTAINER_OF(m, struct rt_kept, job.done);
+
+	k->filled = true;
+	k->src = NULL;
+	k->busy--;
+	k->done(k->done_arg);
+}
+
+bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*done)(void *arg),
+		    void *arg)
 {
 	uint64_t win = tt->t->cfg.resend_window, off;
 	struct rt_kept *k;
 
 	if (!win || tt->rs_failed || tt->t->lim.mem_kind != RGAPS_MEM_HOST)
-		return;
+		return false;
 	if (!tt->rs_mem) {
 		tt->rs_size = RGAPS_ALIGN_UP(win, 4096);
 		tt->rs_mem = aligned_alloc(4096, tt->rs_size);
@@ -62,24 +85,32 @@ void rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg)
 				   "flap loses messages (reported)",
 				   tt->t->cfg.name, (unsigned long long)tt->rs_size);
 			tt->rs_failed = true;
-			return;
+			return false;
 		}
 	}
 	off = msg->size <= tt->rs_size ? place(tt, msg->size) : UINT64_MAX;
 	k = off != UINT64_MAX ? malloc(sizeof(*k)) : NULL;
 	if (!k) {
 		tt->resend_unkept++;
-		return;
+		return false;
 	}
-	*k = (struct rt_kept){ .seq = msg->fwd_seq,
+	*k = (struct rt_kept){ .tt = tt,
+			       .src = msg->data,
+			       .seq = msg->fwd_seq,
 			       .size = msg->size,
 			       .ts_ns = msg->ts_ns,
 			       .origin_stream = msg->origin_stream,
 			       .origin_seq = msg->origin_seq,
-			       .off = off };
-	memcpy(tt->rs_mem + off, msg->data, msg->size);
+			       .off = off,
+			       .busy = 1, /* until keep_done */
+			       .done = done,
+			       .done_arg = arg };
+	k->job.run = keep_run;
+	k->job.done.fn = keep_done;
 	TAILQ_INSERT_TAIL(&tt->kept, k, link);
 	tt->rs_used += msg->size;
+	rgapsd_worker_submit(&tt->rt->keeper, &k->job);
+	return true;
 }
 
 void *rt_resend_mr(struct rt_topic *tt, int tr)
@@ -104,6 +135,8 @@ void rt_resend_free(struct rt_topic *tt)
 	struct rt_kept *k;
 
 	while ((k = TAILQ_FIRST(&tt->kept))) {
+		/* The keeper was stopped and its completions ran (rgapsd_remote_stop). */
+		rgaps_require(k->filled);
 		TAILQ_REMOVE(&tt->kept, k, link);
 		free(k);
 	}

@@ -375,6 +375,15 @@ static struct rt_chunk *chunk_to_reserved(struct rt_out *o, struct rt_chunk *c, 
 }
 
 /*
+ * Whether c's bytes come from a copy: its D2H staging copy (device pools), or
+ * the copy into the resend window of a message sent again, still being made.
+ */
+static bool chunk_copy_due(const struct rt_chunk *c)
+{
+	return c->d2h || (c->m && c->m->kept && !c->m->kept->filled);
+}
+
+/*
  * The sender's driver: move the chunks of one ring along their states, in
  * queue order (ring space is taken in order, so a chunk that cannot move holds
  * the ones behind it). Called whenever something a chunk waits for happened:
@@ -400,13 +409,13 @@ again:
 			prev = c->state;
 			switch (c->state) {
 			case CHUNK_QUEUED:
-				chunk_set(rt, c, c->d2h ? CHUNK_STAGING : CHUNK_STAGED);
+				chunk_set(rt, c, chunk_copy_due(c) ? CHUNK_STAGING : CHUNK_STAGED);
 				break;
 			case CHUNK_STAGING:
-				if (c->d2h->ready && !c->d2h->status)
+				if (c->d2h ? c->d2h->ready && !c->d2h->status : c->m->kept->filled)
 					chunk_set(rt, c, CHUNK_STAGED);
 				else
-					stop = true; /* resumes in d2h_ready */
+					stop = true; /* resumes in d2h_ready or on_kept */
 				break;
 			case CHUNK_STAGED:
 				if (c->m && c->m->works) /* before-send stages first */
@@ -809,6 +818,20 @@ static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 			   rgapsd_peer_name(o->p->peer));
 }
 
+/*
+ * The copy of m into the resend window is made (on the loop): chunks sent
+ * again from it may go on, and m's hold may go once its records are sent.
+ */
+static void on_kept(void *arg)
+{
+	struct rt_omsg *m = arg;
+	struct rt_topic *tt = m->tt;
+
+	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
+		out_drive(o);
+	omsg_put(tt->rt, m);
+}
+
 /* A locally published message reached the loop from the forwarder thread. */
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 {
@@ -827,12 +850,13 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 			out_drive(o);
 		return;
 	}
-	rt_resend_keep(tt, msg);
 	m = omsg_new(tt, msg, chunk);
 	if (!m) {
 		rt_forwarder_release(tt, msg);
 		return;
 	}
+	if (rt_resend_keep(tt, msg, on_kept, m))
+		m->refs++; /* the copy reads the message in its pool: held until on_kept */
 	tt->forwarded++;
 	if (m->dropped) {
 		rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
