@@ -14,6 +14,41 @@
  * thread-safe: use one handle from one thread at a time (several handles may
  * be used concurrently). Functions return 0 or a negative errno unless stated
  * otherwise; rgaps_strerror() gives the text.
+ *
+ * The core calls, and the conveniences that are one core call with some
+ * options fixed (each says which):
+ *   - publisher: rgaps_publisher_init_ex(), _loan(), _commit_ex(), _cancel(),
+ *     _push_ex(), _info(), _destroy(). Conveniences: _init() (no options);
+ *     _push(), _push_timeout(), _push_async() (push_ex with no options, a
+ *     timeout, a CUDA stream); _commit(), _commit_async() (commit_ex with no
+ *     options, a CUDA stream).
+ *   - subscriber: rgaps_subscriber_init_ex(), _take(), _take_async(),
+ *     _release(), _release_async(), _fd(), _info(), _destroy(), and
+ *     rgaps_msg_info(), rgaps_msg_wait() on a message it holds. Conveniences:
+ *     _init() (no options); _pull(), kept for programs written against 0.1:
+ *     take without a bound that releases the message before.
+ *   - rgaps_query() (a request to rgapsd), rgaps_strerror(), rgaps_version().
+ *
+ * Every call added to this API follows one convention, which the calls of 0.1
+ * and 0.2 keep too, except where binary compatibility holds them to their
+ * first form (the four init calls and _pull() return a handle or pointer, or
+ * NULL with errno):
+ *   - its name is rgaps_<object>_<verb>(); it returns 0 or a negative errno;
+ *     what it makes or finds goes to output arguments, last, named *_p, and
+ *     written only on success;
+ *   - optional parameters come in an options struct whose first member,
+ *     struct_size, the caller sets to sizeof(the struct); NULL means the
+ *     defaults. A struct grows only at its end and the library reads only
+ *     what struct_size covers, so a program built against an older header
+ *     keeps working; a struct the library fills (rgaps_topic_info_t,
+ *     rgaps_msg_info_t) is filled only as far as struct_size says;
+ *   - a call that may wait takes int timeout_ms: 0 do not wait (-EAGAIN when
+ *     it would), > 0 at most that many milliseconds (-ETIMEDOUT), -1 the
+ *     call's own bound (the topic's block timeout for a publisher, none for a
+ *     take);
+ *   - its documentation says @since which version added it; the library
+ *     exports it in that version's stanza of its symbol map, and a released
+ *     stanza never changes.
  */
 #ifndef RGAPS_RGAPS_H
 #define RGAPS_RGAPS_H
@@ -33,6 +68,23 @@ typedef struct rgaps_subscriber rgaps_subscriber_t;
 /** Version of the local control protocol this library speaks. */
 #define RGAPS_PROTOCOL_VERSION 1
 
+/**
+ * @name The version of librgaps this header belongs to
+ * MAJOR.MINOR.PATCH. A new MINOR adds calls and keeps every call and structure
+ * of the versions before it; a new MAJOR changes the library's soname. Check
+ * at build time with RGAPS_VERSION_HEX, at run time with rgaps_version().
+ * @{
+ */
+#define RGAPS_VERSION_MAJOR 0
+#define RGAPS_VERSION_MINOR 3
+#define RGAPS_VERSION_PATCH 0
+/** A version as one number that compares with < and >: 0x00MMmmpp. */
+#define RGAPS_VERSION_NUM(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
+/** This header's version as one number. */
+#define RGAPS_VERSION_HEX \
+	RGAPS_VERSION_NUM(RGAPS_VERSION_MAJOR, RGAPS_VERSION_MINOR, RGAPS_VERSION_PATCH)
+/** @} */
+
 /* ------------------------------------------------------------------ */
 /* The RGAPS interface                                                 */
 /* ------------------------------------------------------------------ */
@@ -47,6 +99,7 @@ typedef struct rgaps_subscriber rgaps_subscriber_t;
  * ENOSPC: no publisher slot left, EPROTONOSUPPORT: daemon speaks another
  * protocol). rgaps_strerror() then tells the cause in words; its text for a
  * failed connect is kept per thread until that thread's next connect.
+ * A convenience: rgaps_publisher_init_ex() with no options.
  */
 rgaps_publisher_t *rgaps_publisher_init(const char *topic);
 
@@ -58,7 +111,7 @@ rgaps_publisher_t *rgaps_publisher_init(const char *topic);
  * topic's block timeout for room.
  * @return 0, -EMSGSIZE (over max_message_size), -ETIMEDOUT (no room in time),
  * -EINVAL, -ENOTCONN (rgapsd is gone or was restarted: destroy the handle and
- * attach again).
+ * attach again). A convenience: rgaps_publisher_push_ex() with no options.
  */
 int rgaps_publisher_push(rgaps_publisher_t *pub, size_t size, const void *device_ptr);
 
@@ -69,6 +122,7 @@ void rgaps_publisher_destroy(rgaps_publisher_t *pub);
  * Attach to @p topic as a subscriber. Live delivery: the first message seen is
  * the next one published (or the last @c history ones if the topic keeps history).
  * @return a handle, or NULL with errno set (as rgaps_publisher_init()).
+ * A convenience: rgaps_subscriber_init_ex() with no options.
  */
 rgaps_subscriber_t *rgaps_subscriber_init(const char *topic);
 
@@ -77,6 +131,7 @@ rgaps_subscriber_t *rgaps_subscriber_init(const char *topic);
  * pool (a device pointer with the cuda backend). The previous message returned
  * by pull is released first. The pointer stays valid until the next pull or
  * destroy. Blocks without limit; NULL with errno set on error (ENOTCONN).
+ * Kept for programs written against 0.1; rgaps_subscriber_take() is the call.
  */
 void *rgaps_subscriber_pull(rgaps_subscriber_t *sub);
 
@@ -108,7 +163,7 @@ typedef struct rgaps_msg {
 	uint64_t ts_ns;	 /**< publish time, CLOCK_REALTIME nanoseconds (of the origin host) */
 	uint64_t gap;	 /**< messages of this stream lost just before this one */
 	uint32_t token;	 /**< internal: identifies the hold; do not change */
-	uint32_t flags;	 /**< RGAPS_MSG_* (zero before librgaps 0.2) */
+	uint32_t flags;	 /**< RGAPS_MSG_* (@since 0.2) */
 } rgaps_msg_t;
 
 /** rgaps_msg_t.flags: the message came from another host. */
@@ -139,7 +194,7 @@ typedef struct rgaps_pub_opts {
 	 * A CUDA stream (cudaStream_t): publish in stream order, as
 	 * rgaps_publisher_push_async() / rgaps_publisher_commit_async() do, with the
 	 * attribute block. NULL: not stream-ordered (pass cudaStreamLegacy, 0x1, to
-	 * order on the legacy default stream). Since librgaps 0.2.
+	 * order on the legacy default stream). @since 0.2
 	 */
 	void *stream;
 } rgaps_pub_opts_t;
@@ -168,7 +223,7 @@ typedef struct rgaps_topic_info {
 	size_t max_message_size; /**< largest accepted message */
 	uint32_t queue_depth;	 /**< message queue entries */
 	uint64_t drops;		 /**< subscriber: messages skipped by drop_oldest */
-	/* librgaps 0.2 (read them only if struct_size covers them): */
+	/* @since 0.2: read them only if struct_size covers them */
 	int handle_device; /**< the GPU this handle was attached for, as rgapsd numbers them
 				(-1: none, host memory, or unknown) */
 	int gpu_path;	   /**< how it reaches the messages: RGAPS_GPU_PATH_* */
@@ -195,6 +250,7 @@ int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int timeout_ms,
 /**
  * Publish a loan. @p size may be smaller than the loaned size (not larger).
  * The loan is consumed whether or not this succeeds.
+ * A convenience: rgaps_publisher_commit_ex() with no options.
  */
 int rgaps_publisher_commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size);
 
@@ -204,26 +260,32 @@ int rgaps_publisher_cancel(rgaps_publisher_t *pub, rgaps_loan_t *loan);
 /**
  * rgaps_publisher_push() with an explicit wait: @p timeout_ms 0 = do not wait
  * (-EAGAIN if there is no room), -1 = the topic's block timeout, >0 = that long.
+ * A convenience: rgaps_publisher_push_ex() with only @c timeout_ms set.
  */
 int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
 				 int timeout_ms);
 
 /**
  * rgaps_publisher_push() with options: an attribute block that travels with
- * the message (to local and remote subscribers) and a timeout. @p opts may be
- * NULL. The block is copied; it may be reused when this returns.
+ * the message (to local and remote subscribers), a timeout and a CUDA stream
+ * to publish in order on. @p opts may be NULL (the defaults: no attributes, the
+ * topic's block timeout, no stream). The block is copied; it may be reused when
+ * this returns. @since 0.2
  */
 int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
 			    const rgaps_pub_opts_t *opts);
 
-/** rgaps_publisher_commit() with options (attribute block, timeout); @p opts may be NULL. */
+/**
+ * rgaps_publisher_commit() with options (attribute block, timeout, CUDA stream);
+ * @p opts may be NULL. @since 0.2
+ */
 int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
 			      const rgaps_pub_opts_t *opts);
 
 /**
  * Details of a message this subscriber holds (or of the gap-only message it
  * took last): its stream, origin and attribute block.
- * @return 0, or -EINVAL if @p msg is not held by @p sub.
+ * @return 0, or -EINVAL if @p msg is not held by @p sub. @since 0.2
  */
 int rgaps_msg_info(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, rgaps_msg_info_t *info);
 
@@ -257,7 +319,7 @@ int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info);
 int rgaps_subscriber_info(rgaps_subscriber_t *sub, rgaps_topic_info_t *info);
 
 /* ------------------------------------------------------------------ */
-/* Several GPUs, and stream order (librgaps 0.2)                       */
+/* Several GPUs, and stream order                                     */
 /* ------------------------------------------------------------------ */
 
 /** Options of rgaps_publisher_init_ex() and rgaps_subscriber_init_ex(). */
@@ -276,7 +338,7 @@ typedef struct rgaps_attach_opts {
  * rgaps_publisher_init() for a given GPU. rgapsd opens the publisher's pool to
  * that GPU when it can (so kernels there may write loans), and refuses a GPU
  * the topic does not serve (errno ENODEV, with rgapsd's reason in its log).
- * @p opts may be NULL (the defaults).
+ * @p opts may be NULL (the defaults). @since 0.2
  */
 rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic, const rgaps_attach_opts_t *opts);
 
@@ -286,6 +348,7 @@ rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic, const rgaps_attach
  * or in rgapsd's replica on that GPU, as the topic's gpu_fanout decides
  * (docs/GPU.md). A GPU the topic cannot serve is refused here, never at the
  * first read: NULL with errno ENODEV (rgapsd's log says why). @p opts may be NULL.
+ * @since 0.2
  */
 rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic, const rgaps_attach_opts_t *opts);
 
@@ -302,6 +365,8 @@ rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic, const rgaps_atta
  * with a stream of another GPU the call waits for the stream on the host.
  * @return as rgaps_publisher_push(); the copy's own errors surface at the
  * stream's next synchronisation, as for any CUDA work.
+ * A convenience: rgaps_publisher_push_ex() with only @c stream set (NULL here
+ * is cudaStreamLegacy). @since 0.2
  */
 int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size, const void *device_ptr,
 			       void *stream);
@@ -310,6 +375,8 @@ int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size, const void *
  * Publish a loan whose bytes are written by work queued on @p stream (kernels
  * writing loan->data): the message is complete when that work is, and this
  * returns at once. The loan is consumed whether or not this succeeds.
+ * A convenience: rgaps_publisher_commit_ex() with only @c stream set (NULL here
+ * is cudaStreamLegacy). @since 0.2
  */
 int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
 				 void *stream);
@@ -319,7 +386,7 @@ int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan_t *loan, siz
  * host: work queued on @p stream after this call runs once the publisher's
  * copy is complete (the stream waits for it on the GPU). Use the message on
  * that stream (or order others after it), then give it back with
- * rgaps_subscriber_release_async() on the last stream that reads it.
+ * rgaps_subscriber_release_async() on the last stream that reads it. @since 0.2
  */
 int rgaps_subscriber_take_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms,
 				void *stream);
@@ -329,7 +396,7 @@ int rgaps_subscriber_take_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int
  * message the handle holds: nothing to do for a message taken with
  * rgaps_subscriber_take() (its bytes were complete when it returned), the GPU
  * wait of rgaps_subscriber_take_async() again otherwise (e.g. for another
- * stream). @return 0, or -EINVAL if @p msg is not held.
+ * stream). @return 0, or -EINVAL if @p msg is not held. @since 0.2
  */
 int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, void *stream);
 
@@ -339,6 +406,7 @@ int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, void *stream
  * has finished. The library completes the release at the handle's next call
  * (or when its pollable fd wakes); until then the message counts against
  * max_holds. rgaps_subscriber_destroy() waits for releases still pending.
+ * @since 0.2
  */
 int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg, void *stream);
 
@@ -353,6 +421,13 @@ int rgaps_query(const char *request_json, char **reply_json_p);
 
 /** Text for a (negative or positive) errno returned by this library. */
 const char *rgaps_strerror(int err);
+
+/**
+ * The version of the librgaps this process runs with, as RGAPS_VERSION_NUM()
+ * makes it: newer than RGAPS_VERSION_HEX when the program was built against an
+ * older header. @since 0.3
+ */
+unsigned int rgaps_version(void);
 
 #ifdef __cplusplus
 }

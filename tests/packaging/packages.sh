@@ -205,7 +205,7 @@ dpkg-deb -f "$RGAPSD_DEB" Depends | grep -q "librgaps0 (= $VERSION" ||
 	fail "rgapsd does not depend on librgaps0 of its version (the memory plugins): $(dpkg-deb -f "$RGAPSD_DEB" Depends)"
 ok "rgapsd: daemon, transport plugins, unit, sysusers, conffile, postinst, rgapsd(8), rgapsd.json(5); depends on librgaps0"
 
-has "$LIB_DEB" "/usr/lib/$MA/librgaps.so.0" "/usr/lib/$MA/librgaps.so.0.2.0" "$PLUG/memory-host.so"
+has "$LIB_DEB" "/usr/lib/$MA/librgaps.so.0" "/usr/lib/$MA/librgaps.so.$VERSION" "$PLUG/memory-host.so"
 lacks "$LIB_DEB" "librgaps\.so$|transport-.*\.so$|memory-cuda\.so$"
 dpkg-deb -I "$LIB_DEB" symbols | grep -q "rgaps_publisher_init@RGAPS_0.1" || fail "librgaps0 has no symbols file"
 has "$DEV_DEB" "/usr/lib/$MA/librgaps.so" "/usr/lib/$MA/pkgconfig/librgaps.pc" \
@@ -524,7 +524,7 @@ if command -v rpmbuild >/dev/null; then
 	grep -q "systemctl.*rgapsd.service" "$T/scripts.txt" || fail "rpm: no systemd scriptlets for rgapsd.service"
 	grep -qE "useradd|sysusers" "$T/scripts.txt" || fail "rpm: no %pre that creates the rgaps user"
 	f=$(rpmf librgaps)
-	rhas "$f" "$LIBDIR/librgaps.so.0" "$LIBDIR/librgaps.so.0.2.0" "$RPLUG/memory-host.so"
+	rhas "$f" "$LIBDIR/librgaps.so.0" "$LIBDIR/librgaps.so.$VERSION" "$RPLUG/memory-host.so"
 	rpm -qp --requires "$f" 2>/dev/null | grep -q "^rgapsd" && fail "rpm librgaps requires rgapsd"
 	rhas "$(rpmf librgaps-devel)" "$LIBDIR/librgaps.so" "$LIBDIR/pkgconfig/librgaps.pc" \
 		/usr/include/rgaps/rgaps.h /usr/include/rgaps/plugin.h "$RMAN/man3/librgaps.3$GZ"
