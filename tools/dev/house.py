@@ -29,6 +29,7 @@ import fnmatch
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -537,6 +538,7 @@ COMMANDS = {"map": cmd_map, "circles": cmd_circles, "prefixes": cmd_prefixes, "d
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `house.py map | head` ends quietly
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
