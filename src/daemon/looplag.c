@@ -14,7 +14,8 @@ static void on_probe(uv_timer_t *t)
 	struct rgapsd_looplag *lag = t->data;
 	uint64_t now = uv_hrtime(), late = now > lag->due_ns ? now - lag->due_ns : 0;
 
-	lag->stalled_ns += late;
+	if (late > RGAPSD_LAG_SLACK_MS * 1000000ull)
+		lag->stalled_ns += late;
 	lag->last_ns = late;
 	if (late > lag->max_ns)
 		lag->max_ns = late;
@@ -80,12 +81,13 @@ void rgapsd_looplag_stop(struct rgapsd_looplag *lag)
 
 uint64_t rgapsd_looplag_stalled_ns(const struct rgapsd_looplag *lag)
 {
-	uint64_t now;
+	uint64_t now, late;
 
 	if (!lag || !lag->running)
 		return 0;
 	now = uv_hrtime();
-	return lag->stalled_ns + (now > lag->due_ns ? now - lag->due_ns : 0);
+	late = now > lag->due_ns ? now - lag->due_ns : 0;
+	return lag->stalled_ns + (late > RGAPSD_LAG_SLACK_MS * 1000000ull ? late : 0);
 }
 
 void rgapsd_looplag_stats(const struct rgapsd_looplag *lag, struct cJSON *obj)

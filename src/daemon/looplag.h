@@ -28,6 +28,7 @@
 
 #define RGAPSD_LAG_PROBE_MS 100
 #define RGAPSD_LAG_STALL_MS 100 /* a probe later than this is a stall (counted, logged) */
+#define RGAPSD_LAG_SLACK_MS 10	/* ...and one later than this a standstill (stalled_ns) */
 
 struct cJSON;
 
@@ -36,7 +37,7 @@ struct rgapsd_looplag {
 	uv_prepare_t turn;
 	bool running;
 	uint64_t due_ns;     /* uv_hrtime() when the probe is due next */
-	uint64_t stalled_ns; /* every probe's lateness, summed: the loop's standstill so far */
+	uint64_t stalled_ns; /* lateness of probes past the slack, summed: standstill so far */
 	uint64_t last_ns, max_ns;
 	uint64_t stalls; /* probes later than RGAPSD_LAG_STALL_MS */
 	struct rgaps_lathist hist;
@@ -50,8 +51,9 @@ void rgapsd_looplag_start(uv_loop_t *loop, struct rgapsd_looplag *lag);
 void rgapsd_looplag_stop(struct rgapsd_looplag *lag);
 /*
  * Nanoseconds the loop stood still since it started, a standstill still under
- * way included (the probe overdue now). Differences between two calls give
- * the standstill in between. 0 for a NULL or stopped lag.
+ * way included (the probe overdue now). Only probes later than the slack
+ * count, so a timer's ordinary jitter adds up to nothing. Differences between
+ * two calls give the standstill in between. 0 for a NULL or stopped lag.
  */
 uint64_t rgapsd_looplag_stalled_ns(const struct rgapsd_looplag *lag);
 /* Its figures as the members of obj (milliseconds): see docs/ARCHITECTURE.md section 9. */
