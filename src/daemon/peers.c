@@ -43,6 +43,7 @@
 #include "errors.h"
 #include "hostport.h"
 #include "log.h"
+#include "looplag.h"
 #include "peer_wire.h"
 #include "util.h"
 
@@ -56,6 +57,9 @@
 #define PEERS_DEAD_INTERVALS 3
 #define PEERS_SENDQ_MAX (64u << 20) /* bytes libuv holds unsent, per session */
 #define PEERS_HELLO_RECHECK_MS 50   /* a first-frame timeout looks once more for input */
+/* A keepalive timeout looks once more after one poll for input. Not 0: libuv before
+ * 1.45 runs a 0 ms timer started in a timer callback in the same pass, before any poll. */
+#define PEERS_KA_RECHECK_MS 1
 #define PEERS_RXBUF (64 * 1024)
 
 enum conn_state {
@@ -91,7 +95,11 @@ struct peer_conn {
 	uint8_t nonce[PEERS_NONCE];
 	uint8_t peer_nonce[PEERS_NONCE];
 	uint64_t last_rx_ms, last_ping_ms;
+	uint64_t rx_stalled_ns; /* our loop's standstill so far (looplag.h) at last_rx_ms */
 	bool ka_recheck; /* silent too long: look once more after the next poll for input */
+	bool ka_excused; /* counted in stall_excused since last_rx_ms */
+	/* When the handshake began (connect or accept), and our standstill then. */
+	uint64_t started_ms, started_stalled_ns;
 	/* Accepted connections: where from, whether that is a configured peer's address,
 	 * when (loop time), and whether the first-frame deadline was looked at twice. */
 	struct sockaddr_storage src;
@@ -149,6 +157,7 @@ struct rgapsd_peers {
 	unsigned npending;
 	unsigned max_pending, max_pending_src; /* rgapsd_peers_config, defaults applied */
 	uint32_t hello_ms;
+	const struct rgapsd_looplag *lag;
 	unsigned refs; /* listener, peer timers, connections, resolver requests */
 	bool stopping;
 	bool overload_warned;
@@ -623,13 +632,63 @@ static void conn_refuse(struct peer_conn *conn, uint16_t code, uint64_t *counter
 	conn_end(conn, PF_ERROR, code, true, why);
 }
 
+/* ---- deadlines -------------------------------------------------------------------------------- */
+
+/*
+ * Loop time since ms, less the time our own loop stood still since then
+ * (stalled: rgapsd_looplag_stalled_ns() at ms): how long we could have heard
+ * the other side. While our loop stands still, nothing it sends is read; and
+ * timers run before the poll for input, so after a standstill its frames may
+ * still wait in the socket. Our standstill is never its silence.
+ */
+static uint64_t listened_since(const struct rgapsd_peers *pm, uint64_t ms, uint64_t stalled)
+{
+	uint64_t now = uv_now(pm->loop), span = now > ms ? now - ms : 0;
+	uint64_t still = (rgapsd_looplag_stalled_ns(pm->lag) - stalled) / 1000000;
+
+	return span > still ? span - still : 0;
+}
+
+/*
+ * A handshake deadline of limit_ms fired. If our own loop stood still for part
+ * of it, the other side gets that time again: the timer is armed for what is
+ * left, and true says so.
+ */
+static bool conn_deadline_moved(struct peer_conn *conn, uint64_t limit_ms)
+{
+	struct rgapsd_peers *pm = conn->pm;
+	uint64_t had = listened_since(pm, conn->started_ms, conn->started_stalled_ns);
+
+	if (had >= limit_ms)
+		return false;
+	if (uv_now(pm->loop) - conn->started_ms >= limit_ms) {
+		pm->st.stall_excused++;
+		rgaps_info("peers: connection %s %s (%s): our own loop stood still for %llu of the "
+			   "%llu ms it had to complete its handshake; it gets them again",
+			   conn->initiator ? "to" : "from", conn->peer ? conn->peer->name : "?",
+			   conn->addr,
+			   (unsigned long long)(uv_now(pm->loop) - conn->started_ms - had),
+			   (unsigned long long)limit_ms);
+	}
+	uv_timer_start(&conn->timer, conn_on_timer, limit_ms - had, 0);
+	return true;
+}
+
 /* ---- sessions -------------------------------------------------------------------------------- */
+
+static void conn_heard(struct peer_conn *conn)
+{
+	conn->last_rx_ms = uv_now(conn->pm->loop);
+	conn->rx_stalled_ns = rgapsd_looplag_stalled_ns(conn->pm->lag);
+	conn->ka_excused = false;
+}
 
 static void conn_ka_arm(struct peer_conn *conn)
 {
-	uint64_t ka = conn->pm->keepalive_ms, now = uv_now(conn->pm->loop);
-	uint64_t next = RGAPS_MIN(conn->last_ping_ms + ka,
-				  conn->last_rx_ms + PEERS_DEAD_INTERVALS * ka);
+	struct rgapsd_peers *pm = conn->pm;
+	uint64_t ka = pm->keepalive_ms, now = uv_now(pm->loop), dead = PEERS_DEAD_INTERVALS * ka;
+	uint64_t heard = listened_since(pm, conn->last_rx_ms, conn->rx_stalled_ns);
+	uint64_t next = RGAPS_MIN(conn->last_ping_ms + ka, now + (heard < dead ? dead - heard : 0));
 
 	uv_timer_start(&conn->timer, conn_on_timer, next > now ? next - now : 0, 0);
 }
@@ -637,19 +696,26 @@ static void conn_ka_arm(struct peer_conn *conn)
 static void conn_keepalive(struct peer_conn *conn)
 {
 	struct rgapsd_peers *pm = conn->pm;
-	uint64_t ka = pm->keepalive_ms, now = uv_now(pm->loop);
+	uint64_t ka = pm->keepalive_ms, now = uv_now(pm->loop), dead = PEERS_DEAD_INTERVALS * ka;
+	uint64_t heard = listened_since(pm, conn->last_rx_ms, conn->rx_stalled_ns);
 	uint8_t t[8];
 	char why[96];
 	int rc;
 
-	if (now - conn->last_rx_ms >= PEERS_DEAD_INTERVALS * ka) {
-		/*
-		 * Timers run before the loop polls for input: after a stall of our own loop the
-		 * peer's frames may be waiting in the socket. A 0 ms timer fires after one poll.
-		 */
+	if (now - conn->last_rx_ms >= dead && heard < dead && !conn->ka_excused) {
+		conn->ka_excused = true;
+		pm->st.stall_excused++;
+		rgaps_info("peers: nothing heard from %s for %llu ms, but our own loop stood still "
+			   "for %llu ms of it: not counted against the peer",
+			   conn->peer->name, (unsigned long long)(now - conn->last_rx_ms),
+			   (unsigned long long)(now - conn->last_rx_ms - heard));
+	}
+	if (heard >= dead) {
+		/* A standstill too short for the probe to see may still hide its frames:
+		 * look once more after one poll for input. */
 		if (!conn->ka_recheck) {
 			conn->ka_recheck = true;
-			uv_timer_start(&conn->timer, conn_on_timer, 0, 0);
+			uv_timer_start(&conn->timer, conn_on_timer, PEERS_KA_RECHECK_MS, 0);
 			return;
 		}
 		snprintf(why, sizeof(why), "keepalive timeout (nothing heard for %llu ms)",
@@ -698,7 +764,8 @@ static void conn_up(struct peer_conn *conn)
 	p->st.sessions++;
 	p->backoff_ms = PEERS_BACKOFF_MIN_MS;
 	p->failing = false;
-	conn->last_rx_ms = conn->last_ping_ms = uv_now(pm->loop);
+	conn_heard(conn);
+	conn->last_ping_ms = conn->last_rx_ms;
 	uv_timer_stop(&conn->timer);
 	conn_ka_arm(conn);
 	peer_schedule(p);
@@ -1065,7 +1132,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	/* Any byte is a sign of life, even the start of a frame still arriving. */
-	conn->last_rx_ms = uv_now(conn->pm->loop);
+	conn_heard(conn);
 	conn_feed(conn, (const uint8_t *)buf->base, (size_t)nread);
 }
 
@@ -1077,6 +1144,8 @@ static void conn_on_timer(uv_timer_t *t)
 
 	switch (conn->state) {
 	case CONN_CONNECTING:
+		if (conn_deadline_moved(conn, PEERS_HANDSHAKE_MS))
+			break;
 		snprintf(why, sizeof(why), "connect timed out after %d ms", PEERS_HANDSHAKE_MS);
 		if (!conn->peer->failing)
 			rgaps_info("peers: cannot connect to %s: %s; retrying with back-off",
@@ -1086,6 +1155,8 @@ static void conn_on_timer(uv_timer_t *t)
 		break;
 	case CONN_HELLO:
 		if (!conn->initiator) {
+			if (conn_deadline_moved(conn, pm->hello_ms))
+				break;
 			/* Timers run before the poll for input: after a stall of our own loop
 			 * the HELLO may be waiting unread. Look once more after a poll. */
 			if (!conn->hello_recheck) {
@@ -1102,6 +1173,8 @@ static void conn_on_timer(uv_timer_t *t)
 		__attribute__((fallthrough));
 	case CONN_AUTH:
 	case CONN_AUTH_OK:
+		if (conn_deadline_moved(conn, PEERS_HANDSHAKE_MS))
+			break;
 		conn_refuse(conn, PE_TIMEOUT, &pm->st.protocol_errors,
 			    "handshake not completed within %d ms (stuck in %s)",
 			    PEERS_HANDSHAKE_MS, conn_state_names[conn->state]);
@@ -1299,7 +1372,8 @@ static void pm_on_connection(uv_stream_t *server, int status)
 	if (!pm_admit_pending(pm, conn))
 		return;
 	conn->pending = true;
-	conn->accepted_ms = uv_now(pm->loop);
+	conn->accepted_ms = conn->started_ms = uv_now(pm->loop);
+	conn->started_stalled_ns = rgapsd_looplag_stalled_ns(pm->lag);
 	pm->npending++;
 	conn_set_state(conn, CONN_HELLO);
 	rc = conn_open(conn);
@@ -1361,6 +1435,8 @@ static void peer_connect_addr(struct rgapsd_peer *p, const struct sockaddr *sa)
 	p->out = conn;
 	addr_format(sa, conn->addr, sizeof(conn->addr));
 	conn_set_state(conn, CONN_CONNECTING);
+	conn->started_ms = uv_now(pm->loop);
+	conn->started_stalled_ns = rgapsd_looplag_stalled_ns(pm->lag);
 	/* Bounds the connect too: a peer whose SYNs vanish is retried. */
 	uv_timer_start(&conn->timer, conn_on_timer, PEERS_HANDSHAKE_MS, 0);
 	rc = uv_tcp_connect(&conn->connect_req, &conn->tcp, sa, conn_on_connect);
@@ -1590,6 +1666,7 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	pm->max_pending = cfg->max_pending ? cfg->max_pending : RGAPSD_PEERS_MAX_PENDING_DEFAULT;
 	pm->max_pending_src = cfg->max_pending_per_source ? cfg->max_pending_per_source
 							  : RGAPSD_PEERS_MAX_PENDING_PER_SOURCE_DEFAULT;
+	pm->lag = cfg->lag;
 	pm->hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms
 					     : RGAPSD_PEERS_HELLO_TIMEOUT_DEFAULT_MS;
 	pm->key = sodium_malloc(cfg->keylen);

@@ -32,6 +32,7 @@
 
 struct rgapsd_peers;
 struct rgapsd_peer;
+struct rgapsd_looplag;
 
 struct rgapsd_peers_ops {
 	/* Authenticated session established. initiator: we connected. */
@@ -60,6 +61,12 @@ struct rgapsd_peers_config {
 	uint32_t max_pending;
 	uint32_t max_pending_per_source;
 	uint32_t hello_timeout_ms;
+	/*
+	 * The loop's lag probe (NULL: none). Deadlines that judge the other side by
+	 * what we heard (keepalive, handshake) leave out the time our own loop stood
+	 * still: its frames may have waited, unread, in our socket.
+	 */
+	const struct rgapsd_looplag *lag;
 };
 
 #define RGAPSD_PEERS_MAX_PENDING_DEFAULT 64
@@ -81,6 +88,7 @@ struct rgapsd_peers_stats {
 	uint64_t pending_refused_source; /* a stranger's address held its share already */
 	uint64_t pending_evicted;	 /* closed to admit a configured peer's address */
 	uint64_t hello_timeouts;	 /* no whole HELLO within hello_timeout_ms */
+	uint64_t stall_excused;		 /* deadlines moved: our own loop stood still (lag) */
 };
 
 /*

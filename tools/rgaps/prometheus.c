@@ -111,6 +111,8 @@ static const struct metric listener_metrics[] = {
 	{ "peers_hello_timeouts_total", "counter",
 	  "Connections closed without a whole HELLO within peer_hello_timeout_ms.",
 	  "hello_timeouts" },
+	{ "peers_stall_excused_total", "counter",
+	  "Peer deadlines moved because this daemon's own loop stood still.", "stall_excused" },
 };
 
 static const struct metric topic_metrics[] = {

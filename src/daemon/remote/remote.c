@@ -197,6 +197,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 	pc.max_pending = d->cfg.peer_max_pending;
 	pc.max_pending_per_source = d->cfg.peer_max_pending_per_source;
 	pc.hello_timeout_ms = d->cfg.peer_hello_timeout_ms;
+	pc.lag = &d->lag;
 	d->remote = rt;
 	e = rgapsd_peers_start(d->loop, &pc, &rt_peer_ops, rt, &rt->pm);
 	/* The peer manager holds the only copy it needs, in guarded memory: wipe ours. */

@@ -112,6 +112,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	cJSON_AddNumberToObject(peers, "pending_refused_source", (double)ps.pending_refused_source);
 	cJSON_AddNumberToObject(peers, "pending_evicted", (double)ps.pending_evicted);
 	cJSON_AddNumberToObject(peers, "hello_timeouts", (double)ps.hello_timeouts);
+	cJSON_AddNumberToObject(peers, "stall_excused", (double)ps.stall_excused);
 	cJSON_AddNumberToObject(peers, "unknown_link_tokens", (double)rt->unknown_tokens);
 	cJSON *arr = cJSON_AddArrayToObject(peers, "sessions");
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
