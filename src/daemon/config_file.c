@@ -384,9 +384,10 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	{ .name = "keepalive_ms", .type = RGAPS_CFG_UINT, CFG_AT(D, keepalive_ms), .def = "2000",
 	  .min = 10, .max = 3600000,
 	  .doc = "Milliseconds between keepalives on peer connections. A peer heard nothing "
-		 "from for three of them (6 s by default) is declared dead and reconnected. "
-		 "Below 1000, a loaded machine trips it (docs/BENCHMARKS.md, keepalive under "
-		 "load)." },
+		 "from for three of them (6 s by default), not counting the time this daemon's "
+		 "own loop stood still, is declared dead and reconnected. Three of its peers' "
+		 "intervals must outlast this host's longest standstill (docs/CONFIG.md, "
+		 "keepalive on a loaded host)." },
 	{ .name = "copy_spin_us", .type = RGAPS_CFG_UINT, CFG_AT(D, copy_spin_us),
 	  .def = "2000", .max = 1000000,
 	  .doc = "While copies between a GPU pool and host memory are in flight (a peer's "
