@@ -887,6 +887,54 @@ static void test_lapped_reader_counts_what_it_skipped(void **state)
 }
 
 /*
+ * A subscriber lapped in a drop_oldest stream whose next entry after the lap
+ * is a loss notice (a gap-only entry, a relay's way to say messages were lost
+ * upstream with no message behind them): the notice it lands on tells it
+ * everything it skipped, the entries and what they carried, plus the
+ * notice's own loss, which counts as a gap and not as a message.
+ */
+static void test_lapped_reader_lands_on_a_notice(void **state)
+{
+	struct fixture *f = make(1 << 20, 4, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_sub_msg m;
+	uint64_t got = 0, told = 0;
+
+	publish_after_loss(p, 100, 0); /* 0: taken, so the reader knows the running count */
+	take_ok(s, &m);
+	rgaps_sub_release(s->sub, m.token);
+	got++;
+	/* 1 (after 2 lost), 2, 3 (after 1), a notice of 6 lost, 5, 6, 7: the queue keeps
+	 * the last 4, so the reader skips 1..3 and lands exactly on the notice. */
+	publish_after_loss(p, 100, 2);
+	publish_after_loss(p, 100, 0);
+	publish_after_loss(p, 100, 1);
+	assert_int_equal(rgaps_pub_gap(p->pub, 6, 1), 0);
+	for (int k = 0; k < 3; k++)
+		publish_after_loss(p, 100, 0);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(m.seq, 4);
+	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
+	assert_int_equal(m.token, UINT32_MAX);
+	assert_int_equal(m.gap, 3 + (2 + 0 + 1) + 6);
+	assert_int_equal(f->subr[0]->c.drops, 3);
+	told += m.gap;
+	for (uint64_t want = 5; want <= 7; want++) {
+		take_ok(s, &m);
+		assert_int_equal(m.seq, want);
+		assert_int_equal(m.gap, 0);
+		rgaps_sub_release(s->sub, m.token);
+		got++;
+	}
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	/* What the stream stood for: 7 messages, 2 + 1 lost before them, 6 in the notice. */
+	assert_int_equal(got + told, 7 + (2 + 1) + 6);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/*
  * The linker sends every rgaps_entry_read here (-Wl,--wrap, tests/unit/meson.build):
  * a test may run something just before the next one, that is between a subscriber's
  * read of a stream's head and its read of the entry there, where a loaded machine
@@ -1341,6 +1389,7 @@ int main(void)
 		cmocka_unit_test(test_attributes_and_origin),
 		cmocka_unit_test(test_gap_only_messages),
 		cmocka_unit_test(test_lapped_reader_counts_what_it_skipped),
+		cmocka_unit_test(test_lapped_reader_lands_on_a_notice),
 		cmocka_unit_test(test_stale_head_is_no_lie),
 		cmocka_unit_test(test_departed_stream_drains),
 		cmocka_unit_test(test_publishers_round_robin),
