@@ -7,6 +7,9 @@
 #     counts messages sent again.
 #  2. The same with a window of 16 messages, cut after 20 of 100: what fell out
 #     of the window is reported lost, received + lost = 100 exactly.
+#  3. A window of 4 messages while the publisher runs on through the cut and
+#     the reconnect: copies being sent again are wanted for new ones; every
+#     message is received intact or reported lost.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 [ -d "$RGAPS_BUILD/tests/fault/plugins" ] || { echo "SKIP: the fault transport plugin was not built (tcp transport absent)"; exit 77; }
@@ -53,3 +56,24 @@ rec=$(summary sub2 received); lost=$(summary sub2 drops)
 resent=$(field A resent)
 [ "${resent:-0}" -gt 0 ] || fail "A sent nothing again"
 ok "flap beyond the window: received $rec, lost $lost (reported), of 100; $resent sent again"
+
+# ---- 3. a window of four messages while the publisher runs through the flap: the sender
+# sends again from copies that new messages want the place of (a copy being sent again is
+# never overwritten: the newest goes unkept and is reported lost if the flap needs it), from
+# a small ring that makes the records sent again wait for room
+for h in A B; do stop_host $h; done
+host A 0; host B 1
+win=', "resend_window": "32KiB", "ring_size": "32KiB", "chunk_size": "8KiB", "overflow": "drop_oldest"'
+RGAPSD_FAULT=cut:60 start_host A "$win"
+start_host B "$win"
+wait_until 10 peer_up A B || fail "session did not come up"
+BG_TIMEOUT=$((SUB_TIMEOUT + 30)) bg sub3 env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub flap --count 1000 --verify --allow-gaps --timeout $SUB_TIMEOUT
+wait_until 10 knows_sub A B flap || fail "subscription not advertised"
+on A "$RGAPS" pub flap --count 1000 --size 8KiB --rate 1000 >"$T/pub3.out" 2>&1 || fail "pub: $(cat "$T/pub3.out")"
+wait_ok sub3
+grep -q "fault injection: data link cut after 60 records" "$T/A.log" || fail "the link was not cut"
+expect_accounted sub3 1000
+resent=$(field A resent)
+[ "${resent:-0}" -gt 0 ] || fail "A sent nothing again"
+s=$(on A "$RGAPS" stats --json | flat)
+ok "flap with a window of 4 messages, publisher running: $(sub_line sub3 | cut -d';' -f1); $resent sent again, $(jnum "$s" resend_unkept) unkept, $(jnum "$s" resend_evicted) overwritten"
