@@ -17,10 +17,12 @@
  *   reorder    messages AT and AT+1 published in the other order
  *   skip       counter AT never published: the messages from AT on carry AT+1...
  *
- *   oracle-pub TOPIC KIND [--count N] [--at K] [--size BYTES]
+ *   oracle-pub TOPIC KIND [--count N] [--at K] [--size BYTES[,BYTES...]]
  *
- * Defaults: 8 messages, AT 4, 4101 bytes (a partial last word). Exit 0 when
- * every message was published.
+ * Defaults: 8 messages, AT 4, 4101 bytes (a partial last word). With a list
+ * of sizes, message i has the (i mod n)-th (exact sizes on a boundary: kind
+ * none, every message right, in one stream). Exit 0 when every message was
+ * published.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -36,10 +38,13 @@
 static const char *const kinds[] = { "none",  "body",	   "first", "last",    "counter", "size",
 				     "torn",  "duplicate", "stale", "reorder", "skip" };
 
+#define MAX_SIZES 64
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: oracle-pub TOPIC KIND [--count N] [--at K] [--size BYTES]\n"
-			"KIND: none body first last counter size torn duplicate stale reorder skip\n");
+	fprintf(stderr,
+		"usage: oracle-pub TOPIC KIND [--count N] [--at K] [--size BYTES[,BYTES...]]\n"
+		"KIND: none body first last counter size torn duplicate stale reorder skip\n");
 	exit(2);
 }
 
@@ -70,7 +75,7 @@ int main(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t count = 8, at = 4, size = 4101, known = 0;
+	uint64_t count = 8, at = 4, sizes[MAX_SIZES] = { 4101 }, nsizes = 1, size = 0, known = 0;
 	const char *topic, *kind;
 	rgaps_publisher_t *pub;
 	uint8_t *buf, *prev;
@@ -85,8 +90,10 @@ int main(int argc, char **argv)
 			at = strtoull(optarg, NULL, 10);
 			break;
 		case 's':
-			if (tool_parse_size(optarg, &size))
-				usage();
+			nsizes = 0;
+			for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ","))
+				if (nsizes == MAX_SIZES || tool_parse_size(tok, &sizes[nsizes++]))
+					usage();
 			break;
 		default:
 			usage();
@@ -98,8 +105,13 @@ int main(int argc, char **argv)
 	kind = argv[optind + 1];
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		known |= strcmp(kind, kinds[k]) == 0;
-	/* every fault needs room around it: AT-3 before, AT+1 after; and a body to flip */
-	if (!known || at < 3 || at + 2 > count || size < RGAPS_PATTERN_HDR + 9)
+	for (uint64_t k = 0; k < nsizes; k++) {
+		if (sizes[k] < RGAPS_PATTERN_HDR + 9)
+			usage(); /* a body to flip */
+		size = sizes[k] > size ? sizes[k] : size;
+	}
+	/* every fault needs room around it: AT-3 before, AT+1 after */
+	if (!known || !nsizes || (strcmp(kind, "none") != 0 && (at < 3 || at + 2 > count)))
 		usage();
 	buf = malloc(size);
 	prev = malloc(size);
@@ -114,6 +126,7 @@ int main(int argc, char **argv)
 	for (uint64_t i = 0; i < count; i++) {
 		int r;
 
+		size = sizes[i % nsizes];
 		rgaps_pattern_fill(buf, size, counter_of(kind, i, at));
 		if (i == at) {
 			uint64_t body = size - RGAPS_PATTERN_HDR;
@@ -140,9 +153,9 @@ int main(int argc, char **argv)
 		memcpy(prev, buf, size);
 	}
 	if (!rc)
-		printf("oracle-pub: %" PRIu64 " messages of %" PRIu64 " bytes, '%s' at %" PRIu64
+		printf("oracle-pub: %" PRIu64 " messages of %" PRIu64 "%s bytes, '%s' at %" PRIu64
 		       "\n",
-		       count, size, kind, at);
+		       count, sizes[0], nsizes > 1 ? " and more" : "", kind, at);
 	rgaps_publisher_destroy(pub);
 	free(prev);
 	free(buf);
