@@ -286,6 +286,14 @@ struct rt_omsg {
 	struct rt_topic *tt;
 	struct rt_local_msg msg;
 	struct rt_kept *kept; /* sent again after a flap: from its kept copy, no hold to release */
+	/*
+	 * A live message's copy in the resend window (busy while m lives): once it is
+	 * made, chunks not yet posted go from it, and the forwarder's hold goes as soon
+	 * as no transport reads the pool for m (held).
+	 */
+	struct rt_kept *copy;
+	uint32_t pool_reads; /* chunks posted from the pool, not yet sent */
+	bool held;	     /* the forwarder's hold on m is ours to release */
 	uint32_t refs; /* chunks in flight + 1 while queuing */
 	bool dropped;
 	enum rt_out_state state;
@@ -324,6 +332,7 @@ struct rt_chunk {
 	uint32_t hdr_slot;	     /* RESERVED and later */
 	struct rgaps_ring_slot slot; /* RESERVED and later */
 	uint64_t loss_seq;	     /* a loss notice (m NULL): the newest message it covers */
+	bool from_pool;		     /* POSTED from the pool (m->pool_reads) */
 };
 STAILQ_HEAD(rt_chunk_q, rt_chunk);
 
@@ -497,6 +506,8 @@ struct rt_topic {
 	void *rs_mr[RT_TR_MAX];
 	bool rs_failed; /* no memory for it: nothing kept (logged once) */
 	uint64_t resent, resend_evicted, resend_unkept;
+	uint32_t pool_msgs; /* live messages with chunks posted from the pool, not yet sent */
+	uint64_t from_copy; /* chunks of live messages posted from their copy in the window */
 };
 
 struct rgapsd_remote {
@@ -592,13 +603,15 @@ void rt_staging_free(struct rt_topic *tt);
 
 /*
  * Keep a copy of a forwarded message in the topic's resend window, if it has
- * one. The copy is made off the loop, on the keep worker: true when it was
- * started, and then done(arg) runs on the loop once it is made; until then the
- * caller keeps msg's bytes where they are (its hold on the message). false:
- * nothing kept (no window, or no room: counted), done is never called.
+ * one. The copy is made off the loop, on the keep worker: its entry when it was
+ * started, and then done(arg) runs on the loop once it is made (entry->filled);
+ * until then the caller keeps msg's bytes where they are (its hold on the
+ * message). NULL: nothing kept (no window, or no room: counted), done is never
+ * called. The entry is busy until its copy is made; a caller that reads it later
+ * keeps it busy itself (busy++ now, busy-- when done with it).
  */
-bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*done)(void *arg),
-		    void *arg);
+struct rt_kept *rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg,
+			       void (*done)(void *arg), void *arg);
 /* The window's registration with transport tr (made on first use); NULL: refused, logged. */
 void *rt_resend_mr(struct rt_topic *tt, int tr);
 void rt_resend_free(struct rt_topic *tt);

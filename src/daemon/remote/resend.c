@@ -5,10 +5,13 @@
  * what it missed once a new ring is up (sender.c sends them again, from
  * here, those at or after the receiver's "next"). A copy, not a hold on the
  * publisher's pool: the forwarder's few holds keep flowing and no peer pins
- * the pool. The window is one buffer of resend_window bytes per topic, shared
- * by every peer, filled in order and overwritten oldest first; a copy being
- * made or sent again is never overwritten (the newest message then goes
- * unkept, and a flap that needs it reports it lost). The copies are made on
+ * the pool; once a live message's copy is made, its chunks not yet posted go
+ * from the copy too, so that a slow or dead link pins the pool for a few
+ * messages at most (sender.c, pool_cap). The window is one buffer of
+ * resend_window bytes per topic, shared by every peer, filled in order and
+ * overwritten oldest first; a copy being made, or read by a message being
+ * sent (again), is never overwritten (the newest message then goes unkept,
+ * and a flap that needs it reports it lost). The copies are made on
  * the keep worker, never on the loop: a message may be as large as
  * max_message_size, and a bulk copy on the loop would hold up every timer,
  * keepalive and client behind it (docs/DECISIONS.md 120). Host-memory topics
@@ -69,14 +72,14 @@ static void keep_done(struct rgapsd_msg *m)
 	k->done(k->done_arg);
 }
 
-bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*done)(void *arg),
-		    void *arg)
+struct rt_kept *rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg,
+			       void (*done)(void *arg), void *arg)
 {
 	uint64_t win = tt->t->cfg.resend_window, off;
 	struct rt_kept *k;
 
 	if (!win || tt->rs_failed || tt->t->lim.mem_kind != RGAPS_MEM_HOST)
-		return false;
+		return NULL;
 	if (!tt->rs_mem) {
 		tt->rs_size = RGAPS_ALIGN_UP(win, 4096);
 		tt->rs_mem = aligned_alloc(4096, tt->rs_size);
@@ -85,14 +88,14 @@ bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*
 				   "flap loses messages (reported)",
 				   tt->t->cfg.name, (unsigned long long)tt->rs_size);
 			tt->rs_failed = true;
-			return false;
+			return NULL;
 		}
 	}
 	off = msg->size <= tt->rs_size ? place(tt, msg->size) : UINT64_MAX;
 	k = off != UINT64_MAX ? malloc(sizeof(*k)) : NULL;
 	if (!k) {
 		tt->resend_unkept++;
-		return false;
+		return NULL;
 	}
 	*k = (struct rt_kept){ .tt = tt,
 			       .src = msg->data,
@@ -110,7 +113,7 @@ bool rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg, void (*
 	TAILQ_INSERT_TAIL(&tt->kept, k, link);
 	tt->rs_used += msg->size;
 	rgapsd_worker_submit(&tt->rt->keeper, &k->job);
-	return true;
+	return k;
 }
 
 void *rt_resend_mr(struct rt_topic *tt, int tr)

@@ -62,6 +62,32 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 	return tt;
 }
 
+/*
+ * Live messages may leave chunks posted from the pool with slow transports
+ * (a link that stalls, or died and nobody noticed yet) for at most half the
+ * forwarder's holds; the chunks of the next ones wait for their copy in the
+ * resend window and go from there, so that the forwarder always has holds to
+ * take new messages with (decision 123).
+ */
+static uint32_t pool_cap(const struct rt_topic *tt)
+{
+	return tt->t->lim.max_holds > 2 ? tt->t->lim.max_holds / 2 : 1;
+}
+
+/*
+ * Give m's block back to the topic as soon as nothing will read it any more:
+ * its copy in the window is made (every chunk not yet posted goes from there),
+ * no transport reads a chunk posted from the pool, and no before-send stage
+ * reads the pool.
+ */
+static void omsg_unpin(struct rt_omsg *m)
+{
+	if (!m->held || !m->copy || !m->copy->filled || m->pool_reads || m->works)
+		return;
+	m->held = false;
+	rt_forwarder_release(m->tt, &m->msg);
+}
+
 static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 {
 	rgaps_require(m->refs > 0);
@@ -71,7 +97,9 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 		out_set(rt, m, m->dropped ? OUT_DROPPED : OUT_SENT);
 	if (m->kept)
 		m->kept->busy--; /* its copy may be overwritten again */
-	else
+	if (m->copy)
+		m->copy->busy--;
+	if (m->held)
 		rt_forwarder_release(m->tt, &m->msg);
 	out_set(rt, m, OUT_RELEASED);
 	free(m->works);
@@ -95,6 +123,11 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 	}
 	if (s == CHUNK_DROPPED)
 		c->m->dropped = true;
+	if (c->from_pool) { /* no transport reads the pool for it any more */
+		if (!--c->m->pool_reads)
+			c->m->tt->pool_msgs--;
+		omsg_unpin(c->m);
+	}
 	if (c->d2h) {
 		struct rt_omsg *m = rt_d2h_put(c->d2h);
 
@@ -257,6 +290,10 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
 					   .addr = o->tt->stg + c->d2h->slot * o->tt->stg_slot,
 					   .len = c->len };
+	else if (c->m->copy && c->m->copy->filled) /* its copy is made: the pool may go */
+		sg[1] = (struct rgaps_sg){ .mr = rt_resend_mr(o->tt, o->tr),
+					   .addr = o->tt->rs_mem + c->m->copy->off + c->off,
+					   .len = c->len };
 	else
 		sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
 					   .addr = (void *)(c->m->msg.data + c->off),
@@ -269,6 +306,15 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 					       .len = RGAPS_RECORD_TAG_LEN };
 	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
 					      sg, nsg, (uint64_t)(uintptr_t)c);
+	if (r == 0 && c->m && !c->m->kept && !c->d2h) {
+		if (c->m->copy && c->m->copy->filled) {
+			o->tt->from_copy++;
+		} else {
+			c->from_pool = true;
+			if (!c->m->pool_reads++)
+				o->tt->pool_msgs++;
+		}
+	}
 	if (r == -EAGAIN)
 		o->credit_stalls++; /* resumes on the next record_sent */
 	else if (r && r != -ENOTCONN)
@@ -384,6 +430,19 @@ static bool chunk_copy_due(const struct rt_chunk *c)
 }
 
 /*
+ * Whether c, ready to post, waits for its message's copy in the window to be
+ * made rather than pin the pool: as many live messages as pool_cap() have
+ * chunks posted from the pool already (on_kept drives it on).
+ */
+static bool chunk_waits_for_copy(const struct rt_chunk *c)
+{
+	const struct rt_omsg *m = c->m;
+
+	return m && !m->kept && !c->d2h && m->copy && !m->copy->filled && !m->pool_reads &&
+	       m->tt->pool_msgs >= pool_cap(m->tt);
+}
+
+/*
  * The sender's driver: move the chunks of one ring along their states, in
  * queue order (ring space is taken in order, so a chunk that cannot move holds
  * the ones behind it). Called whenever something a chunk waits for happened:
@@ -440,6 +499,10 @@ again:
 				break;
 			}
 			case CHUNK_RESERVED:
+				if (chunk_waits_for_copy(c)) {
+					stop = true; /* resumes in on_kept */
+					break;
+				}
 				r = chunk_post(o, c);
 				if (r == 0) {
 					STAILQ_REMOVE_HEAD(&o->queue, link);
@@ -747,6 +810,7 @@ static struct rt_omsg *omsg_new(struct rt_topic *tt, const struct rt_local_msg *
 	m->tt = tt;
 	m->msg = *msg;
 	m->refs = 1;
+	m->held = true; /* a live message: the forwarder's hold (resend_queue's: none) */
 	m->state = OUT_TAKEN;
 	tt->rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
 	if (tt->stages && rt_stages_at(tt->stages, RGAPS_STAGE_BEFORE_SEND) && msg->size) {
@@ -799,6 +863,7 @@ static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 		m = omsg_new(tt, &msg, c);
 		if (!m)
 			break;
+		m->held = false;
 		m->kept = k;
 		k->busy++;
 		if (m->dropped || !msg_queue_on(o, m, c, NULL)) {
@@ -820,13 +885,15 @@ static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 
 /*
  * The copy of m into the resend window is made (on the loop): chunks sent
- * again from it may go on, and m's hold may go once its records are sent.
+ * again from it, and m's own chunks not yet posted, may go from it, and m's
+ * hold goes as soon as no transport reads the pool for it.
  */
 static void on_kept(void *arg)
 {
 	struct rt_omsg *m = arg;
 	struct rt_topic *tt = m->tt;
 
+	omsg_unpin(m);
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
 		out_drive(o);
 	omsg_put(tt->rt, m);
@@ -855,8 +922,11 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 		rt_forwarder_release(tt, msg);
 		return;
 	}
-	if (rt_resend_keep(tt, msg, on_kept, m))
-		m->refs++; /* the copy reads the message in its pool: held until on_kept */
+	m->copy = rt_resend_keep(tt, msg, on_kept, m);
+	if (m->copy) {
+		m->refs++;	 /* the copy reads the message in its pool: held until on_kept */
+		m->copy->busy++; /* m's chunks may go from it: not overwritten while m lives */
+	}
 	tt->forwarded++;
 	if (m->dropped) {
 		rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",

@@ -249,6 +249,8 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(fo, "resend_evicted", (double)tt->resend_evicted);
 		cJSON_AddNumberToObject(fo, "resend_unkept", (double)tt->resend_unkept);
 		cJSON_AddNumberToObject(fo, "resent", (double)tt->resent);
+		cJSON_AddNumberToObject(fo, "sent_from_copy", (double)tt->from_copy);
+		cJSON_AddNumberToObject(fo, "pool_pinned", tt->pool_msgs);
 		cJSON_AddItemToArray(fw, fo);
 	}
 	stages_stats(rt, peers, topic_filter);
