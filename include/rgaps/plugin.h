@@ -163,6 +163,17 @@ struct rgaps_mem_topology {
 #define RGAPS_FENCE_IPC 0x1u
 #define RGAPS_FENCE_HANDLE_LEN 64
 
+/**
+ * One destination of copy_relay(): n bytes go to dst, on device, from the
+ * source (from = -1) or from the destination of an earlier hop (0 <= from <
+ * this hop's index), whose device must be able to read from.
+ */
+struct rgaps_relay_hop {
+	void *dst;
+	int32_t device;
+	int32_t from;
+};
+
 /** Copy directions, for backends that must know them. */
 enum rgaps_copy_dir {
 	RGAPS_COPY_DEFAULT = 0, /**< infer from the pointers */
@@ -258,6 +269,21 @@ struct rgaps_memory_ops {
 	 * memory (host), or is older than this operation.
 	 */
 	int (*mem_info)(void *ctx, int32_t device, uint64_t *free_p, uint64_t *total_p);
+	/**
+	 * Copy n bytes from src to every hop's dst, each hop fed from its `from`
+	 * (a chain: from = i - 1; a star: from = -1), in pieces of at most piece
+	 * bytes: piece j of a hop moves while piece j + 1 of the hop it is fed
+	 * from does, so that each link carries each byte once and a chain of h
+	 * hops is whole about (n + (h - 1) * piece) / link rate after the start.
+	 * The hops' devices are distinct, and each can read its source's memory
+	 * (pool_grant). Blocks the calling thread; whole(arg, i) is called on it
+	 * once per hop, in hop order, as soon as hop i holds all n bytes. 0; or
+	 * the error of the first hop that failed, after waiting for every piece
+	 * that was started (no whole() for that hop and those after it).
+	 */
+	int (*copy_relay)(void *ctx, const void *src, size_t n, const struct rgaps_relay_hop *hops,
+			  uint32_t nhops, size_t piece, void (*whole)(void *arg, uint32_t hop),
+			  void *arg);
 };
 
 /* ------------------------------------------------------------------ */

@@ -55,9 +55,12 @@
 
 #define CUDA_MAX_DEVICES 64
 #define CUDA_COPY_STREAMS_MAX 4 /* asynchronous copy streams per device */
+#define RELAY_LANES_MAX 4	/* parallel lanes of a relay (RGAPS_CUDA_RELAY_LANES) */
+#define RELAY_SETS 4		/* relays running at once per context (one per thread) */
 /* Driver ABI the entry points are asked for: the VMM calls date from 10.2. */
 #define CUDA_DRIVER_ABI 12000
 #define MiB (1024.0 * 1024.0)
+#define RGAPS_MIN_SZ(a, b) ((a) < (b) ? (a) : (b))
 
 enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
@@ -82,6 +85,14 @@ static struct {
 } drv = { .once = PTHREAD_ONCE_INIT };
 
 struct cuda_pool;
+
+/* The streams and events one relay uses on each device it touches (see "relays"). */
+struct relay_set {
+	bool busy;
+	cudaStream_t s[CUDA_MAX_DEVICES][RELAY_LANES_MAX];
+	cudaEvent_t link[CUDA_MAX_DEVICES][RELAY_LANES_MAX]; /* after each piece's part */
+	cudaEvent_t done[CUDA_MAX_DEVICES][RELAY_LANES_MAX]; /* after the last (blocking sync) */
+};
 
 /* A copy_async in flight: its event, and whom to tell (see "asynchronous copies"). */
 struct copy_wait {
@@ -113,6 +124,12 @@ struct cuda_ctx {
 	uint32_t nspare[CUDA_MAX_DEVICES];
 	pthread_t waiter;
 	bool waiter_started, waiter_stop;
+	/* copy_relay: sets of streams and events, taken by one relay at a time (lock) */
+	struct relay_set *relay[RELAY_SETS];
+	pthread_cond_t relay_free;
+	uint32_t relay_lanes;  /* RGAPS_CUDA_RELAY_LANES */
+	uint64_t relay_pieces; /* RGAPS_CUDA_RELAY_PIECES: most pieces of one message */
+	bool relay_logged;
 };
 
 /* One region as this process holds it (region.priv). */
@@ -455,6 +472,9 @@ static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
 					  CUDA_COPY_STREAMS_MAX);
 	ctx->split_min = env_u64(ctx, "RGAPS_CUDA_SPLIT_MIN", 0, 0, UINT64_MAX);
 	ctx->spin_ns = env_u64(ctx, "RGAPS_CUDA_SPIN_US", 2000, 0, 1000000) * 1000ull;
+	ctx->relay_lanes = (uint32_t)env_u64(ctx, "RGAPS_CUDA_RELAY_LANES", 1, 1, RELAY_LANES_MAX);
+	ctx->relay_pieces = env_u64(ctx, "RGAPS_CUDA_RELAY_PIECES", 32, 1, 4096);
+	pthread_cond_init(&ctx->relay_free, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->qlock, NULL);
 	pthread_cond_init(&ctx->qcond, NULL);
@@ -462,6 +482,8 @@ static int cuda_init(const struct rgaps_plugin_env *env, void **ctx_p)
 	*ctx_p = ctx;
 	return 0;
 }
+
+static void relay_set_free(struct cuda_ctx *ctx, struct relay_set *rs);
 
 static void cuda_fini(void *vctx)
 {
@@ -496,6 +518,9 @@ static void cuda_fini(void *vctx)
 		}
 		leave_device(d, old);
 	}
+	for (int k = 0; k < RELAY_SETS; k++)
+		relay_set_free(ctx, ctx->relay[k]);
+	pthread_cond_destroy(&ctx->relay_free);
 	pthread_cond_destroy(&ctx->qcond);
 	pthread_mutex_destroy(&ctx->qlock);
 	if (ctx->pools)
@@ -1239,6 +1264,251 @@ static int cuda_copy_async(void *vctx, void *dst, const void *src, size_t n, uin
 	return r;
 }
 
+/* ---------------------------------------------------------------- relays */
+
+/*
+ * copy_relay: one message to several GPUs along a chain (or a tree), in
+ * pieces, as NCCL's broadcast moves it: piece j goes hop i-1 -> i while piece
+ * j + 1 goes into hop i-1, so every link carries each byte once and the last
+ * GPU has the message about one piece-time per hop after the first. A star
+ * (every hop from the source) instead sends everything out of the source's
+ * links at once: 9.1 ms for 1 GiB to 3 GPUs on H100, where one copy takes 3.7
+ * (docs/BENCHMARKS.md, "Chained replication").
+ *
+ * Each hop's copies run on streams of its own device, which pulls from its
+ * source through the peer mapping (pool_grant). Small pieces cost bandwidth:
+ * on H100 NVLink one copy engine moved 4 MiB pieces at 284 GB/s, 32 MiB ones
+ * at 376 and a whole message at 396 (docs/BENCHMARKS.md, "Chained
+ * replication"), so pieces are at least n / relay_pieces, and a relay in which
+ * no hop feeds another (one hop, or a star) copies each message whole. A
+ * relay may have `lanes` streams per hop and put piece j on lane j % lanes
+ * (RGAPS_CUDA_RELAY_LANES; 2 and 3 measured no faster than 1). Lane k of a
+ * hop waits for lane k of its source only, through one event per (hop, lane)
+ * recorded after each piece: a wait takes the event's latest record, and hop
+ * i's wait for piece j is queued right after hop i-1 recorded piece j, so one
+ * event serves every piece. The host queues everything first, then waits for
+ * each hop's done events in hop order.
+ */
+
+/* Destroy a set's streams and events (fini; nothing of it is in flight). */
+static void relay_set_free(struct cuda_ctx *ctx, struct relay_set *rs)
+{
+	if (!rs)
+		return;
+	for (int d = 0; d < CUDA_MAX_DEVICES; d++) {
+		int old;
+
+		if (!rs->s[d][0] || enter_device(ctx, d, &old))
+			continue;
+		for (int k = 0; k < RELAY_LANES_MAX; k++) {
+			if (rs->link[d][k])
+				cudaEventDestroy(rs->link[d][k]);
+			if (rs->done[d][k])
+				cudaEventDestroy(rs->done[d][k]);
+			if (rs->s[d][k])
+				cudaStreamDestroy(rs->s[d][k]);
+		}
+		leave_device(d, old);
+	}
+	free(rs);
+}
+
+/* A free set for this relay: relays of several threads never share events. */
+static struct relay_set *relay_set_get(struct cuda_ctx *ctx)
+{
+	struct relay_set *rs = NULL;
+
+	pthread_mutex_lock(&ctx->lock);
+	while (!rs) {
+		for (int k = 0; k < RELAY_SETS && !rs; k++) {
+			if (!ctx->relay[k])
+				ctx->relay[k] = calloc(1, sizeof(*ctx->relay[k]));
+			if (ctx->relay[k] && !ctx->relay[k]->busy)
+				rs = ctx->relay[k];
+		}
+		if (!rs && !ctx->relay[0])
+			break; /* out of memory */
+		if (!rs)
+			pthread_cond_wait(&ctx->relay_free, &ctx->lock);
+	}
+	if (rs)
+		rs->busy = true;
+	pthread_mutex_unlock(&ctx->lock);
+	return rs;
+}
+
+static void relay_set_put(struct cuda_ctx *ctx, struct relay_set *rs)
+{
+	pthread_mutex_lock(&ctx->lock);
+	rs->busy = false;
+	pthread_cond_signal(&ctx->relay_free);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* The set's streams and events on dev (made on first use); dev is current. */
+static cudaError_t relay_prepare(struct relay_set *rs, int dev, uint32_t lanes)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (uint32_t k = 0; k < lanes && e == cudaSuccess; k++) {
+		if (!rs->s[dev][k])
+			e = cudaStreamCreateWithFlags(&rs->s[dev][k], cudaStreamNonBlocking);
+		if (e == cudaSuccess && !rs->link[dev][k])
+			e = cudaEventCreateWithFlags(&rs->link[dev][k], cudaEventDisableTiming);
+		if (e == cudaSuccess && !rs->done[dev][k])
+			e = cudaEventCreateWithFlags(
+				&rs->done[dev][k], cudaEventDisableTiming | cudaEventBlockingSync);
+	}
+	return e;
+}
+
+/* Check the hops: distinct devices in range, each fed from the source or an earlier hop. */
+static int relay_check(const struct rgaps_relay_hop *hops, uint32_t nhops)
+{
+	uint64_t seen = 0;
+
+	if (nhops > RGAPS_MEM_MAX_DEVICES)
+		return -EINVAL;
+	for (uint32_t i = 0; i < nhops; i++) {
+		int32_t d = hops[i].device;
+
+		if (d < 0 || d >= CUDA_MAX_DEVICES || (seen & (1ull << d)) || hops[i].from < -1 ||
+		    hops[i].from >= (int32_t)i)
+			return -EINVAL;
+		seen |= 1ull << d;
+	}
+	return 0;
+}
+
+/* Does some hop feed another? (Else there is nothing to pipeline.) */
+static bool relay_chained(const struct rgaps_relay_hop *hops, uint32_t nhops)
+{
+	for (uint32_t i = 0; i < nhops; i++)
+		if (hops[i].from >= 0)
+			return true;
+	return false;
+}
+
+/*
+ * Queue piece j ([off, off + len)) on every hop, on lane j % lanes: its copy
+ * waits for the same lane of the hop it is fed from, which recorded piece j
+ * just before.
+ */
+static cudaError_t relay_queue_piece(struct relay_set *rs, const uint8_t *src,
+				     const struct rgaps_relay_hop *hops, uint32_t nhops,
+				     uint32_t lane, size_t off, size_t len, uint32_t *failed_p)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (uint32_t i = 0; i < nhops && e == cudaSuccess; i++) {
+		const struct rgaps_relay_hop *h = &hops[i];
+		const uint8_t *from = h->from < 0 ? src : (const uint8_t *)hops[h->from].dst;
+		cudaStream_t s = rs->s[h->device][lane];
+
+		e = cudaSetDevice(h->device);
+		if (e == cudaSuccess && h->from >= 0)
+			e = cudaStreamWaitEvent(s, rs->link[hops[h->from].device][lane], 0);
+		if (e == cudaSuccess)
+			e = cudaMemcpyAsync((uint8_t *)h->dst + off, from + off, len,
+					    cudaMemcpyDefault, s);
+		if (e == cudaSuccess)
+			e = cudaEventRecord(rs->link[h->device][lane], s);
+		if (e != cudaSuccess)
+			*failed_p = i;
+	}
+	return e;
+}
+
+/*
+ * Wait for a done event: poll (a sleep costs its wake-up, 50-100 us, on every
+ * replica) for as long as a relay of a large message takes, then sleep.
+ */
+#define RELAY_SPIN_NS (50ull * 1000 * 1000)
+
+static cudaError_t relay_wait(struct cuda_ctx *ctx, cudaEvent_t ev)
+{
+	uint64_t until = mono_ns() + (ctx->spin_ns > RELAY_SPIN_NS ? ctx->spin_ns : RELAY_SPIN_NS);
+	cudaError_t e;
+
+	while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && mono_ns() < until)
+		;
+	return e == cudaErrorNotReady ? cudaEventSynchronize(ev) : e;
+}
+
+static int cuda_copy_relay(void *vctx, const void *src, size_t n,
+			   const struct rgaps_relay_hop *hops, uint32_t nhops, size_t piece,
+			   void (*whole)(void *arg, uint32_t hop), void *arg)
+{
+	struct cuda_ctx *ctx = vctx;
+	uint32_t lanes = ctx->relay_lanes, failed = nhops, i = 0, k;
+	struct relay_set *rs;
+	cudaError_t e = cudaSuccess;
+	int old = -1, r = 0;
+
+	if (!piece || relay_check(hops, nhops))
+		return -EINVAL;
+	if (!nhops)
+		return 0;
+	if (piece < (n + ctx->relay_pieces - 1) / ctx->relay_pieces)
+		piece = (n + ctx->relay_pieces - 1) / ctx->relay_pieces;
+	if (!relay_chained(hops, nhops))
+		piece = n ? n : 1; /* nothing to overlap: one copy per hop moves fastest */
+	if (!__atomic_exchange_n(&ctx->relay_logged, true, __ATOMIC_RELAXED))
+		plog(ctx, LOG_INFO,
+		     "cuda: GPU-to-GPU relays copy in pieces of at least %zu bytes "
+		     "(at most %llu per message), %u lane%s per hop",
+		     piece, (unsigned long long)ctx->relay_pieces, lanes, lanes == 1 ? "" : "s");
+	rs = relay_set_get(ctx);
+	if (!rs)
+		return -ENOMEM;
+	if (cudaGetDevice(&old) != cudaSuccess)
+		old = -1;
+	for (i = 0; i < nhops && e == cudaSuccess; i++) {
+		e = cudaSetDevice(hops[i].device);
+		if (e == cudaSuccess)
+			e = relay_prepare(rs, hops[i].device, lanes);
+	}
+	if (e != cudaSuccess) {
+		r = rt_fail(ctx, "relay streams and events", e);
+		goto out; /* nothing queued */
+	}
+	for (size_t off = 0, j = 0; off < n && e == cudaSuccess; off += piece, j++)
+		e = relay_queue_piece(rs, src, hops, nhops, (uint32_t)(j % lanes), off,
+				      RGAPS_MIN_SZ(piece, n - off), &failed);
+	for (i = 0; i < nhops && e == cudaSuccess; i++) {
+		e = cudaSetDevice(hops[i].device);
+		for (k = 0; k < lanes && e == cudaSuccess; k++)
+			e = cudaEventRecord(rs->done[hops[i].device][k], rs->s[hops[i].device][k]);
+		if (e != cudaSuccess)
+			failed = i;
+	}
+	for (i = 0; i < nhops && e == cudaSuccess; i++) {
+		for (k = 0; k < lanes && e == cudaSuccess; k++)
+			e = relay_wait(ctx, rs->done[hops[i].device][k]);
+		if (e == cudaSuccess)
+			whole(arg, i);
+		else
+			failed = i;
+	}
+	if (e != cudaSuccess) {
+		char what[96];
+
+		/* Nothing of it may run on after we return: the caller reuses the blocks. */
+		for (i = 0; i < nhops; i++)
+			for (k = 0; k < lanes; k++)
+				if (rs->s[hops[i].device][k])
+					cudaStreamSynchronize(rs->s[hops[i].device][k]);
+		snprintf(what, sizeof(what), "relay copy into GPU %d (hop %u of %u)",
+			 failed < nhops ? (int)hops[failed].device : -1, failed, nhops);
+		r = rt_fail(ctx, what, e);
+	}
+out:
+	if (old >= 0)
+		cudaSetDevice(old);
+	relay_set_put(ctx, rs);
+	return r;
+}
+
 /* ---------------------------------------------------------------- pinning */
 
 static int cuda_host_register(void *vctx, void *ptr, size_t n)
@@ -1660,6 +1930,7 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.fence_query = cuda_fence_query,
 	.fence_wait = cuda_fence_wait,
 	.mem_info = cuda_mem_info,
+	.copy_relay = cuda_copy_relay,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -12,7 +12,10 @@
  * here. Stream order needs nothing on the host (every copy is done when it
  * returns), so fences are complete at once; RGAPS_HOST_FENCE_DELAY_US=N makes
  * each record complete N microseconds later, through a small shared segment
- * per fence, so that the code that waits for fences runs too.
+ * per fence, so that the code that waits for fences runs too. A process whose
+ * CUDA_VISIBLE_DEVICES lists emulated devices ("2" or "2,0") sees only those,
+ * numbered in that order, as CUDA would show it real ones: the container case
+ * (docs/GPU.md, "GPU identity").
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -34,8 +37,9 @@ struct host_pool {
 
 struct host_ctx {
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-	uint32_t ndevices;			/* emulated (RGAPS_HOST_DEVICES) */
-	uint8_t link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES];
+	uint32_t ndevices;			/* emulated and visible here */
+	uint32_t global[RGAPS_MEM_MAX_DEVICES]; /* our ordinal -> the emulated device */
+	uint8_t link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES]; /* between emulated devices */
 	uint64_t fence_delay_ns;		/* RGAPS_HOST_FENCE_DELAY_US */
 };
 
@@ -86,6 +90,37 @@ static int parse_links(struct host_ctx *c, const char *spec)
 	return 0;
 }
 
+/*
+ * CUDA_VISIBLE_DEVICES over the n emulated devices: ordinals up to the first
+ * entry that is not one, as CUDA reads it (no UUIDs here). Unset: all of them.
+ */
+static void parse_visible(struct host_ctx *c, uint32_t n, const char *spec)
+{
+	const char *p = spec;
+
+	c->ndevices = 0;
+	if (!spec) {
+		for (uint32_t i = 0; i < n; i++)
+			c->global[c->ndevices++] = i;
+		return;
+	}
+	while (*p && c->ndevices < RGAPS_MEM_MAX_DEVICES) {
+		char *end;
+		unsigned long v = strtoul(p, &end, 10);
+
+		if (end == p || v >= n || (*end && *end != ','))
+			break;
+		c->global[c->ndevices++] = (uint32_t)v;
+		p = *end ? end + 1 : end;
+	}
+}
+
+/* How our device i reaches our device j's memory. */
+static uint8_t link_of(const struct host_ctx *c, uint32_t i, uint32_t j)
+{
+	return c->link[c->global[i]][c->global[j]];
+}
+
 static int host_init(const struct rgaps_plugin_env *env, void **ctx_p)
 {
 	struct host_ctx *c = calloc(1, sizeof(*c));
@@ -99,7 +134,8 @@ static int host_init(const struct rgaps_plugin_env *env, void **ctx_p)
 	if (nd && *nd) {
 		unsigned long n = strtoul(nd, NULL, 10);
 
-		c->ndevices = n > RGAPS_MEM_MAX_DEVICES ? RGAPS_MEM_MAX_DEVICES : (uint32_t)n;
+		parse_visible(c, n > RGAPS_MEM_MAX_DEVICES ? RGAPS_MEM_MAX_DEVICES : (uint32_t)n,
+			      getenv("CUDA_VISIBLE_DEVICES"));
 	}
 	if (parse_links(c, links ? links : "nvlink")) {
 		if (c->log)
@@ -242,11 +278,13 @@ static int host_topology(void *ctx, struct rgaps_mem_topology *t)
 	t->ndevices = c ? c->ndevices : 0;
 	snprintf(t->how, sizeof(t->how), "emulated by the host plugin (RGAPS_HOST_DEVICES)");
 	for (uint32_t i = 0; i < t->ndevices; i++) {
-		snprintf(t->pci[i], sizeof(t->pci[i]), "0000:%02x:00.0", 0x10 + i);
+		snprintf(t->pci[i], sizeof(t->pci[i]), "0000:%02x:00.0", 0x10 + c->global[i]);
 		for (uint32_t j = 0; j < t->ndevices; j++) {
-			t->link[i][j].kind = c->link[i][j];
-			t->link[i][j].atomics = c->link[i][j] == RGAPS_MEM_LINK_NVLINK;
-			t->link[i][j].rank = c->link[i][j] == RGAPS_MEM_LINK_NONE ? -1 : 0;
+			uint8_t k = link_of(c, i, j);
+
+			t->link[i][j].kind = k;
+			t->link[i][j].atomics = k == RGAPS_MEM_LINK_NVLINK;
+			t->link[i][j].rank = k == RGAPS_MEM_LINK_NONE ? -1 : 0;
 		}
 	}
 	return 0;
@@ -260,12 +298,51 @@ static int host_pool_grant(void *ctx, struct rgaps_mem_region *region, int32_t d
 	/* Host memory is reachable from everywhere; an emulated device only over a link. */
 	if (!c || !c->ndevices || region->device < 0 || device == region->device)
 		return 0;
-	if (device < 0 || (uint32_t)device >= c->ndevices || (uint32_t)region->device >= c->ndevices ||
-	    c->link[device][region->device] == RGAPS_MEM_LINK_NONE) {
+	if (device < 0 || (uint32_t)device >= c->ndevices ||
+	    (uint32_t)region->device >= c->ndevices ||
+	    link_of(c, (uint32_t)device, (uint32_t)region->device) == RGAPS_MEM_LINK_NONE) {
 		if (c->log)
 			c->log(0, "host: emulated device %d cannot reach device %d's memory",
 			       (int)device, (int)region->device);
 		return -ENODEV;
+	}
+	return 0;
+}
+
+/*
+ * Hop after hop, each whole before the next starts (no pieces: memcpy has
+ * nothing to overlap). An emulated device that cannot reach the memory of the
+ * hop it is fed from is refused as the cuda plugin's copy would fail.
+ */
+static int host_copy_relay(void *ctx, const void *src, size_t n, const struct rgaps_relay_hop *hops,
+			   uint32_t nhops, size_t piece, void (*whole)(void *arg, uint32_t hop),
+			   void *arg)
+{
+	struct host_ctx *c = ctx;
+
+	if (!piece)
+		return -EINVAL;
+	for (uint32_t i = 0; i < nhops; i++) {
+		const struct rgaps_relay_hop *h = &hops[i];
+
+		if (h->from < -1 || h->from >= (int32_t)i)
+			return -EINVAL;
+		if (h->from >= 0 && c && c->ndevices) {
+			int32_t a = h->device, b = hops[h->from].device;
+
+			if (a < 0 || b < 0 || (uint32_t)a >= c->ndevices ||
+			    (uint32_t)b >= c->ndevices || a == b ||
+			    link_of(c, (uint32_t)a, (uint32_t)b) == RGAPS_MEM_LINK_NONE) {
+				if (c->log)
+					c->log(0,
+					       "host: relay hop %u: emulated device %d cannot read "
+					       "device %d's memory",
+					       i, (int)a, (int)b);
+				return -ENODEV;
+			}
+		}
+		memcpy(h->dst, h->from < 0 ? src : hops[h->from].dst, n);
+		whole(arg, i);
 	}
 	return 0;
 }
@@ -442,6 +519,7 @@ static const struct rgaps_memory_ops host_ops = {
 	.fence_record = host_fence_record,
 	.fence_query = host_fence_query,
 	.fence_wait = host_fence_wait,
+	.copy_relay = host_copy_relay,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -188,6 +188,13 @@ static int mem_stub_mem_info(void *ctx, int32_t device, uint64_t *free_p, uint64
 	return -ENOTSUP;
 }
 
+static int mem_stub_copy_relay(void *ctx, const void *src, size_t n,
+			       const struct rgaps_relay_hop *hops, uint32_t nhops, size_t piece,
+			       void (*whole)(void *arg, uint32_t hop), void *arg)
+{
+	return -ENOTSUP;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -211,6 +218,7 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.fence_query = mem_stub_fence_query,
 	.fence_wait = mem_stub_fence_wait,
 	.mem_info = mem_stub_mem_info,
+	.copy_relay = mem_stub_copy_relay,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,
