@@ -47,6 +47,7 @@ struct rgaps_topic_config {
 	char gpu_fanout[RGAPS_CFG_NAME_MAX]; /* "auto", "peer", "replicate": other GPUs */
 	uint32_t devices[RGAPS_CFG_MAX_DEVICES]; /* GPUs served; none listed: every GPU */
 	uint32_t ndevices;
+	uint64_t gpu_piece;		    /* pipelining unit of the replica chain across GPUs */
 	uint64_t chunk_size;		    /* pipelining unit on the wire */
 	bool chunking;			    /* false: whole-message, stage after stage */
 	uint64_t ring_size;		    /* receive ring per (topic, remote host) */

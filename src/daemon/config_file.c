@@ -299,14 +299,26 @@ static const struct rgaps_cfg_field topic_fields[] = {
 	  .names = gpu_fanout_names,
 	  .doc = "How subscribers on other GPUs of the host than the pool's are served (cuda "
 		 "memory only): \"peer\" (they read the pool in place over NVLink or PCIe; a GPU "
-		 "without peer access is refused at attach), \"replicate\" (rgapsd copies each "
-		 "message once to each GPU that has subscribers), or \"auto\" (per GPU, from "
-		 "the link and max_message_size; rgapsd logs what it chose and why)." },
+		 "without peer access, or a client whose CUDA_VISIBLE_DEVICES hides the pool's "
+		 "GPU, is refused at attach), \"replicate\" (rgapsd copies each message once to "
+		 "each GPU that has subscribers, GPU to GPU along a chain, gpu_piece), or "
+		 "\"auto\" (per GPU, from the link and max_message_size, and a replica for a "
+		 "client that cannot see the pool's GPU; rgapsd logs what it chose and why)." },
 	{ .name = "devices", .type = RGAPS_CFG_IDS, CFG_ARRAY_AT(T, devices, ndevices), .def = "[]",
 	  .min = 0, .max = 1023, .flags = RGAPS_CFG_F_UNIQUE,
 	  .doc = "GPUs the topic serves, by CUDA ordinal as rgapsd sees them (cuda memory only); "
 		 "a client on another GPU is refused at attach. Must hold \"device\". Empty: "
 		 "every GPU of the host." },
+	{ .name = "gpu_piece", .type = RGAPS_CFG_SIZE, CFG_AT(T, gpu_piece), .def = "\"8MiB\"",
+	  .min = 64 * KiB, .max = GiB,
+	  .doc = "Pipelining unit of replication across GPUs (gpu_fanout \"replicate\", or "
+		 "\"auto\" where it replicates): a message moves GPU to GPU along a chain in "
+		 "pieces of at least this size, each link carrying each byte once, so the last "
+		 "of G GPUs has it about G - 2 piece times after the first. The cuda plugin cuts "
+		 "a message in at most 32 pieces (RGAPS_CUDA_RELAY_PIECES), so larger ones move "
+		 "in larger pieces. Smaller: less fill time per hop; larger: fewer, faster "
+		 "copies (on H100 NVLink 8 MiB pieces were best for 64 MiB messages, 32 MiB "
+		 "ones for 1 GiB)." },
 	{ .name = "chunk_size", .type = RGAPS_CFG_SIZE, CFG_AT(T, chunk_size), .def = "\"16MiB\"",
 	  .min = 4 * KiB, .max = GiB,
 	  .doc = "Pipelining unit on the wire: a large message moves in chunks, so the "

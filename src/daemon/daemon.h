@@ -99,8 +99,7 @@ struct rgapsd_replicator;
 struct rgapsd_gpu {
 	enum rgapsd_gpu_role role;
 	char why[192];			/* the decision in words (logged, in stats) */
-	struct rgapsd_replicator *rep;	/* RGAPSD_GPU_REPLICA, while subscribers are on it */
-	uint64_t copies, bytes, lost;	/* of replicators that stopped */
+	uint64_t copies, bytes, lost;	/* of replicas that ended */
 	uint64_t idle_since;		/* no subscriber left on it since (for the sweep) */
 };
 
@@ -140,6 +139,7 @@ struct rgapsd_topic {
 	/* The host's GPUs as the memory plugin sees them (NULL or none: a host topic). */
 	struct rgaps_mem_topology *topo;
 	struct rgapsd_gpu *gpus; /* [topo->ndevices] */
+	struct rgapsd_replicator *replicator; /* while some GPU reads a replica (replicator.c) */
 };
 
 /* A client as its socket credentials name it (access.c). */
@@ -207,17 +207,28 @@ void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now);
 /* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
 void rgapsd__topics_close_stale(const char *instance);
 
+/* What a client says of its GPUs at attach (requests.c): GPUs match by PCI address. */
+struct rgapsd_client_gpus {
+	int32_t gpu;	 /* the GPU it works on, by its own ordinal; -1 unknown */
+	const char *pci; /* that GPU's PCI address; NULL unknown */
+	uint32_t nseen;	 /* 0: it did not say which GPUs it sees */
+	const char *seen[RGAPS_MEM_MAX_DEVICES]; /* the PCI address of every GPU it sees */
+};
+
 /*
- * Where a client on GPU gpu (-1 unknown; pci its PCI address or "") attaching as
- * a subscriber or publisher is served (topics.c): *gpu_p the GPU as rgapsd
- * numbers it, *serve_p, *path_p ("local", "peer", "replica"), *grant_rw_p (a
- * publisher's own pool may be opened read-write to its GPU). Starts the GPU's
- * replicator if it needs one. -ENODEV (err says why in words) for a GPU the
- * topic cannot serve, or the replicator's failure.
+ * Where a client attaching as a subscriber or publisher is served (topics.c):
+ * *gpu_p its GPU as rgapsd numbers it, *serve_p, *path_p ("local", "peer",
+ * "replica"), *grant_rw_p (a publisher's own pool may be opened read-write to
+ * its GPU). A subscriber that cannot see the pools' GPU reads a replica on its
+ * own. Starts the GPU's replica if it needs one. -ENODEV (err says why in
+ * words, naming GPUs by PCI address) for a GPU the topic cannot serve, or the
+ * replica's failure.
  */
-int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, const char *pci,
-			     int32_t *gpu_p, int32_t *serve_p, const char **path_p, bool *grant_rw_p,
-			     char *err, size_t errlen);
+int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
+			     int32_t *gpu_p, int32_t *serve_p, const char **path_p,
+			     bool *grant_rw_p, char *err, size_t errlen);
+/* The PCI address of GPU gpu as rgapsd numbers them, NULL unknown. */
+const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu);
 /* The "gpus" array of a topic's stats (NULL: no GPU to tell of). Returns cJSON *. */
 struct cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t);
 /* Sweep: stop replicators of GPUs without subscribers (on the loop). */
@@ -240,17 +251,29 @@ int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc
 			   const struct rgaps_sub_msg *m, const struct rgapsd_member *src,
 			   const uint32_t *stop);
 
-/* Replicators (replicator.c): one per (topic, GPU) that reads a replica. */
-int rgapsd__replicator_start(struct rgapsd_topic *t, int32_t gpu, struct rgapsd_replicator **r_p,
-			     char *err, size_t errlen);
-/* Stop its thread; its stream drains like a departed publisher's. Frees it. */
-void rgapsd__replicator_stop(struct rgapsd_replicator *r);
-struct rgapsd_replicator_stats {
+/*
+ * Replicas (replicator.c): one per (topic, GPU) that subscribers read a
+ * replica on, all fed by the topic's one replicator along a chain of GPUs.
+ * On the loop. start: make GPU gpu's replica (and the replicator), or keep
+ * the one there is; -ENODEV or -ENOMEM with err in words. stop: ask it out
+ * (the sweep ends it once the replicator let go of it).
+ */
+int rgapsd__replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen);
+void rgapsd__replica_stop(struct rgapsd_topic *t, int32_t gpu);
+/* Is there a replica on gpu (being fed, or about to be)? */
+bool rgapsd__replica_on(const struct rgapsd_topic *t, int32_t gpu);
+/* End the replicas let go of; stop the replicator when none is left. */
+void rgapsd__replicator_sweep(struct rgapsd_topic *t);
+/* Stop the replicator and end every replica (the topic goes). */
+void rgapsd__replicator_destroy(struct rgapsd_topic *t);
+struct rgapsd_replica_stats {
 	uint64_t copies, bytes, lost, stream;
-	const char *how; /* "peer copy", "through host memory" */
+	int32_t fed_from; /* the GPU its bytes come from, -1 not fed yet */
+	const char *how;  /* "peer" (over a link), "host" (through host memory) */
 };
-void rgapsd__replicator_stats(const struct rgapsd_replicator *r,
-			      struct rgapsd_replicator_stats *st);
+/* The replica on gpu: false if there is none. */
+bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
+			   struct rgapsd_replica_stats *st);
 
 /* Members (members.c). */
 int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,

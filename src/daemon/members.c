@@ -617,6 +617,10 @@ int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 				cJSON_AddNumberToObject(o, "pool_fd", *nfds_p);
 				cJSON_AddNumberToObject(o, "mem_flags", m->pool.flags);
 				cJSON_AddNumberToObject(o, "pool_device", m->pool_dev);
+				/* By PCI address too: the client's ordinals may differ. */
+				if (rgapsd__gpu_pci(t, m->pool_dev))
+					cJSON_AddStringToObject(o, "pool_pci",
+								rgapsd__gpu_pci(t, m->pool_dev));
 				fds[(*nfds_p)++] = pfd;
 			}
 			if (m->state == RGAPSD_MEMBER_DRAINING)

@@ -1,71 +1,119 @@
 /*
- * Replicators (docs/GPU.md, "replicate"): a topic that serves subscribers on a
- * GPU g other than its pools' device keeps, for g, a stream of rgapsd's own
- * whose pool lives on g, and one thread that copies every message of the
- * topic's own streams into it once - never once per subscriber. Subscribers
- * on g read only that stream (members.c: `serve`), in place on their GPU.
+ * The replicator of a topic (docs/GPU.md, "replicate" and "Chained
+ * replication"): for every GPU g other than the pools' that subscribers read
+ * a replica on, rgapsd keeps a stream of its own whose pool lives on g, and
+ * one thread copies every message of the topic's own streams into those
+ * replicas once each - never once per subscriber - along a chain of GPUs
+ * (gpu_chain.c: 0 -> 1 -> 2 -> 3, piece by piece, each link carrying each
+ * byte once), committing each replica as soon as it is whole. Subscribers on
+ * g read only g's replica stream (members.c: `serve`), in place.
  *
- * A replicator is two members of the topic, both rgapsd's own: a subscriber
- * of the topic's own streams (so their publishers wait for it under "block",
- * as for any reader) and a publisher of the replica stream (whose readers are
- * the subscribers on g). Its thread follows the membership through the sync
- * callbacks, under the topic's lock and with a reference on every member it
- * maps, like the remote path's forwarder (remote/local.c), so the loop frees
- * no region it still reads. A message keeps its origin (stream, seq), its
- * attribute block, its flags and its gap; one the replica cannot take in time
- * (block_timeout_ms, a full replica under "block") is lost there, counted, and
- * reported to g's subscribers as a gap with the next one.
+ * Members: the replicator is a subscriber of the topic's own streams (so their
+ * publishers wait for it under "block", as for any reader), and each replica
+ * is a publisher of its own stream (whose readers are the subscribers on its
+ * GPU). Its thread follows the membership through the sync callbacks, under
+ * the topic's lock and with a reference on every member it maps, like the
+ * remote path's forwarder (remote/local.c), so the loop frees no region it
+ * still reads. The copying itself is gpu_chain.c's.
  *
- * The copy runs on g's stream GPU to GPU when g can read the pools' device
- * (its pools opened to g), else through a pinned host buffer in 64 MiB steps.
- * Messages published in stream order are copied once their fence completed
- * (waited for on this thread, never the loop).
+ * Replicas come and go with the loop's decisions (topics.c): the loop makes a
+ * replica's member and asks the thread to feed it (JOINING), or to stop
+ * (LEAVING); the thread takes such changes between two messages, after it
+ * took the next one, so a subscriber misses nothing published after its
+ * attach; the loop ends a replica once the thread has let go of it (LEFT),
+ * and the replicator once no replica is left. A GPU without subscribers is
+ * no relay: the chain is formed over the GPUs that hold replicas.
+ *
+ * A message keeps its origin (stream, seq), its attribute block, its flags and
+ * its gap. A replica that cannot take it in time (block_timeout_ms, a full
+ * replica under "block") loses it, counted and reported to that GPU's
+ * subscribers as a gap with the next one; the chain closes over that GPU for
+ * this message. Messages published in stream order are copied once their
+ * fence completed (waited for on this thread, never the loop).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "daemon.h"
+#include "gpu_chain.h"
 
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
-#define RETRY_SLICE_MS 20		   /* room in the replica: asked again this often */
-#define BOUNCE_MAX (64ull << 20)	   /* host buffer for GPUs without peer access */
+#define RETRY_SLICE_MS 20 /* room in a full replica: asked again this often */
+
+enum replica_state {
+	REPLICA_JOINING, /* made by the loop; the thread has not fed it yet */
+	REPLICA_ACTIVE,	 /* in the chain */
+	REPLICA_LEAVING, /* the loop asked it out; the thread still may feed it */
+	REPLICA_LEFT,	 /* the thread let go of it: the loop ends it */
+};
+
+/* One GPU's replica: rgapsd's publisher of a stream whose pool lives on that GPU. */
+struct replica {
+	struct rgapsd_replicator *r;
+	int32_t gpu;
+	enum replica_state state; /* under r->lock */
+	struct rgapsd_member *pub_m;
+	struct rgaps_pub *pub;
+	struct rgapsd_member **subs; /* [max_subscribers]: referenced while watched */
+	uint64_t granted;	     /* GPUs its pool is opened to */
+	uint64_t pending_gap;	     /* lost here, told with the next replicated message */
+	/* the message in hand */
+	uint32_t tok;
+	uint64_t off;
+	bool loaned;
+	bool settled; /* committed, or counted lost */
+	bool warned;
+	/* statistics (atomics: the loop reads them) */
+	uint64_t copies, bytes, lost;
+	int32_t fed_from; /* the GPU its bytes come from */
+	uint32_t via_host;
+};
 
 struct rgapsd_replicator {
 	struct rgapsd_topic *t;
-	int32_t gpu;
+	pthread_mutex_t lock;			     /* the replicas' states, changes */
+	struct replica *reps[RGAPS_MEM_MAX_DEVICES]; /* by GPU: the loop sets, under lock */
+	uint32_t changes;			     /* bumped on every state change */
 	/* its subscriber of the topic's own streams */
 	struct rgapsd_member *sub_m;
 	struct rgaps_sub *sub;
 	struct rgapsd_member **streams; /* [max_publishers]: referenced while read */
+	uint64_t *granted;		/* [max_publishers]: GPUs each stream's pool is opened to */
 	struct rgapsd_member **leaving; /* cleared while held */
 	uint32_t nleaving;
 	struct rgaps_fence_cache *fences;
-	/* its publisher: the replica stream on gpu */
-	struct rgapsd_member *pub_m;
-	struct rgaps_pub *pub;
-	struct rgapsd_member **subs; /* [max_subscribers]: referenced while watched */
-	/* the copy */
-	bool peer;	   /* gpu reads the pools' device: copies go GPU to GPU */
-	uint8_t *bounce;   /* else through here (pinned when the backend can) */
-	uint64_t bounce_len;
-	bool bounce_pinned;
-	uint64_t pending_gap; /* lost here, told with the next replicated message */
-	uint32_t dir_seen;    /* the topic's dir_gen at the last idle membership look */
+	bool new_streams; /* sub_sync saw streams whose pools the chain has not opened yet */
+	/* the thread's chain */
+	uint32_t changes_seen;
+	struct replica *chain[RGAPS_MEM_MAX_DEVICES]; /* by hop */
+	struct rgapsd_chain_hop hops[RGAPS_MEM_MAX_DEVICES];
+	uint32_t nhops;
+	struct rgaps_mem_link link[RGAPS_MEM_MAX_DEVICES]
+				  [RGAPS_MEM_MAX_DEVICES]; /* less refusals */
+	struct rgapsd_chain copier;
+	uint32_t dir_seen; /* the topic's dir_gen at the last idle membership look */
 	/* the thread */
 	pthread_t thread;
 	bool started;
 	uint32_t stop; /* atomic */
 	uint32_t wake; /* futex word: bumped to end its sleep */
-	/* statistics (atomics: the loop reads them) */
-	uint64_t copies, bytes, lost;
-	bool warned;
 };
+
+static bool stopping(struct rgapsd_replicator *r)
+{
+	return __atomic_load_n(&r->stop, __ATOMIC_ACQUIRE);
+}
+
+static void wake_thread(struct rgapsd_replicator *r)
+{
+	__atomic_fetch_add(&r->wake, 1, __ATOMIC_SEQ_CST);
+	rgaps_futex_wake_all(&r->wake);
+}
 
 /* ---------------------------------------------------------------- membership (its thread) */
 
@@ -82,7 +130,27 @@ static void leaving_sweep(struct rgapsd_replicator *r)
 	r->nleaving = keep;
 }
 
-/* The topic's own streams: read them, and open their pools to our GPU for the copy. */
+/* A stream left its slot: drop it now, or once we hold nothing of it. */
+static void stream_forget(struct rgapsd_replicator *r, uint32_t k)
+{
+	struct rgapsd_member *cur = r->streams[k], **n;
+
+	r->streams[k] = NULL;
+	r->granted[k] = 0;
+	if (rgaps_sub_clear_stream(r->sub, k)) {
+		rgapsd__member_put(cur);
+		return;
+	}
+	n = realloc(r->leaving, (r->nleaving + 1) * sizeof(*n));
+	if (n) {
+		r->leaving = n;
+		r->leaving[r->nleaving++] = cur;
+	} else {
+		rgapsd__member_put(cur); /* we never hold it past the copy */
+	}
+}
+
+/* The topic's own streams: read them (their pools are opened to the chain's GPUs later). */
 static int sub_sync(void *arg)
 {
 	struct rgapsd_replicator *r = arg;
@@ -90,40 +158,18 @@ static int sub_sync(void *arg)
 
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
-		struct rgapsd_member *m = t->pubs[k], *cur = r->streams[k];
+		struct rgapsd_member *m = t->pubs[k];
 
 		if (m && m->serve != RGAPSD_SERVE_ORIGINAL)
 			m = NULL;
-		if (cur && cur != m) {
-			r->streams[k] = NULL;
-			if (rgaps_sub_clear_stream(r->sub, k)) {
-				rgapsd__member_put(cur);
-			} else {
-				struct rgapsd_member **n = realloc(r->leaving, (r->nleaving + 1) *
-									     sizeof(*n));
-
-				if (n) {
-					r->leaving = n;
-					r->leaving[r->nleaving++] = cur;
-				} else {
-					rgapsd__member_put(cur); /* we never hold it past the copy */
-				}
-			}
-			cur = NULL;
-		}
+		if (r->streams[k] && r->streams[k] != m)
+			stream_forget(r, k);
 		if (!m)
 			continue;
-		if (!cur) {
+		if (!r->streams[k]) {
 			rgapsd__member_get(m);
 			r->streams[k] = m;
-			if (r->peer &&
-			    t->mem->ops.memory.pool_grant(t->mem->ctx, &m->pool, r->gpu,
-							  RGAPS_MEM_GRANT_READ) != 0) {
-				rgaps_warn("topic '%s': the pool of stream %llu cannot be opened to GPU "
-					   "%d: replicas of it go through host memory", t->cfg.name,
-					   (unsigned long long)m->gen, (int)r->gpu);
-				r->peer = false;
-			}
+			r->new_streams = true;
 		}
 		rgaps_sub_set_stream(r->sub, k, m->gen, m->map, m->pool.base,
 				     m->state == RGAPSD_MEMBER_DRAINING ? m->limit : UINT64_MAX);
@@ -132,33 +178,158 @@ static int sub_sync(void *arg)
 	return 0;
 }
 
-/* The subscribers on our GPU: the replica waits for them. */
+/* The subscribers on a replica's GPU: its stream waits for them. */
 static int pub_sync(void *arg)
 {
-	struct rgapsd_replicator *r = arg;
-	struct rgapsd_topic *t = r->t;
+	struct replica *rep = arg;
+	struct rgapsd_topic *t = rep->r->t;
 
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
-		struct rgapsd_member *m = t->subs[j], *cur = r->subs[j];
+		struct rgapsd_member *m = t->subs[j], *cur = rep->subs[j];
 
-		if (m && m->serve != r->gpu)
+		if (m && m->serve != rep->gpu)
 			m = NULL;
 		if (cur == m)
 			continue;
 		if (cur) {
-			rgaps_pub_clear_sub(r->pub, j);
+			rgaps_pub_clear_sub(rep->pub, j);
 			rgapsd__member_put(cur);
-			r->subs[j] = NULL;
+			rep->subs[j] = NULL;
 		}
 		if (m) {
 			rgapsd__member_get(m);
-			r->subs[j] = m;
-			rgaps_pub_set_sub(r->pub, j, m->gen, m->map);
+			rep->subs[j] = m;
+			rgaps_pub_set_sub(rep->pub, j, m->gen, m->map);
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
 	return 0;
+}
+
+/* ---------------------------------------------------------------- the chain (its thread) */
+
+/* gpu cannot read src_gpu's memory after all: the order goes around that link. */
+static void link_refused(struct rgapsd_replicator *r, int32_t gpu, int32_t src_gpu,
+			 const char *what)
+{
+	rgaps_warn("topic '%s': %s cannot be opened to GPU %d: its replica is fed from GPU %d "
+		   "through host memory, or from another GPU",
+		   r->t->cfg.name, what, (int)gpu, (int)src_gpu);
+	r->link[gpu][src_gpu].kind = RGAPS_MEM_LINK_NONE;
+}
+
+/*
+ * Open to each hop's GPU the memory it pulls from: the topic's own pools for
+ * hops fed from the message, the previous replica's pool for the others.
+ * false when a pool refused (the link is then marked none: order again).
+ */
+static bool grant_hops(struct rgapsd_replicator *r, const struct rgapsd_chain_hop *hops,
+		       struct replica *const *reps, uint32_t n)
+{
+	const struct rgaps_memory_ops *ops = &r->t->mem->ops.memory;
+	void *ctx = r->t->mem->ctx;
+	int32_t d = r->t->cfg.device;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t bit = 1ull << hops[i].gpu;
+
+		if (hops[i].via_host)
+			continue;
+		if (hops[i].from >= 0) {
+			struct replica *src = reps[hops[i].from];
+
+			if (src->granted & bit)
+				continue;
+			if (ops->pool_grant(ctx, &src->pub_m->pool, hops[i].gpu,
+					    RGAPS_MEM_GRANT_READ)) {
+				link_refused(r, hops[i].gpu, src->gpu, "a replica's pool");
+				return false;
+			}
+			src->granted |= bit;
+			continue;
+		}
+		for (uint32_t k = 0; k < r->t->lim.max_publishers; k++) {
+			struct rgapsd_member *m = r->streams[k];
+
+			if (!m || (r->granted[k] & bit))
+				continue;
+			if (ops->pool_grant(ctx, &m->pool, hops[i].gpu, RGAPS_MEM_GRANT_READ)) {
+				link_refused(r, hops[i].gpu, d, "the topic's pools");
+				return false;
+			}
+			r->granted[k] |= bit;
+		}
+	}
+	return true;
+}
+
+/* The order of these replicas, with every pool it needs opened. */
+static void plan(struct rgapsd_replicator *r, struct replica *const *set, uint32_t n,
+		 struct rgapsd_chain_hop *hops, struct replica **reps)
+{
+	struct replica *in[RGAPS_MEM_MAX_DEVICES]; /* set may be reps itself */
+	int32_t gpus[RGAPS_MEM_MAX_DEVICES];
+
+	memcpy(in, set, n * sizeof(*in));
+	for (uint32_t i = 0; i < n; i++)
+		gpus[i] = in[i]->gpu;
+	/* Each round that fails marks one link none: at most n * n rounds. */
+	for (;;) {
+		rgapsd__chain_order(r->link, r->t->cfg.device, gpus, n, hops);
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t k = 0; k < n; k++)
+				if (in[k]->gpu == hops[i].gpu)
+					reps[i] = in[k];
+		if (grant_hops(r, hops, reps, n))
+			return;
+	}
+}
+
+/* What the loop changed since the last look: replicas to feed, replicas to let go. */
+static void apply_changes(struct rgapsd_replicator *r)
+{
+	bool streams_moved = r->new_streams;
+	struct replica *in[RGAPS_MEM_MAX_DEVICES];
+	uint32_t n = 0, ndev = r->t->topo->ndevices;
+	bool changed;
+	char line[256];
+
+	pthread_mutex_lock(&r->lock);
+	changed = r->changes != r->changes_seen;
+	r->changes_seen = r->changes;
+	for (uint32_t g = 0; changed && g < ndev; g++) {
+		struct replica *rep = r->reps[g];
+
+		if (!rep)
+			continue;
+		if (rep->state == REPLICA_JOINING)
+			rep->state = REPLICA_ACTIVE;
+		else if (rep->state == REPLICA_LEAVING)
+			rep->state = REPLICA_LEFT;
+		if (rep->state == REPLICA_ACTIVE)
+			in[n++] = rep;
+	}
+	pthread_mutex_unlock(&r->lock);
+	r->new_streams = false;
+	if (!changed) {
+		if (streams_moved) /* new pools to open to the hops fed from them */
+			plan(r, r->chain, r->nhops, r->hops, r->chain);
+		return;
+	}
+	r->nhops = n;
+	plan(r, in, n, r->hops, r->chain);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct rgapsd_chain_hop *h = &r->hops[i];
+
+		__atomic_store_n(&r->chain[i]->fed_from,
+				 h->from < 0 ? r->t->cfg.device : r->hops[h->from].gpu,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&r->chain[i]->via_host, h->via_host, __ATOMIC_RELAXED);
+	}
+	rgapsd__chain_describe(r->t->cfg.device, r->hops, n, line, sizeof(line));
+	rgaps_info("topic '%s': replicas fed %s%s", r->t->cfg.name, n ? "along " : "",
+		   n ? line : "nowhere (no replica left)");
 }
 
 /* ---------------------------------------------------------------- fences */
@@ -233,12 +404,7 @@ int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc
 	return e;
 }
 
-/* ---------------------------------------------------------------- the thread */
-
-static bool stopping(struct rgapsd_replicator *r)
-{
-	return __atomic_load_n(&r->stop, __ATOMIC_ACQUIRE);
-}
+/* ---------------------------------------------------------------- one message (its thread) */
 
 static bool stop_asked(void *arg)
 {
@@ -256,81 +422,93 @@ static void wait_messages(struct rgapsd_replicator *r)
 	rgaps_sub_sleep(r->sub, NULL, &own, 1, stop_asked, r, WAIT_SLICE_NS);
 }
 
-/* The host buffer of copies without peer access (made at start, or when a pool refused). */
-static int bounce_get(struct rgapsd_replicator *r)
+/*
+ * Tell a GPU's subscribers of losses now, with a gap-only message (no later
+ * message may come to carry them); kept for later when its queue is full.
+ */
+static void flush_gap(struct replica *rep)
 {
-	struct rgapsd_topic *t = r->t;
-
-	if (r->bounce)
-		return 0;
-	r->bounce_len = RGAPS_MIN(BOUNCE_MAX, t->lim.max_message_size);
-	r->bounce = mmap(NULL, r->bounce_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			 -1, 0);
-	if (r->bounce == MAP_FAILED) {
-		r->bounce = NULL;
-		return -ENOMEM;
-	}
-	r->bounce_pinned = t->mem->ops.memory.host_register(t->mem->ctx, r->bounce,
-							    r->bounce_len) == 0;
-	return 0;
-}
-
-/* Copy size bytes from an original pool into our replica's block. */
-static int copy_message(struct rgapsd_replicator *r, uint8_t *dst, const uint8_t *src,
-			uint64_t size)
-{
-	const struct rgaps_memory_ops *ops = &r->t->mem->ops.memory;
-	void *ctx = r->t->mem->ctx;
-	int e;
-
-	if (r->peer)
-		return ops->copy(ctx, dst, src, size, RGAPS_COPY_TO_POOL);
-	e = bounce_get(r);
-	if (e)
-		return e;
-	for (uint64_t off = 0; off < size; off += r->bounce_len) {
-		uint64_t n = RGAPS_MIN(r->bounce_len, size - off);
-
-		e = ops->copy(ctx, r->bounce, src + off, n, RGAPS_COPY_FROM_POOL);
-		if (!e)
-			e = ops->copy(ctx, dst + off, r->bounce, n, RGAPS_COPY_TO_POOL);
-		if (e)
-			return e;
-	}
-	return 0;
+	if (rep->pending_gap &&
+	    rgaps_pub_gap(rep->pub, (uint32_t)RGAPS_MIN(rep->pending_gap, UINT32_MAX),
+			  rgaps_now_ns(CLOCK_REALTIME)) == 0)
+		rep->pending_gap = 0;
 }
 
 /*
- * Tell g's subscribers of losses now, with a gap-only message (no later message
- * may come to carry them); kept for later when the replica's queue is full.
+ * The message is lost for this GPU (no room in time, a failed copy, a copy
+ * that never ended). A loan it holds is the caller's to cancel: during the
+ * chain's copy, later hops may still read the block.
  */
-static void flush_gap(struct rgapsd_replicator *r)
+static void lose(struct replica *rep, const struct rgaps_sub_msg *m, const char *why)
 {
-	if (r->pending_gap &&
-	    rgaps_pub_gap(r->pub, (uint32_t)RGAPS_MIN(r->pending_gap, UINT32_MAX),
-			  rgaps_now_ns(CLOCK_REALTIME)) == 0)
-		r->pending_gap = 0;
+	rep->settled = true;
+	__atomic_fetch_add(&rep->lost, 1, __ATOMIC_RELAXED);
+	rep->pending_gap += 1 + m->gap;
+	flush_gap(rep);
+	if (!rep->warned)
+		rgaps_warn(
+			"topic '%s': the replica on GPU %d lost message %llu of stream %llu (%s); "
+			"its subscribers see a gap (warned once)",
+			rep->r->t->cfg.name, (int)rep->gpu, (unsigned long long)m->seq,
+			(unsigned long long)m->stream, why);
+	rep->warned = true;
 }
 
-/* The message is lost for GPU g (no room in time, a failed copy, a copy that never ended). */
-static void lose(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m, const char *why)
+static uint64_t now_ns(void)
 {
-	__atomic_fetch_add(&r->lost, 1, __ATOMIC_RELAXED);
-	r->pending_gap += 1 + m->gap;
-	flush_gap(r);
-	if (!r->warned)
-		rgaps_warn("topic '%s': the replica on GPU %d lost message %llu of stream %llu (%s); "
-			   "its subscribers see a gap (warned once)", r->t->cfg.name, (int)r->gpu,
-			   (unsigned long long)m->seq, (unsigned long long)m->stream, why);
-	r->warned = true;
+	return rgaps_now_ns(CLOCK_MONOTONIC);
 }
 
-/* Replicate one taken message; the caller releases it. */
-static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m)
+/*
+ * A block in every replica of the chain: first without waiting, then, for the
+ * full ones, in slices until the deadline (a stop is seen between slices).
+ * Those without one lose the message.
+ */
+static void loan_all(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m, uint64_t deadline)
 {
-	const struct rgaps_topic_limits *lim = &r->t->lim;
-	uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) +
-			    (uint64_t)lim->block_timeout_ms * 1000000ull;
+	uint32_t missing = 0;
+	int e = 0;
+
+	for (uint32_t i = 0; i < r->nhops; i++) {
+		struct replica *rep = r->chain[i];
+
+		rep->loaned = rgaps_pub_loan(rep->pub, m->size, 0, &rep->tok, &rep->off) == 0;
+		missing += !rep->loaned;
+	}
+	while (missing && !stopping(r) && now_ns() < deadline) {
+		for (uint32_t i = 0; i < r->nhops && missing; i++) {
+			struct replica *rep = r->chain[i];
+
+			if (rep->loaned)
+				continue;
+			e = rgaps_pub_loan(rep->pub, m->size, RETRY_SLICE_MS, &rep->tok, &rep->off);
+			if (e == 0) {
+				rep->loaned = true;
+				missing--;
+			} else if (e != -ETIMEDOUT && e != -EAGAIN) {
+				lose(rep, m, strerror(-e));
+				missing--;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < r->nhops; i++)
+		if (!r->chain[i]->loaned && !r->chain[i]->settled && !stopping(r))
+			lose(r->chain[i], m, "no room in time");
+}
+
+struct msg_ctx {
+	struct rgapsd_replicator *r;
+	const struct rgaps_sub_msg *m;
+	struct replica **reps; /* by hop of this message's chain */
+	uint64_t deadline;
+};
+
+/* A replica is whole: publish it at once (its subscribers need not wait for the chain). */
+static void on_whole(void *arg, uint32_t hop)
+{
+	struct msg_ctx *mc = arg;
+	struct replica *rep = mc->reps[hop];
+	const struct rgaps_sub_msg *m = mc->m;
 	struct rgaps_pub_commit c = {
 		.ts_ns = m->ts_ns,
 		.attrs = m->attrs,
@@ -338,61 +516,100 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 		.flags = m->flags & RGAPS_ENTRY_REMOTE,
 		.origin_stream = m->origin_stream,
 		.origin_seq = m->origin_seq,
+		.gap = (uint32_t)RGAPS_MIN(m->gap + rep->pending_gap, UINT32_MAX),
 	};
-	uint32_t tok;
-	uint64_t off;
 	int e;
 
-	if (m->token == UINT32_MAX) { /* gap-only: pass the news on */
-		r->pending_gap += m->gap;
-		if (rgaps_pub_gap(r->pub, (uint32_t)RGAPS_MIN(r->pending_gap, UINT32_MAX),
-				  m->ts_ns) == 0)
-			r->pending_gap = 0;
-		return;
-	}
-	if ((m->flags & RGAPS_ENTRY_FENCE) &&
-	    rgapsd__msg_fence_wait(r->t, &r->fences, m, r->streams[m->slot], &r->stop)) {
-		if (!stopping(r))
-			lose(r, m, "its copy never completed");
-		return;
-	}
-	/* Room in the replica: in slices, so that a stop is seen (the loop joins us). */
+	/*
+	 * Committed, the block is its subscribers' to read, and its owner - this
+	 * thread - frees or reuses it only at a later loan or reclaim of this
+	 * replica, after the chain's copies out of it (to later hops) are done.
+	 */
 	for (;;) {
-		e = rgaps_pub_loan(r->pub, m->size, 0, &tok, &off);
-		if (e != -EAGAIN || stopping(r) || rgaps_now_ns(CLOCK_MONOTONIC) >= deadline)
-			break;
-		e = rgaps_pub_loan(r->pub, m->size, RETRY_SLICE_MS, &tok, &off);
-		if (e != -ETIMEDOUT)
-			break;
-	}
-	if (e) {
-		if (!stopping(r))
-			lose(r, m, e == -EAGAIN || e == -ETIMEDOUT ? "no room in time" : strerror(-e));
-		return;
-	}
-	e = copy_message(r, (uint8_t *)r->pub_m->pool.base + off, m->data, m->size);
-	if (e) {
-		rgaps_pub_cancel(r->pub, tok);
-		lose(r, m, "the copy failed");
-		return;
-	}
-	c.gap = (uint32_t)RGAPS_MIN(m->gap + r->pending_gap, UINT32_MAX);
-	for (;;) {
-		e = rgaps_pub_commit(r->pub, tok, m->size, &c, 0, true, NULL);
-		if (e != -EAGAIN || stopping(r) || rgaps_now_ns(CLOCK_MONOTONIC) >= deadline)
+		e = rgaps_pub_commit(rep->pub, rep->tok, m->size, &c, 0, true, NULL);
+		if (e != -EAGAIN || stopping(mc->r) || now_ns() >= mc->deadline)
 			break;
 		usleep(RETRY_SLICE_MS * 1000 / 4);
 	}
 	if (e) {
-		if (e == -EAGAIN)
-			rgaps_pub_cancel(r->pub, tok);
-		if (!stopping(r))
-			lose(r, m, "no queue entry in time");
+		if (e != -EAGAIN)
+			rep->loaned = false; /* commit dropped the loan */
+		if (!stopping(mc->r))
+			lose(rep, m, "no queue entry in time");
 		return;
 	}
-	r->pending_gap = 0;
-	__atomic_fetch_add(&r->copies, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&r->bytes, m->size, __ATOMIC_RELAXED);
+	rep->loaned = false;
+	rep->settled = true;
+	rep->pending_gap = 0;
+	__atomic_fetch_add(&rep->copies, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&rep->bytes, m->size, __ATOMIC_RELAXED);
+}
+
+/* Replicate one taken message into every replica of the chain; the caller releases it. */
+static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m)
+{
+	struct rgapsd_chain_hop hops[RGAPS_MEM_MAX_DEVICES];
+	struct replica *got[RGAPS_MEM_MAX_DEVICES], *reps[RGAPS_MEM_MAX_DEVICES];
+	struct msg_ctx mc = { r, m, reps,
+			      now_ns() + (uint64_t)r->t->lim.block_timeout_ms * 1000000ull };
+	uint32_t n = 0;
+	int e;
+
+	if (!r->nhops)
+		return;
+	for (uint32_t i = 0; i < r->nhops; i++)
+		r->chain[i]->settled = false;
+	if (m->token == UINT32_MAX) { /* gap-only: pass the news on */
+		for (uint32_t i = 0; i < r->nhops; i++) {
+			r->chain[i]->pending_gap += m->gap;
+			flush_gap(r->chain[i]);
+		}
+		return;
+	}
+	if ((m->flags & RGAPS_ENTRY_FENCE) &&
+	    rgapsd__msg_fence_wait(r->t, &r->fences, m, r->streams[m->slot], &r->stop)) {
+		for (uint32_t i = 0; i < r->nhops && !stopping(r); i++)
+			lose(r->chain[i], m, "its copy never completed");
+		return;
+	}
+	loan_all(r, m, mc.deadline);
+	if (stopping(r)) {
+		for (uint32_t i = 0; i < r->nhops; i++) {
+			if (r->chain[i]->loaned)
+				rgaps_pub_cancel(r->chain[i]->pub, r->chain[i]->tok);
+			r->chain[i]->loaned = false;
+		}
+		return;
+	}
+	for (uint32_t i = 0; i < r->nhops; i++)
+		if (r->chain[i]->loaned)
+			got[n++] = r->chain[i];
+	if (n == r->nhops) {
+		memcpy(reps, r->chain, n * sizeof(*reps));
+		memcpy(hops, r->hops, n * sizeof(*hops));
+	} else { /* the chain closes over the GPUs without room, for this message */
+		plan(r, got, n, hops, reps);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		hops[i].dst = (uint8_t *)reps[i]->pub_m->pool.base + reps[i]->off;
+	e = rgapsd__chain_copy(&r->copier, m->data, m->size, hops, n, on_whole, &mc);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!reps[i]->settled)
+			lose(reps[i], m, e ? strerror(-e) : "the copy failed");
+		if (reps[i]->loaned) /* lost with its block loaned: the chain is done with it */
+			rgaps_pub_cancel(reps[i]->pub, reps[i]->tok);
+		reps[i]->loaned = false;
+	}
+}
+
+static void reclaim_all(struct rgapsd_replicator *r, bool resync)
+{
+	for (uint32_t i = 0; i < r->nhops; i++) {
+		if (resync)
+			pub_sync(r->chain[i]);
+		flush_gap(r->chain[i]);
+		rgaps_pub_reclaim(r->chain[i]->pub);
+	}
 }
 
 static void *replicator_main(void *arg)
@@ -400,90 +617,155 @@ static void *replicator_main(void *arg)
 	struct rgapsd_replicator *r = arg;
 	char name[16];
 
-	snprintf(name, sizeof(name), "rep%d-%.9s", (int)r->gpu, r->t->cfg.name);
+	snprintf(name, sizeof(name), "rep-%.11s", r->t->cfg.name);
 	pthread_setname_np(pthread_self(), name);
 	while (!stopping(r)) {
 		struct rgaps_sub_msg m;
+		uint32_t dir = __atomic_load_n(&r->t->hdr->dir_gen, __ATOMIC_ACQUIRE);
 		int e = rgaps_sub_take(r->sub, 0, 0, &m);
 
 		if (e == -EAGAIN) {
-			uint32_t dir = __atomic_load_n(&r->t->hdr->dir_gen, __ATOMIC_ACQUIRE);
-
-			flush_gap(r);
+			apply_changes(r);
 			if (dir != r->dir_seen) {
 				/* Members came or went while nothing was published: a departed
-				 * reader's holds stop pinning the replica's blocks now, not at
+				 * reader's holds stop pinning a replica's blocks now, not at
 				 * the next message. */
 				r->dir_seen = dir;
-				pub_sync(r);
-				rgaps_pub_reclaim(r->pub);
+				reclaim_all(r, true);
+			} else {
+				reclaim_all(r, false);
 			}
 			wait_messages(r);
 			continue;
 		}
 		if (e) {
 			if (e != -ENOTCONN)
-				rgaps_error("topic '%s': the replicator of GPU %d cannot take: %s",
-					    r->t->cfg.name, (int)r->gpu, strerror(-e));
+				rgaps_error("topic '%s': the replicator cannot take: %s",
+					    r->t->cfg.name, strerror(-e));
 			break; /* -ENOTCONN: the topic closes */
 		}
+		/* After the take: a replica made before this message was published is fed it. */
+		apply_changes(r);
 		replicate(r, &m);
 		if (m.token != UINT32_MAX)
 			rgaps_sub_release(r->sub, m.token);
 		if (r->nleaving)
 			leaving_sweep(r);
-		rgaps_pub_reclaim(r->pub);
+		reclaim_all(r, false);
 	}
 	return NULL;
 }
 
-/* ---------------------------------------------------------------- start, stop (the loop) */
+/* ---------------------------------------------------------------- the loop's side */
+
+/* Make GPU gpu's replica: its stream's member (its pool on gpu) and our publisher of it. */
+static int replica_create(struct rgapsd_replicator *r, int32_t gpu, struct replica **rep_p,
+			  char *err, size_t errlen)
+{
+	struct rgapsd_topic *t = r->t;
+	struct rgapsd_member_spec spec = {
+		.kind = RGAPSD_MEMBER_PUB,
+		.pid = getpid(),
+		.own = true,
+		.gpu = -1,
+		.pool_dev = gpu,
+		.serve = gpu,
+	};
+	struct rgaps_topic_cbs cbs = { .sync = pub_sync };
+	struct replica *rep = calloc(1, sizeof(*rep));
+	char why[256];
+	int e;
+
+	if (!rep || !(rep->subs = calloc(t->lim.max_subscribers, sizeof(*rep->subs)))) {
+		free(rep);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rep->r = r;
+	rep->gpu = gpu;
+	rep->fed_from = -1;
+	rep->granted = 1ull << gpu;
+	cbs.arg = rep;
+	e = rgapsd__member_create_spec(t, &spec, &rep->pub_m, why, sizeof(why));
+	if (e) {
+		snprintf(err, errlen, "cannot make the replica on GPU %d: %s", (int)gpu, why);
+		free(rep->subs);
+		free(rep);
+		return e;
+	}
+	e = rgaps_pub_create(t->hdr, &t->lim, rep->pub_m->map, rep->pub_m->pool.base, &cbs,
+			     &rep->pub);
+	if (e) {
+		snprintf(err, errlen, "cannot publish the replica on GPU %d: %s", (int)gpu,
+			 strerror(-e));
+		rgapsd__member_leave(rep->pub_m);
+		free(rep->subs);
+		free(rep);
+		return e;
+	}
+	*rep_p = rep;
+	return 0;
+}
+
+/* End a replica the thread no longer feeds: its stream drains like a departed publisher's. */
+static void replica_end(struct replica *rep)
+{
+	struct rgapsd_topic *t = rep->r->t;
+	struct rgapsd_gpu *gp = &t->gpus[rep->gpu];
+
+	gp->copies += rep->copies;
+	gp->bytes += rep->bytes;
+	gp->lost += rep->lost;
+	rgaps_info("topic '%s': replicator for GPU %d stopped after %llu copies (%llu bytes), "
+		   "%llu lost",
+		   t->cfg.name, (int)rep->gpu, (unsigned long long)rep->copies,
+		   (unsigned long long)rep->bytes, (unsigned long long)rep->lost);
+	rgaps_pub_destroy(rep->pub);
+	for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
+		if (rep->subs[j])
+			rgapsd__member_put(rep->subs[j]);
+	rgapsd__member_leave(rep->pub_m);
+	free(rep->subs);
+	free(rep);
+}
 
 static void replicator_free(struct rgapsd_replicator *r)
 {
 	struct rgapsd_topic *t = r->t;
 
 	rgaps_sub_destroy(r->sub);
-	rgaps_pub_destroy(r->pub);
 	rgaps_fence_cache_destroy(r->fences);
 	for (uint32_t k = 0; r->streams && k < t->lim.max_publishers; k++)
 		if (r->streams[k])
 			rgapsd__member_put(r->streams[k]);
 	for (uint32_t i = 0; i < r->nleaving; i++)
 		rgapsd__member_put(r->leaving[i]);
-	for (uint32_t j = 0; r->subs && j < t->lim.max_subscribers; j++)
-		if (r->subs[j])
-			rgapsd__member_put(r->subs[j]);
-	/* The replica drains like a departed publisher's stream: g's subscribers read it out. */
-	if (r->pub_m)
-		rgapsd__member_leave(r->pub_m);
 	if (r->sub_m)
 		rgapsd__member_leave(r->sub_m);
-	if (r->bounce) {
-		if (r->bounce_pinned)
-			t->mem->ops.memory.host_unregister(t->mem->ctx, r->bounce);
-		munmap(r->bounce, r->bounce_len);
-	}
+	for (uint32_t g = 0; g < RGAPS_MEM_MAX_DEVICES; g++)
+		if (r->reps[g])
+			replica_end(r->reps[g]);
+	rgapsd__chain_fini(&r->copier);
+	pthread_mutex_destroy(&r->lock);
 	free(r->leaving);
 	free(r->streams);
-	free(r->subs);
+	free(r->granted);
 	free(r);
 }
 
-int rgapsd__replicator_start(struct rgapsd_topic *t, int32_t gpu, struct rgapsd_replicator **r_p,
-			     char *err, size_t errlen)
+static int replicator_create(struct rgapsd_topic *t, struct rgapsd_replicator **r_p, char *err,
+			     size_t errlen)
 {
-	struct rgapsd_member_spec sub_spec = {
-		.kind = RGAPSD_MEMBER_SUB, .pid = getpid(), .own = true, .gpu = -1,
-		.pool_dev = -1, .serve = RGAPSD_SERVE_ORIGINAL,
+	struct rgapsd_member_spec spec = {
+		.kind = RGAPSD_MEMBER_SUB,
+		.pid = getpid(),
+		.own = true,
+		.gpu = -1,
+		.pool_dev = -1,
+		.serve = RGAPSD_SERVE_ORIGINAL,
 	};
-	struct rgapsd_member_spec pub_spec = {
-		.kind = RGAPSD_MEMBER_PUB, .pid = getpid(), .own = true, .gpu = -1,
-		.pool_dev = gpu, .serve = gpu,
-	};
-	struct rgaps_topic_cbs scbs = { .sync = sub_sync }, pcbs = { .sync = pub_sync };
+	struct rgaps_topic_cbs cbs = { .sync = sub_sync };
 	struct rgapsd_replicator *r = calloc(1, sizeof(*r));
-	uint8_t k_gd, k_dg;
 	char why[256];
 	int e;
 
@@ -492,90 +774,176 @@ int rgapsd__replicator_start(struct rgapsd_topic *t, int32_t gpu, struct rgapsd_
 		return -ENOMEM;
 	}
 	r->t = t;
-	r->gpu = gpu;
-	scbs.arg = pcbs.arg = r;
-	k_gd = t->topo->link[gpu][t->cfg.device].kind;
-	k_dg = t->topo->link[t->cfg.device][gpu].kind;
-	r->peer = k_gd == RGAPS_MEM_LINK_NVLINK || k_gd == RGAPS_MEM_LINK_PCIE;
+	pthread_mutex_init(&r->lock, NULL);
+	memcpy(r->link, t->topo->link, sizeof(r->link));
+	rgapsd__chain_init(&r->copier, &t->mem->ops.memory, t->mem->ctx, t->cfg.gpu_piece,
+			   t->lim.max_message_size);
+	cbs.arg = r;
 	r->streams = calloc(t->lim.max_publishers, sizeof(*r->streams));
-	r->subs = calloc(t->lim.max_subscribers, sizeof(*r->subs));
-	if (!r->streams || !r->subs) {
+	r->granted = calloc(t->lim.max_publishers, sizeof(*r->granted));
+	if (!r->streams || !r->granted) {
 		snprintf(err, errlen, "out of memory");
 		e = -ENOMEM;
 		goto err;
 	}
-	if (!r->peer && bounce_get(r)) {
-		snprintf(err, errlen, "no host memory for a %llu-byte copy buffer",
-			 (unsigned long long)RGAPS_MIN(BOUNCE_MAX, t->lim.max_message_size));
-		e = -ENOMEM;
+	e = rgapsd__member_create_spec(t, &spec, &r->sub_m, why, sizeof(why));
+	if (e) {
+		snprintf(err, errlen, "the replicator cannot subscribe: %s", why);
 		goto err;
 	}
-	/* The replica stream first: its pool on our GPU is what can fail (GPU memory). */
-	e = rgapsd__member_create_spec(t, &pub_spec, &r->pub_m, why, sizeof(why));
+	e = rgaps_sub_create(t->hdr, &t->lim, r->sub_m->map, &cbs, &r->sub);
 	if (e) {
-		snprintf(err, errlen, "cannot make the replica on GPU %d: %s", (int)gpu, why);
-		goto err;
-	}
-	e = rgaps_pub_create(t->hdr, &t->lim, r->pub_m->map, r->pub_m->pool.base, &pcbs, &r->pub);
-	if (e) {
-		snprintf(err, errlen, "cannot publish the replica on GPU %d: %s", (int)gpu,
-			 strerror(-e));
-		goto err;
-	}
-	e = rgapsd__member_create_spec(t, &sub_spec, &r->sub_m, why, sizeof(why));
-	if (e) {
-		snprintf(err, errlen, "the replicator of GPU %d cannot subscribe: %s", (int)gpu,
-			 why);
-		goto err;
-	}
-	e = rgaps_sub_create(t->hdr, &t->lim, r->sub_m->map, &scbs, &r->sub);
-	if (e) {
-		snprintf(err, errlen, "the replicator of GPU %d cannot subscribe: %s", (int)gpu,
-			 strerror(-e));
+		snprintf(err, errlen, "the replicator cannot subscribe: %s", strerror(-e));
 		goto err;
 	}
 	e = -pthread_create(&r->thread, NULL, replicator_main, r);
 	if (e) {
-		snprintf(err, errlen, "cannot start the replicator of GPU %d: %s", (int)gpu,
-			 strerror(-e));
+		snprintf(err, errlen, "cannot start the replicator: %s", strerror(-e));
 		goto err;
 	}
 	r->started = true;
-	rgaps_info("topic '%s': replicator for GPU %d started: replica stream %llu, copies %s",
-		   t->cfg.name, (int)gpu, (unsigned long long)r->pub_m->gen,
-		   r->peer ? (k_dg == RGAPS_MEM_LINK_NVLINK || k_gd == RGAPS_MEM_LINK_NVLINK ?
-				      "GPU to GPU over NVLink" :
-				      "GPU to GPU over PCIe") :
-			     r->bounce_pinned ? "through pinned host memory" :
-						"through (unpinned) host memory");
 	*r_p = r;
 	return 0;
 err:
-	rgaps_warn("topic '%s': %s", t->cfg.name, err);
 	replicator_free(r);
-	return e == -ENOMEM ? -ENOMEM : -ENODEV;
+	return e;
 }
 
-void rgapsd__replicator_stop(struct rgapsd_replicator *r)
+static void replicator_stop(struct rgapsd_replicator *r)
 {
 	if (r->started) {
 		__atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
-		__atomic_fetch_add(&r->wake, 1, __ATOMIC_SEQ_CST);
-		rgaps_futex_wake_all(&r->wake);
+		wake_thread(r);
 		pthread_join(r->thread, NULL);
 	}
-	rgaps_info("topic '%s': replicator for GPU %d stopped after %llu copies (%llu bytes), "
-		   "%llu lost", r->t->cfg.name, (int)r->gpu, (unsigned long long)r->copies,
-		   (unsigned long long)r->bytes, (unsigned long long)r->lost);
 	replicator_free(r);
 }
 
-void rgapsd__replicator_stats(const struct rgapsd_replicator *r,
-			      struct rgapsd_replicator_stats *st)
+int rgapsd__replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen)
 {
-	st->copies = __atomic_load_n(&r->copies, __ATOMIC_RELAXED);
-	st->bytes = __atomic_load_n(&r->bytes, __ATOMIC_RELAXED);
-	st->lost = __atomic_load_n(&r->lost, __ATOMIC_RELAXED);
-	st->stream = r->pub_m ? r->pub_m->gen : 0;
-	st->how = r->peer ? "peer" : "host";
+	struct rgapsd_replicator *r = t->replicator;
+	struct replica *rep;
+	int e;
+
+	if (!r) {
+		e = replicator_create(t, &r, err, errlen);
+		if (e)
+			goto err;
+		t->replicator = r;
+	}
+	pthread_mutex_lock(&r->lock);
+	rep = r->reps[gpu];
+	if (rep && rep->state == REPLICA_LEAVING) {
+		rep->state = REPLICA_ACTIVE; /* still fed: it stays */
+		r->changes++;
+	}
+	if (rep && rep->state != REPLICA_LEFT) {
+		pthread_mutex_unlock(&r->lock);
+		return 0;
+	}
+	r->reps[gpu] = NULL;
+	pthread_mutex_unlock(&r->lock);
+	if (rep) /* let go of by the thread a moment ago: a new one */
+		replica_end(rep);
+	e = replica_create(r, gpu, &rep, err, errlen);
+	if (e)
+		goto err;
+	pthread_mutex_lock(&r->lock);
+	r->reps[gpu] = rep;
+	rep->state = REPLICA_JOINING;
+	r->changes++;
+	pthread_mutex_unlock(&r->lock);
+	wake_thread(r);
+	rgaps_info("topic '%s': replicator for GPU %d started: replica stream %llu", t->cfg.name,
+		   (int)gpu, (unsigned long long)rep->pub_m->gen);
+	return 0;
+err:
+	rgaps_warn("topic '%s': %s", t->cfg.name, err);
+	return e == -ENOMEM ? -ENOMEM : -ENODEV;
+}
+
+void rgapsd__replica_stop(struct rgapsd_topic *t, int32_t gpu)
+{
+	struct rgapsd_replicator *r = t->replicator;
+	struct replica *rep;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	rep = r->reps[gpu];
+	if (rep && rep->state == REPLICA_JOINING)
+		rep->state = REPLICA_LEFT; /* never fed */
+	else if (rep && rep->state == REPLICA_ACTIVE)
+		rep->state = REPLICA_LEAVING;
+	r->changes++;
+	pthread_mutex_unlock(&r->lock);
+	wake_thread(r);
+}
+
+bool rgapsd__replica_on(const struct rgapsd_topic *t, int32_t gpu)
+{
+	struct rgapsd_replicator *r = t->replicator;
+	bool on;
+
+	if (!r)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	on = r->reps[gpu] &&
+	     (r->reps[gpu]->state == REPLICA_JOINING || r->reps[gpu]->state == REPLICA_ACTIVE);
+	pthread_mutex_unlock(&r->lock);
+	return on;
+}
+
+void rgapsd__replicator_sweep(struct rgapsd_topic *t)
+{
+	struct rgapsd_replicator *r = t->replicator;
+	struct replica *gone[RGAPS_MEM_MAX_DEVICES];
+	uint32_t n = 0, left = 0;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t g = 0; g < RGAPS_MEM_MAX_DEVICES; g++) {
+		if (r->reps[g] && r->reps[g]->state == REPLICA_LEFT) {
+			gone[n++] = r->reps[g];
+			r->reps[g] = NULL;
+		}
+		left += r->reps[g] != NULL;
+	}
+	pthread_mutex_unlock(&r->lock);
+	for (uint32_t i = 0; i < n; i++)
+		replica_end(gone[i]);
+	if (!left) { /* no replica to feed: stop reading the topic (publishers wait for readers) */
+		t->replicator = NULL;
+		replicator_stop(r);
+	}
+}
+
+void rgapsd__replicator_destroy(struct rgapsd_topic *t)
+{
+	if (t->replicator)
+		replicator_stop(t->replicator);
+	t->replicator = NULL;
+}
+
+bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
+			   struct rgapsd_replica_stats *st)
+{
+	struct rgapsd_replicator *r = t->replicator;
+	struct replica *rep;
+
+	if (!r)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	rep = r->reps[gpu];
+	if (rep) {
+		st->copies = __atomic_load_n(&rep->copies, __ATOMIC_RELAXED);
+		st->bytes = __atomic_load_n(&rep->bytes, __ATOMIC_RELAXED);
+		st->lost = __atomic_load_n(&rep->lost, __ATOMIC_RELAXED);
+		st->stream = rep->pub_m->gen;
+		st->fed_from = __atomic_load_n(&rep->fed_from, __ATOMIC_RELAXED);
+		st->how = __atomic_load_n(&rep->via_host, __ATOMIC_RELAXED) ? "host" : "peer";
+	}
+	pthread_mutex_unlock(&r->lock);
+	return rep != NULL;
 }

@@ -264,18 +264,56 @@ static void do_hello(struct rgapsd *d, struct rgapsd_conn *conn, struct client *
 	cJSON_Delete(r);
 }
 
+static bool pci_valid(const char *pci)
+{
+	return strlen(pci) < sizeof(((struct rgaps_mem_topology *)0)->pci[0]) &&
+	       strspn(pci, "0123456789abcdef:.") == strlen(pci);
+}
+
+/* The client's PCI addresses of its GPU and of every GPU it sees (optional; checked). */
+static int client_gpus_parse(const cJSON *req, struct rgapsd_client_gpus *cg, char *err,
+			     size_t errlen)
+{
+	const cJSON *seen = cJSON_GetObjectItemCaseSensitive(req, "gpus_pci"), *v;
+
+	if (cg->pci && !pci_valid(cg->pci)) {
+		snprintf(err, errlen,
+			 "'device_pci' must be a PCI address in lower case, like "
+			 "0000:3b:00.0");
+		return -EPROTO;
+	}
+	if (!seen)
+		return 0;
+	if (!cJSON_IsArray(seen) || cJSON_GetArraySize(seen) > RGAPS_MEM_MAX_DEVICES) {
+		snprintf(err, errlen, "'gpus_pci' must be an array of at most %d PCI addresses",
+			 RGAPS_MEM_MAX_DEVICES);
+		return -EPROTO;
+	}
+	cJSON_ArrayForEach(v, seen)
+	{
+		if (!cJSON_IsString(v) || !pci_valid(v->valuestring)) {
+			snprintf(err, errlen,
+				 "'gpus_pci' must hold PCI addresses in lower case, like "
+				 "0000:3b:00.0");
+			return -EPROTO;
+		}
+		cg->seen[cg->nseen++] = v->valuestring;
+	}
+	return 0;
+}
+
 static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c,
 		      const cJSON *req)
 {
 	const char *name = str_field(req, "topic"), *role = str_field(req, "role");
-	const char *pci = str_field(req, "device_pci"), *path;
+	const char *path;
 	const cJSON *dev = cJSON_GetObjectItemCaseSensitive(req, "device");
+	struct rgapsd_client_gpus cg = { .gpu = -1, .pci = str_field(req, "device_pci") };
 	const struct ucred *cred = rgapsd_conn_cred(conn);
 	struct rgapsd_client_id id;
 	struct rgapsd_member_spec spec = { .conn_id = rgapsd_conn_id(conn), .pid = cred->pid,
 					   .pool_dev = -1 };
 	struct rgapsd_topic *t;
-	int32_t gpu = -1;
 	char err[512];
 	cJSON *r;
 	int rc;
@@ -306,11 +344,10 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		return;
 	}
 	if (dev)
-		gpu = (int32_t)dev->valuedouble;
-	if (pci && (strlen(pci) >= sizeof(((struct rgaps_mem_topology *)0)->pci[0]) ||
-		    strspn(pci, "0123456789abcdef:.") != strlen(pci))) {
-		reply_error(d, conn, req, -EPROTO,
-			    "'device_pci' must be a PCI address in lower case, like 0000:3b:00.0");
+		cg.gpu = (int32_t)dev->valuedouble;
+	rc = client_gpus_parse(req, &cg, err, sizeof(err));
+	if (rc) {
+		reply_error(d, conn, req, rc, "%s", err);
 		return;
 	}
 	sub = role[0] == 's';
@@ -332,8 +369,8 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		t->creator = cred->uid;
 	}
 	/* Which GPU it is on and how that GPU is served: refused here, never at a read. */
-	rc = rgapsd__topic_gpu_attach(t, sub, gpu, pci, &spec.gpu, &spec.serve, &path, &grant_rw,
-				      err, sizeof(err));
+	rc = rgapsd__topic_gpu_attach(t, sub, &cg, &spec.gpu, &spec.serve, &path, &grant_rw, err,
+				      sizeof(err));
 	if (rc) {
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
@@ -365,6 +402,11 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	if (!sub)
 		cJSON_AddNumberToObject(r, "mem_flags", c->member->pool.flags);
 	cJSON_AddNumberToObject(r, "my_device", spec.gpu);
+	/* GPUs by PCI address too: the client's ordinals may differ (CUDA_VISIBLE_DEVICES). */
+	if (rgapsd__gpu_pci(t, t->cfg.device))
+		cJSON_AddStringToObject(r, "device_pci", rgapsd__gpu_pci(t, t->cfg.device));
+	if (rgapsd__gpu_pci(t, spec.gpu))
+		cJSON_AddStringToObject(r, "my_device_pci", rgapsd__gpu_pci(t, spec.gpu));
 	cJSON_AddStringToObject(r, "gpu_path", path);
 	cJSON_AddBoolToObject(r, "grant_rw", grant_rw);
 	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu, GPU %d, %s)",

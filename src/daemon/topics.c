@@ -266,12 +266,64 @@ static int gpu_decide(struct rgapsd_topic *t, uint32_t g, char *err, size_t errl
 	return 0;
 }
 
-int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, const char *pci,
-			     int32_t *gpu_p, int32_t *serve_p, const char **path_p, bool *grant_rw_p,
-			     char *err, size_t errlen)
+const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu)
+{
+	if (!t->topo || gpu < 0 || (uint32_t)gpu >= t->topo->ndevices || !t->topo->pci[gpu][0])
+		return NULL;
+	return t->topo->pci[gpu];
+}
+
+static const char *visible_env(void)
+{
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+
+	return v ? v : "unset";
+}
+
+/* Does the client see the GPU at pci? Yes when either side cannot tell. */
+static bool client_sees(const struct rgapsd_client_gpus *cg, const char *pci)
+{
+	if (!cg->nseen || !pci)
+		return true;
+	for (uint32_t i = 0; i < cg->nseen; i++)
+		if (strcmp(cg->seen[i], pci) == 0)
+			return true;
+	return false;
+}
+
+/* The client's GPU as rgapsd numbers it, from its PCI address; -ENODEV if rgapsd lacks it. */
+static int client_gpu(struct rgapsd_topic *t, const struct rgapsd_client_gpus *cg, int32_t *gpu_p,
+		      char *err, size_t errlen)
+{
+	*gpu_p = cg->gpu;
+	if (!cg->pci || !cg->pci[0])
+		return 0; /* no PCI address: the ordinal must mean the same GPU here */
+	for (uint32_t i = 0; i < t->topo->ndevices; i++) {
+		if (strcmp(t->topo->pci[i], cg->pci) != 0)
+			continue;
+		if ((int32_t)i != cg->gpu)
+			rgaps_info("topic '%s': the client's GPU %d (PCI %s) is GPU %u here",
+				   t->cfg.name, (int)cg->gpu, cg->pci, i);
+		*gpu_p = (int32_t)i;
+		return 0;
+	}
+	snprintf(err, errlen,
+		 "the client's GPU %d (PCI %s) is not among the %u GPU%s rgapsd "
+		 "sees: does rgapsd's CUDA_VISIBLE_DEVICES (%s) hide it?",
+		 (int)cg->gpu, cg->pci, t->topo->ndevices, t->topo->ndevices == 1 ? "" : "s",
+		 visible_env());
+	return -ENODEV;
+}
+
+int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
+			     int32_t *gpu_p, int32_t *serve_p, const char **path_p,
+			     bool *grant_rw_p, char *err, size_t errlen)
 {
 	uint32_t d = (uint32_t)t->cfg.device;
+	const char *pools_pci;
 	struct rgapsd_gpu *gp;
+	int32_t gpu;
+	bool sees_pools;
 	int r;
 
 	*gpu_p = -1;
@@ -281,19 +333,23 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, cons
 	if (!t->topo)
 		return 0; /* host memory, or no device: one pool, readable by everyone */
 	/* Clients may number GPUs otherwise (CUDA_VISIBLE_DEVICES): the PCI address decides. */
-	if (pci && pci[0]) {
-		for (uint32_t i = 0; i < t->topo->ndevices; i++) {
-			if (strcmp(t->topo->pci[i], pci) != 0)
-				continue;
-			if ((int32_t)i != gpu)
-				rgaps_info("topic '%s': the client's GPU %d (PCI %s) is GPU %u here",
-					   t->cfg.name, (int)gpu, pci, i);
-			gpu = (int32_t)i;
-			break;
-		}
+	r = client_gpu(t, cg, &gpu, err, errlen);
+	if (r)
+		return r;
+	pools_pci = rgapsd__gpu_pci(t, (int32_t)d);
+	sees_pools = client_sees(cg, pools_pci);
+	if (gpu < 0) {
+		if (sees_pools)
+			return 0; /* unknown: served as on the pools' GPU */
+		snprintf(
+			err, errlen,
+			"this client does not see GPU %u (PCI %s), where the topic's "
+			"pools live (its CUDA_VISIBLE_DEVICES hides it), and names no GPU of its own "
+			"to be served on: make its CUDA context current before it attaches, or "
+			"set rgaps_attach_opts_t.device",
+			d, pools_pci);
+		return -ENODEV;
 	}
-	if (gpu < 0)
-		return 0; /* unknown: served as on the pool's GPU */
 	if ((uint32_t)gpu >= t->topo->ndevices) {
 		snprintf(err, errlen, "GPU %d does not exist here: rgapsd sees %u GPU%s (is "
 			 "CUDA_VISIBLE_DEVICES set differently?)", (int)gpu, t->topo->ndevices,
@@ -319,6 +375,16 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, cons
 		 * what peer access cannot); its own kernels may write loans with access. */
 		uint8_t k = t->topo->link[gpu][d].kind;
 
+		if (!sees_pools) {
+			snprintf(
+				err, errlen,
+				"a publisher writes the topic's pools on GPU %u (PCI %s), "
+				"which this client on GPU %d (PCI %s) does not see (its "
+				"CUDA_VISIBLE_DEVICES hides it): make that GPU visible to it, or set "
+				"the topic's \"device\" to %d",
+				d, pools_pci, (int)gpu, t->topo->pci[gpu], (int)gpu);
+			return -ENODEV;
+		}
 		*grant_rw_p = k == RGAPS_MEM_LINK_NVLINK || k == RGAPS_MEM_LINK_PCIE;
 		return 0;
 	}
@@ -328,15 +394,30 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, int32_t gpu, cons
 		if (r)
 			return r;
 	}
-	if (gp->role == RGAPSD_GPU_PEER) {
+	if (gp->role == RGAPSD_GPU_PEER && sees_pools) {
 		*path_p = "peer";
 		return 0;
 	}
-	if (!gp->rep) {
-		r = rgapsd__replicator_start(t, gpu, &gp->rep, err, errlen);
-		if (r)
-			return r;
+	if (gp->role == RGAPSD_GPU_PEER) {
+		if (strcmp(t->cfg.gpu_fanout, "peer") == 0) {
+			snprintf(
+				err, errlen,
+				"GPU %u (PCI %s), where the topic's pools live, is not "
+				"visible to this client on GPU %d (PCI %s): its CUDA_VISIBLE_DEVICES "
+				"hides it, and gpu_fanout is \"peer\": set gpu_fanout to \"auto\" or "
+				"\"replicate\", or make that GPU visible to the client",
+				d, pools_pci, (int)gpu, t->topo->pci[gpu]);
+			return -ENODEV;
+		}
+		rgaps_info(
+			"topic '%s': a subscriber on GPU %d (PCI %s) does not see GPU %u (PCI %s), "
+			"where the pools live (its CUDA_VISIBLE_DEVICES hides it): it reads the "
+			"replica on its own GPU",
+			t->cfg.name, (int)gpu, t->topo->pci[gpu], d, pools_pci);
 	}
+	r = rgapsd__replica_start(t, gpu, err, errlen);
+	if (r)
+		return r;
 	gp->idle_since = 0;
 	*serve_p = gpu;
 	*path_p = "replica";
@@ -368,6 +449,7 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 		const struct rgapsd_gpu *gp = &t->gpus[g];
 		uint32_t nsub = 0, npub = 0;
 		uint64_t copies = gp->copies, bytes = gp->bytes, lost = gp->lost;
+		struct rgapsd_replica_stats st;
 		cJSON *o;
 
 		for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
@@ -383,15 +465,13 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 		cJSON_AddStringToObject(o, "link", link_name(t->topo->link[g][t->cfg.device].kind));
 		cJSON_AddNumberToObject(o, "sub_count", nsub); /* not "subscribers": greppable tools */
 		cJSON_AddNumberToObject(o, "pub_count", npub);
-		if (gp->rep) {
-			struct rgapsd_replicator_stats st;
-
-			rgapsd__replicator_stats(gp->rep, &st);
+		if (rgapsd__replica_stats(t, (int32_t)g, &st)) {
 			copies += st.copies;
 			bytes += st.bytes;
 			lost += st.lost;
 			cJSON_AddNumberToObject(o, "replica_stream", (double)st.stream);
 			cJSON_AddStringToObject(o, "copy", st.how);
+			cJSON_AddNumberToObject(o, "fed_from", st.fed_from);
 		}
 		/* Per-GPU copies: the replica copies rgapsd made to this GPU (pool and peer: 0). */
 		cJSON_AddNumberToObject(o, "copies", (double)copies);
@@ -402,25 +482,13 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 	return arr;
 }
 
-static void replicator_retire(struct rgapsd_gpu *gp)
-{
-	struct rgapsd_replicator_stats st;
-
-	rgapsd__replicator_stats(gp->rep, &st);
-	gp->copies += st.copies;
-	gp->bytes += st.bytes;
-	gp->lost += st.lost;
-	rgapsd__replicator_stop(gp->rep);
-	gp->rep = NULL;
-}
-
 void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
 {
 	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++) {
 		struct rgapsd_gpu *gp = &t->gpus[g];
 		bool readers = false;
 
-		if (!gp->rep)
+		if (!rgapsd__replica_on(t, (int32_t)g))
 			continue;
 		for (uint32_t j = 0; j < t->lim.max_subscribers && !readers; j++)
 			readers = t->subs[j] && t->subs[j]->serve == (int32_t)g;
@@ -429,18 +497,20 @@ void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
 		} else if (!gp->idle_since) {
 			gp->idle_since = now;
 		} else if (now - gp->idle_since > REPLICATOR_IDLE_NS) {
-			rgaps_info("topic '%s': no subscriber left on GPU %u: its replicator stops",
-				   t->cfg.name, g);
-			replicator_retire(gp);
+			rgaps_info(
+				"topic '%s': no subscriber left on GPU %u: its replica leaves the "
+				"chain",
+				t->cfg.name, g);
+			rgapsd__replica_stop(t, (int32_t)g);
+			gp->idle_since = 0;
 		}
 	}
+	rgapsd__replicator_sweep(t);
 }
 
 static void topic_free(struct rgapsd_topic *t)
 {
-	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++)
-		if (t->gpus[g].rep)
-			replicator_retire(&t->gpus[g]);
+	rgapsd__replicator_destroy(t);
 	free(t->gpus);
 	free(t->topo);
 	if (t->pubs && t->subs)
@@ -584,9 +654,8 @@ static bool topic_in_use(struct rgapsd *d, struct rgapsd_topic *t)
 {
 	if (t->attachments || t->npubs || t->nsubs || t->ndraining || t->ngone)
 		return true;
-	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++)
-		if (t->gpus[g].rep)
-			return true;
+	if (t->replicator)
+		return true;
 	return rgapsd_remote_topic_held(d, t);
 }
 

@@ -860,16 +860,19 @@ static void test_gpu_keys(void **state)
 {
 	struct fx *fx = *state;
 	struct rgaps_topic_config tc;
-	const char *good = "{\"gpu_fanout\": \"replicate\", \"devices\": [0, 3, 1]}";
+	const char *good = "{\"gpu_fanout\": \"replicate\", \"devices\": [0, 3, 1],"
+			   " \"gpu_piece\": \"1MiB\"}";
 
 	rgaps_topic_config_defaults(&tc);
 	assert_string_equal(tc.gpu_fanout, "auto");
 	assert_int_equal(tc.ndevices, 0);
+	assert_int_equal(tc.gpu_piece, 8 << 20);
 	assert_int_equal(rgaps_topic_config_parse(good, strlen(good), "g", &tc, fx->err,
 						  sizeof(fx->err)), 0);
 	assert_string_equal(tc.gpu_fanout, "replicate");
 	assert_int_equal(tc.ndevices, 3);
 	assert_int_equal(tc.devices[1], 3);
+	assert_int_equal(tc.gpu_piece, 1 << 20);
 #define BAD(json, key, why)                                                              \
 	do {                                                                             \
 		rgaps_topic_config_defaults(&tc);                                        \
@@ -882,6 +885,7 @@ static void test_gpu_keys(void **state)
 	BAD("{\"devices\": [1, 1]}", "devices", "entry 1 repeats entry 0 (1)");
 	BAD("{\"devices\": [1024]}", "devices", "1024");
 	BAD("{\"devices\": [-1]}", "devices", "-1");
+	BAD("{\"gpu_piece\": \"4KiB\"}", "gpu_piece", "64KiB");
 #undef BAD
 }
 
@@ -978,7 +982,7 @@ static void test_to_json(void **state)
 	assert_non_null(o);
 	cJSON_ArrayForEach(v, o)
 		n++;
-	assert_int_equal(n, 24); /* every topic key */
+	assert_int_equal(n, 25); /* every topic key */
 
 	v = cJSON_GetObjectItemCaseSensitive(o, "pool_size");
 	assert_true(cJSON_IsNumber(v) && v->valuedouble == 1610612736.0);
