@@ -218,13 +218,14 @@ typedef struct rgaps_topic_info {
 	size_t struct_size;	 /**< set by the caller to sizeof(rgaps_topic_info_t) */
 	char name[64];		 /**< topic name */
 	enum rgaps_memory_kind memory; /**< where payloads live */
-	int device;		 /**< CUDA device ordinal (cuda memory) */
+	int device;		 /**< the pools' CUDA device, as this process numbers its GPUs
+				      (cuda memory; -1: this process does not see it) */
 	size_t pool_size;	 /**< bytes in the shared pool */
 	size_t max_message_size; /**< largest accepted message */
 	uint32_t queue_depth;	 /**< message queue entries */
 	uint64_t drops;		 /**< subscriber: messages skipped by drop_oldest */
 	/* @since 0.2: read them only if struct_size covers them */
-	int handle_device; /**< the GPU this handle was attached for, as rgapsd numbers them
+	int handle_device; /**< the GPU this handle was attached for, as this process numbers them
 				(-1: none, host memory, or unknown) */
 	int gpu_path;	   /**< how it reaches the messages: RGAPS_GPU_PATH_* */
 } rgaps_topic_info_t;
@@ -326,10 +327,12 @@ int rgaps_subscriber_info(rgaps_subscriber_t *sub, rgaps_topic_info_t *info);
 typedef struct rgaps_attach_opts {
 	size_t struct_size; /**< set by the caller to sizeof(rgaps_attach_opts_t) */
 	/**
-	 * The CUDA device (ordinal as rgapsd numbers them: run both with the same
-	 * CUDA_VISIBLE_DEVICES, or none) whose kernels will read or write this
-	 * handle's messages. -1: the device of the calling thread's current CUDA
-	 * context, or, when it has none, the topic's own device.
+	 * The CUDA device whose kernels will read or write this handle's
+	 * messages, as this process numbers its GPUs (its CUDA_VISIBLE_DEVICES
+	 * applies: the library names the GPU to rgapsd by PCI address, so the two
+	 * processes need not number GPUs alike). -1: the device of the calling
+	 * thread's current CUDA context, or, when it has none, the topic's own
+	 * device.
 	 */
 	int device;
 } rgaps_attach_opts_t;

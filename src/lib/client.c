@@ -271,6 +271,20 @@ int rgaps__connect(void)
 }
 
 /* A whole number in [0, max] from the reply, else -EPROTO. */
+/* An optional PCI address rgapsd names a GPU by: "" when absent; -EPROTO when malformed. */
+static int pci_of(const cJSON *o, const char *key, char pci[16])
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	pci[0] = 0;
+	if (!v)
+		return 0;
+	if (!cJSON_IsString(v) || strlen(v->valuestring) >= 16)
+		return -EPROTO;
+	strcpy(pci, v->valuestring);
+	return 0;
+}
+
 static int num_of(const cJSON *o, const char *key, uint64_t max, uint64_t *v_p)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -326,23 +340,37 @@ static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
 {
 	bool stream = a->role == RGAPS__ROLE_SUB;
 	uint64_t flags = 0, pdev = (uint64_t)a->device;
+	char pci[16];
 	int fd, pfd = -1, r;
 
 	memset(m, 0, sizeof(*m));
 	m->size = stream ? a->lim.pub_region_size : a->lim.sub_region_size;
 	if (num_of(o, "gen", UINT64_MAX, &m->gen) || !m->gen || take_fd(o, "fd", fds, nfds, &fd))
 		return -EPROTO;
-	if (stream && (take_fd(o, "pool_fd", fds, nfds, &pfd) ||
-		       num_of(o, "mem_flags", 0xffff, &flags) ||
-		       /* pool_device is optional: without it, the topic's device */
-		       (cJSON_GetObjectItemCaseSensitive(o, "pool_device") &&
-			num_of(o, "pool_device", 1023, &pdev)))) {
+	if (stream &&
+	    (take_fd(o, "pool_fd", fds, nfds, &pfd) || num_of(o, "mem_flags", 0xffff, &flags) ||
+	     /* pool_device is optional: without it, the topic's device */
+	     (cJSON_GetObjectItemCaseSensitive(o, "pool_device") &&
+	      num_of(o, "pool_device", 1023, &pdev)) ||
+	     pci_of(o, "pool_pci", pci))) {
 		close(fd);
 		if (pfd >= 0)
 			close(pfd);
 		return -EPROTO;
 	}
-	m->pool_device = (int32_t)pdev;
+	/* rgapsd numbers GPUs as it sees them: its PCI address names ours. */
+	m->pool_device = stream ? rgaps__gpu_local(&a->gpus, pci, (int32_t)pdev) : (int32_t)pdev;
+	if (m->pool_device < 0) {
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+
+		rgaps_warn(
+			"topic '%.64s': a stream's pool is on the GPU at PCI %s, which this process "
+			"does not see (CUDA_VISIBLE_DEVICES=%s)",
+			((const struct rgaps_topic_hdr *)a->hdr)->name, pci, vis ? vis : "(unset)");
+		close(fd);
+		close(pfd);
+		return -ENODEV;
+	}
 	/* Only its size is checked here: what it holds is its owner's to write, so every
 	 * value is checked where it is used (topic.h), not trusted once at mapping. */
 	r = map_fd(fd, m->size, false, &m->map);
@@ -695,7 +723,8 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 	int fds[MAX_FDS], nfds = MAX_FDS, fd, r;
 	uint64_t slot, gen, hdr_size, device, flags = 0, mine = UINT64_MAX;
 	int32_t want = -1;
-	char err[512], pci[32] = "";
+	char err[512], pools_pci[16], mine_pci[16];
+	const char *pci;
 	bool grant_rw;
 
 	memset(a, 0, sizeof(*a));
@@ -711,8 +740,9 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 			return -EINVAL;
 		want = opts->device;
 	}
-	if (want < 0 && rgaps__caller_device(&want, pci, sizeof(pci)) != 0)
-		want = -1; /* no CUDA context here: rgapsd serves us as on the pool's GPU */
+	/* No CUDA here, or no current context: rgapsd serves us as on the pools' GPU. */
+	rgaps__caller_gpus(&want, &a->gpus);
+	pci = rgaps__gpu_pci(&a->gpus, want);
 	r = rgaps__connect();
 	if (r < 0)
 		return r;
@@ -726,6 +756,12 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		cJSON_AddNumberToObject(req, "device", want);
 		if (pci[0])
 			cJSON_AddStringToObject(req, "device_pci", pci);
+	}
+	if (a->gpus.n) { /* what we see: rgapsd serves what we cannot see by a replica */
+		cJSON *seen = cJSON_AddArrayToObject(req, "gpus_pci");
+
+		for (uint32_t i = 0; seen && i < a->gpus.n; i++)
+			cJSON_AddItemToArray(seen, cJSON_CreateString(a->gpus.pci[i]));
 	}
 	r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
 	cJSON_Delete(req);
@@ -741,15 +777,18 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 	}
 	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
 	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
-	if (v && (!cJSON_IsNumber(v) || (v->valuedouble != -1 &&
-					  num_of(reply, "my_device", 1023, &mine)))) {
+	if ((v && (!cJSON_IsNumber(v) ||
+		   (v->valuedouble != -1 && num_of(reply, "my_device", 1023, &mine)))) ||
+	    pci_of(reply, "device_pci", pools_pci) || pci_of(reply, "my_device_pci", mine_pci)) {
 		r = -EPROTO;
 		goto err_fds;
 	}
 	a->slot = (uint32_t)slot;
 	a->gen = gen;
-	a->device = (int32_t)device;
-	a->my_device = mine == UINT64_MAX ? -1 : (int32_t)mine;
+	/* rgapsd's ordinals, as ours: by PCI address where it names one. */
+	a->device = rgaps__gpu_local(&a->gpus, pools_pci, (int32_t)device);
+	a->my_device =
+		mine == UINT64_MAX ? -1 : rgaps__gpu_local(&a->gpus, mine_pci, (int32_t)mine);
 	v = cJSON_GetObjectItemCaseSensitive(reply, "gpu_path");
 	a->gpu_path = gpu_path_of(cJSON_IsString(v) ? v->valuestring : NULL);
 	grant_rw = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "grant_rw"));
@@ -794,6 +833,14 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		goto err_fds;
 	}
 	if (role == RGAPS__ROLE_PUB) {
+		if (a->device < 0) { /* rgapsd refuses such a publisher first */
+			rgaps_warn(
+				"topic '%s': the topic's pools are on the GPU at PCI %s, which this "
+				"process does not see",
+				topic, pools_pci);
+			r = -ENODEV;
+			goto err_fds;
+		}
 		fd = fds[2];
 		fds[2] = -1;
 		r = a->mem->ops.memory.pool_import(a->mem->ctx, fd, a->lim.pool_size, a->device,
@@ -909,7 +956,7 @@ int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info)
 	out.struct_size = n;
 	snprintf(out.name, sizeof(out.name), "%.63s", h->name);
 	out.memory = a->lim.mem_kind == RGAPS_MEM_CUDA ? RGAPS_MEMORY_CUDA : RGAPS_MEMORY_HOST;
-	out.device = a->lim.device;
+	out.device = a->device;
 	out.pool_size = a->lim.pool_size;
 	out.max_message_size = a->lim.max_message_size;
 	out.queue_depth = a->lim.queue_depth;

@@ -26,6 +26,12 @@ enum rgaps__role {
 	RGAPS__ROLE_SUB,
 };
 
+/* The GPUs this process sees: its CUDA ordinal -> PCI address ("0000:3b:00.0"). */
+struct rgaps__gpu_view {
+	uint32_t n; /* 0: not known (no CUDA driver loaded in this process) */
+	char pci[RGAPS_MEM_MAX_DEVICES][16];
+};
+
 /* A read-only mapping of another member's region (and a publisher's pool). */
 struct rgaps__peer_map {
 	uint64_t gen; /* 0: none */
@@ -59,8 +65,10 @@ struct rgaps__attach {
 	struct rgaps_mem_region pool; /* publisher: our pool */
 	bool have_pool;
 	char memory_name[32];
-	int32_t device;	      /* the topic's (its pool's) device */
-	int32_t my_device;    /* the device this handle serves, as rgapsd resolved it; -1 none */
+	/* GPUs by this process's ordinals (rgapsd's differ where CUDA_VISIBLE_DEVICES does) */
+	struct rgaps__gpu_view gpus;
+	int32_t device;	      /* the topic's (its pools') device; -1 not visible here */
+	int32_t my_device;    /* the device this handle serves; -1 none */
 	int gpu_path;	      /* enum rgaps_gpu_path, from the attach reply */
 	struct rgaps__fences fences;	    /* publisher */
 	struct rgaps_fence_cache *fcache;   /* subscriber: the publishers' fences it opened */
@@ -101,10 +109,19 @@ bool rgaps__alive(void *attach);
 void rgaps__sweep_retired(struct rgaps__attach *a);
 int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info);
 /*
- * The device of the calling thread's current CUDA context, if the process has
- * loaded the driver (device.c). 0, or -ENOENT: none. pci gets its PCI address.
+ * The GPUs this process sees (*v; v->n 0 when not known) and, if *device_p is
+ * -1, the device of the calling thread's current CUDA context, from the CUDA
+ * driver if the process has loaded it (device.c). 0, or -ENOENT: no driver.
  */
-int rgaps__caller_device(int32_t *device_p, char *pci, size_t pcilen);
+int rgaps__caller_gpus(int32_t *device_p, struct rgaps__gpu_view *v);
+/*
+ * This process's ordinal of the GPU at PCI address pci: ordinal itself when
+ * pci is empty or the view unknown (both processes number alike then), -1
+ * when this process does not see that GPU.
+ */
+int32_t rgaps__gpu_local(const struct rgaps__gpu_view *v, const char *pci, int32_t ordinal);
+/* The PCI address of our GPU ordinal, "" unknown. */
+const char *rgaps__gpu_pci(const struct rgaps__gpu_view *v, int32_t ordinal);
 /*
  * A publisher's fence slot to record (created on first use, its handle written
  * into our region): 0, -ENOSPC when every slot guards a block, or the plugin's
