@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,32 @@ static inline bool bench_parse_list(const char *s, bool sizes, std::vector<uint6
 		if (comma == std::string::npos)
 			return true;
 		pos = comma + 1;
+	}
+}
+
+/* The log of a memory plugin a benchmark loads itself: errors and warnings, to stderr. */
+static inline void bench_plugin_log(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > 1)
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "cuda plugin: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+/* A list option's value into *v, or exit(2) naming the option and the bad item. */
+static inline void bench_list_arg(const char *prog, const char *opt, const char *arg, bool sizes,
+				  std::vector<uint64_t> *v)
+{
+	std::string bad;
+
+	if (!bench_parse_list(arg, sizes, v, &bad)) {
+		fprintf(stderr, "%s: bad --%s item: %s\n", prog, opt, bad.c_str());
+		exit(2);
 	}
 }
 

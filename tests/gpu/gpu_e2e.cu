@@ -42,7 +42,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -452,19 +451,6 @@ static void dp1_done(void *arg, int status)
 		s->status = -EIO;
 }
 
-static void dp1_log(int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (level > 1)
-		return;
-	va_start(ap, fmt);
-	fprintf(stderr, "cuda plugin: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-}
-
 /*
  * A prototype of another completion scheme, measured beside the plugin's (not
  * used by rgapsd): copies queued back to back on a stream with an event after
@@ -608,7 +594,7 @@ static void dp1_bench(const std::vector<uint64_t> &sizes, const std::vector<uint
 	ops = (const struct rgaps_memory_ops *)pl->ops;
 	env.struct_size = sizeof(env);
 	env.role = RGAPS_ROLE_DAEMON;
-	env.log = dp1_log;
+	env.log = bench_plugin_log;
 	if (ops->init(&env, &ctx) ||
 	    ops->pool_create(ctx, "rgaps-e2e-dp1-pool", max, 0, &region)) {
 		printf("  not measured: plugin init / pool_create failed\n");

@@ -17,6 +17,20 @@
  * (all schemes alike there). NCCL broadcast to the same GPUs is measured by
  * tests/gpu/nccl_bcast.py in the same script run.
  *
+ * Scheme replica-loan: as replica, but the publisher's message is a loan it
+ * commits (its kernels wrote the pool in place: no copy into the pool), the
+ * time from before the commit: what NCCL's broadcast, whose source buffer is
+ * filled already, is measured against. --schemes picks schemes (default
+ * peer,replica,copy).
+ *
+ * --relay: the cuda plugin's copy_relay alone (what rgapsd's replicator runs,
+ * without daemon or subscribers): a message in a VMM pool on GPU 0 copied to
+ * pools on GPUs 1..G-1 along a chain (0 -> 1 -> ... -> G-1) in pieces, per
+ * piece size (--pieces) and lanes (--lanes), and as a star (every GPU from GPU
+ * 0 at once, what rgapsd did before chains); the time of the call, which
+ * returns when every replica is whole; the first and last 64 KiB of every
+ * replica are compared with the source.
+ *
  * --stream-order: one publisher and one subscriber on GPU 0. The producer's
  * kernel writes the payload and then a kernel stamps %globaltimer into the
  * message; the subscriber's first kernel reads %globaltimer and the stamp:
@@ -33,10 +47,13 @@
  * ends. With W = 0 both schemes are bound by that round trip.
  *
  *   gpu-mbench --fanout --topic-peer T --topic-rep T [--gpus 1,2,4] [--subs-per-gpu K]
- *              [--sizes 4MiB,64MiB,1GiB] [--reps 20,10,5]
+ *              [--sizes 4MiB,64MiB,1GiB] [--reps 20,10,5] [--schemes peer,replica,copy]
+ *   gpu-mbench --relay [--gpus 2,4] [--sizes 64MiB,1GiB] [--reps 10,5] [--pieces 1MiB,4MiB]
+ *              [--lanes 1,2]       (loads $RGAPS_PLUGIN_DIR/memory-cuda.so)
  *   gpu-mbench --stream-order --topic T [--sizes 4MiB,64MiB] [--reps 50,30] [--work-us W]
  * Needs a running rgapsd (tests/gpu/gpu_mbench.sh sets it up).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -53,6 +70,7 @@
 
 #include "gpu_bench_util.cuh"
 #include "gpu_test.cuh"
+#include "rgaps/plugin.h"
 #include "rgaps/rgaps.h"
 
 extern char **environ;
@@ -295,15 +313,42 @@ static void print_header(void)
 
 /* ---------------------------------------------------------------- --fanout */
 
+/* One message: pushed from dbuf, or a loan committed as it is (written in place). */
+static void publish_one(rgaps_publisher_t *pub, uint64_t size, const uint8_t *dbuf, bool loan,
+			uint64_t *t0_p)
+{
+	rgaps_loan_t l;
+	int r;
+
+	if (!loan) {
+		*t0_p = gpu_now_ns();
+		r = rgaps_publisher_push(pub, size, dbuf);
+		if (r)
+			die("push", rgaps_strerror(r));
+		return;
+	}
+	r = rgaps_publisher_loan(pub, size, -1, &l);
+	if (r)
+		die("loan", rgaps_strerror(r));
+	CK(cudaMemcpy(l.data, dbuf, size, cudaMemcpyDefault)); /* the producer's writes */
+	*t0_p = gpu_now_ns();
+	r = rgaps_publisher_commit(pub, &l, size);
+	if (r)
+		die("commit", rgaps_strerror(r));
+}
+
 static void fanout(const char *tpeer, const char *trep, const std::vector<uint64_t> &gpus,
-		   int per_gpu, const std::vector<uint64_t> &sizes, const std::vector<uint64_t> &reps)
+		   int per_gpu, const std::vector<uint64_t> &sizes,
+		   const std::vector<uint64_t> &reps, const std::string &want)
 {
 	static const struct {
 		const char *name;
 		enum child_mode mode;
-		bool replica;
-	} schemes[] = { { "peer", CH_READ, false }, { "replica", CH_READ, true },
-			{ "copy", CH_COPY, false } };
+		bool replica, loan;
+	} schemes[] = { { "peer", CH_READ, false, false },
+			{ "replica", CH_READ, true, false },
+			{ "copy", CH_COPY, false, false },
+			{ "replica-loan", CH_READ, true, true } };
 	uint64_t max = *std::max_element(sizes.begin(), sizes.end());
 	rgaps_publisher_t *ppeer = attach_pub(tpeer, max), *prep = attach_pub(trep, max);
 	uint8_t *dbuf;
@@ -327,7 +372,10 @@ static void fanout(const char *tpeer, const char *trep, const std::vector<uint64
 		for (const auto &sc : schemes) {
 			std::vector<int> devs;
 
-			if (g == 1 && sc.replica)
+			if (("," + want + ",").find(std::string(",") + sc.name + ",") ==
+			    std::string::npos)
+				continue;
+			if (g == 1 && sc.replica && !sc.loan)
 				continue; /* one GPU: nothing to replicate */
 			for (int k = 0; k < per_gpu; k++)
 				for (uint64_t d = 0; d < g; d++)
@@ -339,12 +387,10 @@ static void fanout(const char *tpeer, const char *trep, const std::vector<uint64
 				std::vector<double> dl, rd, first;
 
 				for (uint64_t rep = 0; rep < reps[zi] + 1 && !stop; rep++) {
-					uint64_t t0 = gpu_now_ns(), last_take = 0, last_ready = 0;
+					uint64_t t0, last_take = 0, last_ready = 0;
 					uint64_t first_take = UINT64_MAX;
-					int r = rgaps_publisher_push(pub, sizes[zi], dbuf);
 
-					if (r)
-						die("push", rgaps_strerror(r));
+					publish_one(pub, sizes[zi], dbuf, sc.loan, &t0);
 					for (const child &c : kids) {
 						rec rr;
 
@@ -362,7 +408,9 @@ static void fanout(const char *tpeer, const char *trep, const std::vector<uint64
 				}
 				printf("RESULT fanout scheme=%s G=%llu N=%zu size=%s delivered_ms=%.3f "
 				       "first_ms=%.3f ready_ms=%.3f msgs=%zu\n",
-				       g == 1 && sc.mode == CH_READ ? "one-gpu" : sc.name,
+				       g == 1 && sc.mode == CH_READ
+					       ? (sc.loan ? "one-gpu-loan" : "one-gpu")
+					       : sc.name,
 				       (unsigned long long)g, kids.size(),
 				       bench_size_str(sizes[zi], sb, sizeof(sb)), bench_median(dl),
 				       bench_median(first), bench_median(rd), dl.size());
@@ -374,6 +422,164 @@ static void fanout(const char *tpeer, const char *trep, const std::vector<uint64
 	rgaps_publisher_destroy(ppeer);
 	rgaps_publisher_destroy(prep);
 	CK(cudaFree(dbuf));
+}
+
+/* ---------------------------------------------------------------- --relay */
+
+static void relay_whole(void *arg, uint32_t)
+{
+	(*(uint32_t *)arg)++;
+}
+
+/* A plugin context with these relay tunables (the plugin reads them at init). */
+static void *relay_ctx(const struct rgaps_memory_ops *ops, unsigned lanes)
+{
+	struct rgaps_plugin_env env = {};
+	char v[16];
+	void *ctx;
+
+	snprintf(v, sizeof(v), "%u", lanes);
+	setenv("RGAPS_CUDA_RELAY_LANES", v, 1);
+	setenv("RGAPS_CUDA_RELAY_PIECES", "4096", 1); /* the piece is the one asked for */
+	env.struct_size = sizeof(env);
+	env.role = RGAPS_ROLE_DAEMON;
+	env.log = bench_plugin_log;
+	if (ops->init(&env, &ctx))
+		die("relay", "plugin init failed");
+	return ctx;
+}
+
+/*
+ * Every byte of every replica (the source holds the pattern for counter n),
+ * checked by a kernel on GPU 0, which may read every pool.
+ */
+static bool relay_check(const std::vector<struct rgaps_mem_region> &pool, uint32_t g, uint64_t n)
+{
+	static verify_result *d_res, *h_res;
+
+	CK(cudaSetDevice(0));
+	if (!d_res) {
+		CK(cudaMalloc(&d_res, sizeof(*d_res)));
+		CK(cudaMallocHost(&h_res, sizeof(*h_res)));
+	}
+	for (uint32_t i = 1; i < g; i++) {
+		pattern_verify(pool[i].base, n, d_res, h_res, 0);
+		if (h_res->bad || h_res->counter != n) {
+			fprintf(stderr,
+				"relay: replica on GPU %u: %llu bad words, the first at byte "
+				"%llu\n",
+				i, h_res->bad, h_res->first_bad);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Clear the replicas, so that a copy that missed bytes cannot pass on an earlier one's. */
+static void relay_clear(const std::vector<struct rgaps_mem_region> &pool, uint32_t g, uint64_t n)
+{
+	for (uint32_t i = 1; i < g; i++) {
+		CK(cudaSetDevice((int)i));
+		CK(cudaMemset(pool[i].base, 0, n));
+		CK(cudaDeviceSynchronize());
+	}
+	CK(cudaSetDevice(0));
+}
+
+static void relay_bench(const std::vector<uint64_t> &gpus, const std::vector<uint64_t> &sizes,
+			const std::vector<uint64_t> &reps, const std::vector<uint64_t> &pieces,
+			const std::vector<uint64_t> &lanes)
+{
+	const char *dir = getenv("RGAPS_PLUGIN_DIR");
+	std::string path = std::string(dir ? dir : ".") + "/memory-cuda.so";
+	void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	const struct rgaps_plugin *pl;
+	const struct rgaps_memory_ops *ops;
+	uint64_t max = *std::max_element(sizes.begin(), sizes.end());
+	std::vector<struct rgaps_mem_region> pool;
+	void *base;
+	int ngpu = 0;
+	char sb[32], pb[32];
+
+	if (!h || !(pl = (const struct rgaps_plugin *)dlsym(h, RGAPS_PLUGIN_SYMBOL)))
+		die("relay: cannot load the cuda plugin", dlerror());
+	ops = (const struct rgaps_memory_ops *)pl->ops;
+	CK(cudaGetDeviceCount(&ngpu));
+	base = relay_ctx(ops, 1);
+	pool.resize(ngpu);
+	for (int d = 0; d < ngpu; d++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "rgaps-mbench-relay-%d-%d", (int)getpid(), d);
+		if (ops->pool_create(base, name, max, d, &pool[d]))
+			die("relay", "pool_create failed");
+	}
+	/* Every pool readable by every GPU, as rgapsd opens a replica to the next in its chain. */
+	for (int d = 0; d < ngpu; d++)
+		for (int x = 0; x < ngpu; x++)
+			if (x != d && ops->pool_grant(base, &pool[d], x, RGAPS_MEM_GRANT_READ))
+				die("relay", "pool_grant failed");
+	printf("\n== relay: the cuda plugin's copy_relay from a pool on GPU 0 to pools on GPUs 1..G-1 "
+	       "(median ms of the call; GB/s = message bytes / time) ==\n");
+	for (uint64_t ln : lanes) {
+		void *ctx = relay_ctx(ops, (unsigned)ln);
+
+		for (uint64_t g : gpus) {
+			if ((int)g > ngpu || g < 2)
+				continue;
+			for (size_t zi = 0; zi < sizes.size(); zi++) {
+				uint64_t n = sizes[zi];
+				std::vector<uint64_t> shapes = pieces;
+
+				shapes.push_back(0); /* 0: the star */
+				for (uint64_t piece : shapes) {
+					std::vector<struct rgaps_relay_hop> hops(g - 1);
+					std::vector<double> t;
+					bool star = piece == 0;
+
+					if (star && ln != lanes[0])
+						continue; /* a star has one piece per copy: lanes alike */
+					CK(cudaSetDevice(0));
+					pattern_fill(pool[0].base, n, n, 0);
+					CK(cudaDeviceSynchronize());
+					relay_clear(pool, (uint32_t)g, n);
+					for (uint32_t i = 0; i + 1 < g; i++)
+						hops[i] = { pool[i + 1].base, (int32_t)i + 1,
+							    star ? -1 : (int32_t)i - 1 };
+					for (uint64_t rep = 0; rep < reps[zi] + 1; rep++) {
+						uint32_t whole = 0;
+						uint64_t t0 = gpu_now_ns();
+
+						if (ops->copy_relay(ctx, pool[0].base, n,
+								    hops.data(), g - 1,
+								    star ? n : piece, relay_whole,
+								    &whole) ||
+						    whole != g - 1)
+							die("relay", "copy_relay failed");
+						if (rep)
+							t.push_back((gpu_now_ns() - t0) / 1e6);
+					}
+					if (!relay_check(pool, (uint32_t)g, n))
+						die("relay", "a replica differs from the source");
+					printf("RESULT relay G=%llu size=%s shape=%s piece=%s lanes=%llu "
+					       "ms=%.3f min_ms=%.3f GBps=%.1f msgs=%zu\n",
+					       (unsigned long long)g,
+					       bench_size_str(n, sb, sizeof(sb)),
+					       star ? "star" : "chain",
+					       star ? "whole"
+						    : bench_size_str(piece, pb, sizeof(pb)),
+					       (unsigned long long)(star ? 1 : ln), bench_median(t),
+					       *std::min_element(t.begin(), t.end()),
+					       n / (bench_median(t) * 1e6), t.size());
+					fflush(stdout);
+				}
+			}
+		}
+		ops->fini(ctx);
+	}
+	for (int d = 0; d < ngpu; d++)
+		ops->pool_release(base, &pool[d]);
+	ops->fini(base);
 }
 
 /* ---------------------------------------------------------------- --stream-order */
@@ -473,12 +679,17 @@ int main(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 's' },
 		{ "reps", required_argument, NULL, 'n' },
 		{ "work-us", required_argument, NULL, 'w' },
+		{ "relay", no_argument, NULL, 'R' },
+		{ "pieces", required_argument, NULL, 'P' },
+		{ "lanes", required_argument, NULL, 'L' },
+		{ "schemes", required_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *topic = NULL, *tpeer = NULL, *trep = NULL;
-	std::vector<uint64_t> gpus = { 1, 2, 4 }, sizes, reps;
-	std::string bad;
-	bool do_fanout = false, do_stream = false;
+	std::vector<uint64_t> gpus = { 1, 2, 4 }, sizes, reps, pieces = { 4ull << 20 },
+			      lanes = { 1 };
+	std::string schemes = "peer,replica,copy";
+	bool do_fanout = false, do_stream = false, do_relay = false;
 	int per_gpu = 2, o;
 	uint64_t work_us = 0;
 
@@ -505,19 +716,28 @@ int main(int argc, char **argv)
 			trep = optarg;
 			break;
 		case 'g':
-			if (!bench_parse_list(optarg, false, &gpus, &bad))
-				die("bad --gpus item", bad.c_str());
+			bench_list_arg("gpu-mbench", "gpus", optarg, false, &gpus);
 			break;
 		case 'k':
 			per_gpu = atoi(optarg);
 			break;
 		case 's':
-			if (!bench_parse_list(optarg, true, &sizes, &bad))
-				die("bad --sizes item", bad.c_str());
+			bench_list_arg("gpu-mbench", "sizes", optarg, true, &sizes);
 			break;
 		case 'n':
-			if (!bench_parse_list(optarg, false, &reps, &bad))
-				die("bad --reps item", bad.c_str());
+			bench_list_arg("gpu-mbench", "reps", optarg, false, &reps);
+			break;
+		case 'R':
+			do_relay = true;
+			break;
+		case 'P':
+			bench_list_arg("gpu-mbench", "pieces", optarg, true, &pieces);
+			break;
+		case 'L':
+			bench_list_arg("gpu-mbench", "lanes", optarg, false, &lanes);
+			break;
+		case 'X':
+			schemes = optarg;
 			break;
 		case 'w':
 			work_us = strtoull(optarg, NULL, 10);
@@ -529,23 +749,29 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (do_fanout == do_stream || (do_fanout && (!tpeer || !trep)) || (do_stream && !topic) ||
-	    per_gpu < 1 || per_gpu > 16)
-		die("usage", "--fanout --topic-peer T --topic-rep T | --stream-order --topic T");
+	if (do_fanout + do_stream + do_relay != 1 || (do_fanout && (!tpeer || !trep)) ||
+	    (do_stream && !topic) || per_gpu < 1 || per_gpu > 16)
+		die("usage", "--fanout --topic-peer T --topic-rep T | --stream-order --topic T | "
+			     "--relay");
 	gpu_require("gpu-mbench");
 	if (sizes.empty())
-		sizes = do_fanout ? std::vector<uint64_t>{ 4ull << 20, 64ull << 20, 1ull << 30 } :
-				    std::vector<uint64_t>{ 4ull << 20, 64ull << 20 };
+		sizes = do_fanout  ? std::vector<uint64_t>{ 4ull << 20, 64ull << 20, 1ull << 30 }
+			: do_relay ? std::vector<uint64_t>{ 64ull << 20, 1ull << 30 }
+				   : std::vector<uint64_t>{ 4ull << 20, 64ull << 20 };
 	if (reps.empty())
-		reps = do_fanout ? std::vector<uint64_t>{ 20, 10, 5 } : std::vector<uint64_t>{ 50, 30 };
+		reps = do_fanout  ? std::vector<uint64_t>{ 20, 10, 5 }
+		       : do_relay ? std::vector<uint64_t>{ 10, 5 }
+				  : std::vector<uint64_t>{ 50, 30 };
 	while (reps.size() < sizes.size())
 		reps.push_back(reps.back());
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGTERM, on_signal);
 	print_header();
 	CK(cudaSetDevice(0));
-	if (do_fanout)
-		fanout(tpeer, trep, gpus, per_gpu, sizes, reps);
+	if (do_relay)
+		relay_bench(gpus, sizes, reps, pieces, lanes);
+	else if (do_fanout)
+		fanout(tpeer, trep, gpus, per_gpu, sizes, reps, schemes);
 	else
 		stream_order(topic, sizes, reps, work_us);
 	return 0;

@@ -16,6 +16,13 @@
 #     A's GPU 0, subscribers on every GPU of B (peer and replicate): every
 #     message lands once on B, then one copy per other GPU (replicate); the
 #     SIGKILL of a holder on B's last GPU leaves B's pools idle.
+#  5. Chained replication: each GPU's replica is fed from another GPU than
+#     every other one's (a chain, not a star from GPU 0); messages of up to 64
+#     MiB in 1 MiB pieces, verified on every GPU.
+#  6. GPU identity: subscribers that each see exactly one GPU
+#     (CUDA_VISIBLE_DEVICES=g, their GPU 0) are matched by PCI address and
+#     read the replica on their own GPU under auto; under peer one is refused,
+#     naming the pools' GPU by PCI address and CUDA_VISIBLE_DEVICES.
 # Needs 2 or more GPUs: skips (77) with the reason otherwise.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/gpu_multi.sh
 . "$(dirname "$0")/../integration/lib.sh"
@@ -86,6 +93,11 @@ for g in $(seq 1 $LAST); do
 	[ "$c" = $((2 * N)) ] || fail "mrep GPU $g: $c replica copies for $((2 * N)) messages and 2 subscribers"
 done
 ok "replicate: $((2 * N)) messages, $((2 * N)) copies to each of GPUs 1-$LAST (one per message, not per subscriber) by $(gpu_field mrep 1 copy) copy"
+# 5. a chain: no GPU feeds two replicas (each link carries each byte once)
+fed=$(for g in $(seq 1 $LAST); do gpu_field mrep $g fed_from; done | sort | uniq -d)
+[ -z "$fed" ] || fail "mrep: GPU(s) $fed feed more than one replica: not a chain"
+grep -h "topic 'mrep': replicas fed along" "$T/rgapsd.log" | tail -1 | sed 's/^.*info: /   /'
+ok "replicate: the replicas are fed along a chain (no GPU feeds two)"
 fanout mauto any "" "auto (its choice per GPU is logged)"
 grep -h "topic 'mauto': GPU\|topic 'mrep': replicator\|topic 'mpeer': GPU" "$T/rgapsd.log" | sed 's/^.*info: /   /'
 
@@ -110,6 +122,53 @@ for t in mkillp mkillr; do
 	wait_until 10 pool_is $t 0 || fail "$t pools not idle after SIGKILL: $(pool_used $t)"
 	ok "$t: a subscriber on GPU $LAST SIGKILLed holding 8 messages ($used bytes): every pool idle"
 done
+
+# 5. the chain's pieces: messages of up to 64 MiB in 1 MiB pieces, every byte on every GPU
+printf '{ "memory": "cuda", "device": 0, "pool_size": "1GiB", "max_message_size": "64MiB", "queue_depth": 16, "gpu_fanout": "replicate", "gpu_piece": "1MiB" }\n' \
+	>"$T/topics.d/mchain.json"
+printf '{ "memory": "cuda", "device": 0, "pool_size": "256MiB", "max_message_size": "16MiB", "gpu_fanout": "peer" }\n' \
+	>"$T/topics.d/mpeer1.json"
+stop_daemon
+start_daemon -c "$T/rgapsd.json" --plugin-dir "$RGAPS_BUILD/plugins"
+C=40
+# chain_round NAME ONE GPU...: a subscriber on each GPU verifies $C messages of 1-64 MiB of
+# mchain; ONE=1: each sees only its own GPU (CUDA_VISIBLE_DEVICES=g, its GPU 0), a replica
+chain_round() {
+	local name=$1 one=$2 g
+	shift 2
+	for g in "$@"; do
+		if [ "$one" = 1 ]; then
+			BG_TIMEOUT=200 bg "$name$g" env CUDA_VISIBLE_DEVICES=$g "$GPU_SUB" mchain --device 0 \
+				--count $C --path replica --timeout 180
+		else
+			BG_TIMEOUT=200 bg "$name$g" "$GPU_SUB" mchain --device $g --count $C --timeout 180
+		fi
+	done
+	BG_TIMEOUT=200 bg "${name}p" "$GPU_PUB" mchain --count $C --size 1MiB-64MiB --wait-subscribers $# \
+		--timeout 120
+	wait_ok "${name}p"
+	for g in "$@"; do
+		wait_ok "$name$g"
+		expect_sub "$name$g" received=$C verified=$C mismatched=0 gaps=0
+	done
+}
+chain_round ch 0 $(seq 0 $LAST)
+grep -h "topic 'mchain': replicas fed along\|cuda: GPU-to-GPU relays" "$T/rgapsd.log" | tail -2 | sed 's/^.*info: /   /'
+ok "chain: $C messages of 1-64 MiB in 1 MiB pieces verified byte for byte on all $G GPUs"
+
+# 6. subscribers that see one GPU each (a container's view): matched by PCI address
+chain_round one 1 $(seq 1 $LAST)
+for g in $(seq 1 $LAST); do
+	grep -q "topic 'mchain': the client's GPU 0 (PCI .*) is GPU $g here" "$T/rgapsd.log" ||
+		fail "the one-GPU client on GPU $g was not matched by PCI address"
+done
+rc=0
+CUDA_VISIBLE_DEVICES=1 "$GPU_SUB" mpeer1 --device 0 --count 1 --timeout 5 >"$T/refone.out" 2>&1 || rc=$?
+[ $rc = 3 ] || fail "a subscriber not seeing GPU 0 was not refused under peer: $(cat "$T/refone.out")"
+grep -q "no_device: topic 'mpeer1': GPU 0 (PCI [0-9a-f:.]*), where the topic's pools live, is not visible to this client on GPU 1 (PCI [0-9a-f:.]*): its CUDA_VISIBLE_DEVICES hides it" \
+	"$T/rgapsd.log" || fail "the refusal does not name GPU 0 by PCI address: $(grep mpeer1 "$T/rgapsd.log" | tail -2)"
+grep -h "does not see GPU 0\|no_device: topic 'mpeer1'" "$T/rgapsd.log" | head -2 | sed 's/^.*\(info\|warn\): /   /'
+ok "one GPU per subscriber (CUDA_VISIBLE_DEVICES=g): matched by PCI address, served replicas on GPUs 1-$LAST, $C messages verified each; under peer refused naming GPU 0's PCI address"
 
 # 2b. cudaIpc pools: peer access impossible -> refused under peer, replica under auto
 stop_daemon

@@ -17,6 +17,20 @@
 #     a publisher and a subscriber in one process (the subscriber borrows the
 #     publisher's fences: CUDA does not open an IPC handle in its own process).
 #  6. A publisher killed with copies in flight: its messages reported lost.
+#  7. Chained replication over four emulated GPUs, GPU 3 reaching only GPU 2:
+#     the replicas are fed 0 -> 1 -> 2 -> 3 (GPU 3 over its one link, not
+#     through host memory), each fed once per message; a GPU without
+#     subscribers is left out of the chain (GPU 3 is then fed from 1 through
+#     host memory) and joins it when a subscriber comes, missing nothing
+#     published after its attach; a replica whose reader stalls loses messages
+#     under "block" (counted, reported as gaps) while the GPU after it in the
+#     chain gets every one; under "drop_oldest" nothing waits for it.
+#  8. GPU identity: clients that each see exactly one GPU (CUDA_VISIBLE_DEVICES,
+#     through a stand-in CUDA driver, tests/gpu/fakedrv) are matched by PCI
+#     address: one on GPU 2 that cannot see the pools' GPU 0 reads the replica
+#     on its own GPU under auto (where a client seeing both reads in place),
+#     and is refused under peer, as is a publisher that cannot see GPU 0; the
+#     refusals name GPU 0 by its PCI address and CUDA_VISIBLE_DEVICES.
 # Run: RGAPS_BUILD=<build dir> bash tests/gpu/multigpu_host.sh
 . "$(dirname "$0")/../integration/lib.sh"
 CLIENT="$RGAPS_BUILD/tests/gpu/gpu-host-client"
@@ -167,6 +181,120 @@ done
 grep -q "its publisher left before its copy completed" "$T/rgapsd.log" ||
 	fail "rgapsd's replicator did not report the crashed publisher's messages lost"
 ok "a publisher SIGKILLed with 5 copies in flight: readers (take, take_async, replicator) report them lost, nothing hangs"
+
+# 7. chained replication
+stop_daemon
+unset RGAPS_HOST_FENCE_DELAY_US
+export RGAPS_HOST_DEVICES=4 RGAPS_HOST_LINKS="nvlink;3-0=none;0-3=none;3-1=none;1-3=none"
+rep_topic() { # NAME [extra]
+	printf '{ "memory": "host", "pool_size": "16MiB", "max_message_size": "1MiB", "gpu_fanout": "replicate", "gpu_piece": "64KiB" %s }\n' \
+		"${2:-}" >"$T/topics.d/$1.json"
+}
+rep_topic hchain
+rep_topic hjoin
+rep_topic hslow ', "queue_depth": 4, "block_timeout_ms": 100, "max_holds": 2'
+rep_topic hslowd ', "queue_depth": 4, "max_holds": 2, "overflow": "drop_oldest"'
+start_daemon -c "$T/rgapsd.json"
+for g in 0 1 2 3; do
+	path=replica; [ $g = 0 ] && path=local
+	bg "c$g" "$CLIENT" sub hchain $N --device $g --path $path
+done
+wait_until 10 subs_are hchain 5 || fail "subscribers did not attach to hchain"
+"$CLIENT" pub hchain $N 256KiB --device 0 >"$T/cpub.out" 2>&1 || fail "pub: $(cat "$T/cpub.out")"
+for g in 0 1 2 3; do
+	wait_ok "c$g"
+	grep -q "received $N verified $N mismatched 0 gaps 0" "$T/c$g.out" || fail "c$g: $(cat "$T/c$g.out")"
+done
+for g in 1 2 3; do
+	gpu_is hchain $g copies $N || fail "GPU $g got $(gpu_field hchain $g copies) copies, expected $N"
+	gpu_is hchain $g fed_from $((g - 1)) || fail "GPU $g fed from $(gpu_field hchain $g fed_from)"
+	gpu_is hchain $g copy peer || fail "GPU $g fed through $(gpu_field hchain $g copy)"
+done
+grep -q "topic 'hchain': replicas fed along 0 -> 1 -> 2 -> 3$" "$T/rgapsd.log" ||
+	fail "no chain 0 -> 1 -> 2 -> 3 logged: $(grep "hchain': replicas fed" "$T/rgapsd.log")"
+ok "chain: GPUs 1, 2, 3 fed 0 -> 1 -> 2 -> 3 ($N messages, one copy each per GPU; GPU 3 over its link to 2)"
+
+# a GPU with no subscriber is no relay; a subscriber that comes joins the chain
+H=40
+for g in 1 3; do bg "j$g" "$CLIENT" sub hjoin $((2 * H)) --device $g --path replica; done
+wait_until 10 subs_are hjoin 3 || fail "subscribers did not attach to hjoin"
+"$CLIENT" pub hjoin $H 64KiB --device 0 >"$T/jpub1.out" 2>&1 || fail "pub: $(cat "$T/jpub1.out")"
+grep -q "topic 'hjoin': replicas fed along 0 -> 1, 1 -> 3 (through host memory)$" "$T/rgapsd.log" ||
+	fail "GPU 2 relayed or GPU 3 not fed through host memory: $(grep "hjoin': replicas fed" "$T/rgapsd.log")"
+gpu_is hjoin 3 copy host || fail "GPU 3 fed by $(gpu_field hjoin 3 copy)"
+bg j2 "$CLIENT" sub hjoin $H --device 2 --path replica
+wait_until 10 subs_are hjoin 4 || fail "the subscriber on GPU 2 did not attach"
+"$CLIENT" pub hjoin $H 64KiB --device 0 >"$T/jpub2.out" 2>&1 || fail "pub: $(cat "$T/jpub2.out")"
+for g in 1 2 3; do
+	wait_ok "j$g"
+	n=$((2 * H)); [ $g = 2 ] && n=$H
+	grep -q "received $n verified $n mismatched 0 gaps 0" "$T/j$g.out" || fail "j$g: $(cat "$T/j$g.out")"
+done
+grep -q "topic 'hjoin': replicas fed along 0 -> 1 -> 2 -> 3$" "$T/rgapsd.log" ||
+	fail "GPU 2 did not join the chain: $(grep "hjoin': replicas fed" "$T/rgapsd.log")"
+ok "a GPU without subscribers is skipped (0 -> 1, 1 -> 3 through host memory); a subscriber on it joins the chain and gets all $H messages after its attach"
+
+# a stalled reader on GPU 2: block loses there, the GPU after it gets everything
+# (drop_oldest lets the publisher outrun any reader, rgapsd's replicator too: there the
+# readers on GPUs 1 and 3 account for every message, received or reported lost)
+S=20
+for t in hslow hslowd; do
+	acc=; [ $t = hslowd ] && acc=--accounted
+	BG_TIMEOUT=60 bg "${t}h" "$CLIENT" sub $t 0 --device 2 --hold 2 --timeout 40
+	for g in 1 3; do bg "$t$g" "$CLIENT" sub $t $S --device $g --path replica --timeout 40 $acc; done
+	wait_until 10 subs_are $t 4 || fail "subscribers did not attach to $t"
+	"$CLIENT" pub $t $S 64KiB --device 0 --retry >"$T/${t}p.out" 2>&1 || fail "pub $t: $(cat "$T/${t}p.out")"
+	for g in 1 3; do
+		wait_ok "$t$g"
+		[ $t = hslowd ] && continue
+		grep -q "received $S verified $S mismatched 0 gaps 0" "$T/$t$g.out" || fail "$t$g: $(cat "$T/$t$g.out")"
+	done
+	wait_until 10 grep -q "holding 2" "$T/${t}h.out" || fail "${t}h: $(cat "$T/${t}h.out")"
+done
+lost=$(gpu_field hslow 2 lost)
+[ "${lost:-0}" -gt 0 ] && [ "$(gpu_field hslow 3 lost)" = 0 ] ||
+	fail "hslow: GPU 2 lost ${lost:-?}, GPU 3 lost $(gpu_field hslow 3 lost)"
+grep -q "topic 'hslow': the replica on GPU 2 lost message" "$T/rgapsd.log" || fail "no loss logged for hslow"
+[ "$(gpu_field hslowd 2 lost)" = 0 ] || fail "hslowd: GPU 2 lost $(gpu_field hslowd 2 lost) under drop_oldest"
+kill9 hslowh
+kill9 hslowdh
+ok "a stalled reader on GPU 2: under block its replica lost $lost of $S (counted, gaps) and GPUs 1 and 3 got all $S; under drop_oldest it lost none and 1 and 3 accounted for all $S"
+
+# 8. GPU identity by PCI address: clients that see one GPU each
+FAKE="$RGAPS_BUILD/tests/gpu/fakedrv/libcuda.so.1"
+[ -f "$FAKE" ] || fail "$FAKE not built"
+export RGAPS_HOST_LINKS=nvlink
+printf '{ "memory": "host", "pool_size": "16MiB", "max_message_size": "1MiB", "gpu_fanout": "%s" }\n' auto \
+	>"$T/topics.d/hid.json"
+printf '{ "memory": "host", "pool_size": "16MiB", "max_message_size": "1MiB", "gpu_fanout": "%s" }\n' peer \
+	>"$T/topics.d/hidpeer.json"
+stop_daemon
+start_daemon -c "$T/rgapsd.json"
+export RGAPS_FAKE_CUDA_DRIVER="$FAKE" # clients see the GPUs their CUDA_VISIBLE_DEVICES names
+bg id2 env CUDA_VISIBLE_DEVICES=2 "$CLIENT" sub hid $N --device 0 --path replica
+bg id1 env CUDA_VISIBLE_DEVICES=0,1 "$CLIENT" sub hid $N --device 1 --path peer
+wait_until 10 subs_are hid 3 || fail "subscribers did not attach to hid: $(cat "$T"/id*.out)"
+CUDA_VISIBLE_DEVICES=0 "$CLIENT" pub hid $N 64KiB --device 0 >"$T/idpub.out" 2>&1 || fail "pub: $(cat "$T/idpub.out")"
+for s in id2 id1; do
+	wait_ok $s
+	grep -q "received $N verified $N mismatched 0 gaps 0" "$T/$s.out" || fail "$s: $(cat "$T/$s.out")"
+done
+grep -q "attached: GPU 0, path replica" "$T/id2.out" || fail "id2: $(head -1 "$T/id2.out")"
+grep -q "topic 'hid': the client's GPU 0 (PCI 0000:12:00.0) is GPU 2 here" "$T/rgapsd.log" ||
+	fail "the client's GPU 0 was not matched to GPU 2 by its PCI address"
+grep -q "topic 'hid': a subscriber on GPU 2 (PCI 0000:12:00.0) does not see GPU 0 (PCI 0000:10:00.0), where the pools live" \
+	"$T/rgapsd.log" || fail "no reason logged for the replica of the one-GPU client"
+gpu_is hid 2 copies $N || fail "GPU 2 got $(gpu_field hid 2 copies) replica copies, expected $N"
+ok "a subscriber seeing only GPU 2 (its GPU 0) is matched by PCI address and reads the replica on its own GPU under auto; one seeing GPUs 0 and 1 reads in place; $N messages each"
+out=$(CUDA_VISIBLE_DEVICES=3 "$CLIENT" attach sub hidpeer --device 0) && fail "a client not seeing GPU 0 attached to hidpeer"
+grep -q "no_device: topic 'hidpeer': GPU 0 (PCI 0000:10:00.0), where the topic's pools live, is not visible to this client on GPU 3 (PCI 0000:13:00.0): its CUDA_VISIBLE_DEVICES hides it" \
+	"$T/rgapsd.log" || fail "no PCI address or CUDA_VISIBLE_DEVICES in the peer refusal"
+out=$(CUDA_VISIBLE_DEVICES=1 "$CLIENT" attach pub hid --device 0) && fail "a publisher not seeing GPU 0 attached"
+grep -q "no_device: topic 'hid': a publisher writes the topic's pools on GPU 0 (PCI 0000:10:00.0), which this client on GPU 1 (PCI 0000:11:00.0) does not see (its CUDA_VISIBLE_DEVICES hides it)" \
+	"$T/rgapsd.log" || fail "no PCI address or CUDA_VISIBLE_DEVICES in the publisher refusal"
+grep -E "no_device: topic 'hid" "$T/rgapsd.log" | sed 's/^.*no_device/   no_device/'
+ok "refusals where no path exists name the GPU by PCI address and CUDA_VISIBLE_DEVICES (peer subscriber, publisher)"
+unset RGAPS_FAKE_CUDA_DRIVER
 
 stop_daemon
 ls /dev/shm | grep -q "rgaps-$INSTANCE-" && fail "segments left after SIGTERM"

@@ -138,39 +138,51 @@ static void on_whole(void *arg, uint32_t hop)
 	wholes[nwholes++] = hop;
 }
 
-static void test_copy(void **state)
+/*
+ * Copy a message to n replicas of the GPUs gpus (links already set) through
+ * ops, check every byte of each and that whole() came once per hop, in order.
+ */
+static void copy_and_check(int (*relay)(void *, const void *, size_t,
+					const struct rgaps_relay_hop *, uint32_t, size_t,
+					void (*)(void *, uint32_t), void *),
+			   const int32_t *gpus, uint32_t n, struct rgapsd_chain *c)
 {
-	struct rgaps_memory_ops ops = { .copy = fake_copy,
-					.copy_relay = fake_relay,
-					.host_register = fake_register,
-					.host_unregister = fake_unregister };
+	/* static: the chain keeps a pointer to the operations until its fini */
+	static struct rgaps_memory_ops ops = { .copy = fake_copy,
+					       .host_register = fake_register,
+					       .host_unregister = fake_unregister };
 	struct rgapsd_chain_hop hops[3];
-	struct rgapsd_chain c;
-	uint8_t src[4096], dst[3][4096];
+	static uint8_t src[4096], dst[3][4096];
 
+	ops.copy_relay = relay;
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 7 + 1);
+	rgapsd__chain_order(links, 0, gpus, n, hops);
+	for (uint32_t i = 0; i < n; i++) {
+		memset(dst[i], 0, sizeof(dst[i]));
+		hops[i].dst = dst[i];
+	}
+	rgapsd__chain_init(c, &ops, NULL, 1024, sizeof(src));
+	nwholes = relays = copies = 0;
+	assert_int_equal(rgapsd__chain_copy(c, src, sizeof(src), hops, n, on_whole, NULL), 0);
+	assert_int_equal(nwholes, n);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_memory_equal(dst[i], src, sizeof(src));
+		assert_int_equal(wholes[i], i);
+	}
+}
+
+static void test_copy(void **state)
+{
+	struct rgapsd_chain c;
+
 	/* 0 -> 1 -> 2 over links, 2 -> 3 through host memory. */
 	links_all(4, RGAPS_MEM_LINK_NVLINK);
 	unlink_pair(3, 0);
 	unlink_pair(3, 1);
 	unlink_pair(3, 2);
-	rgapsd__chain_order(links, 0, (int32_t[]){ 1, 2, 3 }, 3, hops);
-	assert_true(hops[2].via_host);
-	for (int i = 0; i < 3; i++) {
-		memset(dst[i], 0, sizeof(dst[i]));
-		hops[i].dst = dst[i];
-	}
-	rgapsd__chain_init(&c, &ops, NULL, 1024, sizeof(src));
-	nwholes = relays = copies = 0;
-	assert_int_equal(rgapsd__chain_copy(&c, src, sizeof(src), hops, 3, on_whole, NULL), 0);
-	for (int i = 0; i < 3; i++)
-		assert_memory_equal(dst[i], src, sizeof(src));
-	/* Every replica once, in chain order; one relay for the linked hops, two copies via host. */
-	assert_int_equal(nwholes, 3);
-	assert_int_equal(wholes[0], 0);
-	assert_int_equal(wholes[1], 1);
-	assert_int_equal(wholes[2], 2);
+	copy_and_check(fake_relay, (int32_t[]){ 1, 2, 3 }, 3, &c);
+	/* One relay for the linked hops, two copies (to and from host memory) for GPU 3. */
 	assert_int_equal(relays, 1);
 	assert_int_equal(copies, 2);
 	rgapsd__chain_fini(&c);
@@ -185,26 +197,11 @@ static int relay_unsupported(void *ctx, const void *src, size_t n,
 
 static void test_copy_without_relay(void **state)
 {
-	struct rgaps_memory_ops ops = { .copy = fake_copy,
-					.copy_relay = relay_unsupported,
-					.host_register = fake_register,
-					.host_unregister = fake_unregister };
-	struct rgapsd_chain_hop hops[2];
 	struct rgapsd_chain c;
-	uint8_t src[512], dst[2][512];
 
-	memset(src, 0x5a, sizeof(src));
-	links_all(3, RGAPS_MEM_LINK_NVLINK);
-	rgapsd__chain_order(links, 0, (int32_t[]){ 1, 2 }, 2, hops);
-	hops[0].dst = dst[0];
-	hops[1].dst = dst[1];
-	rgapsd__chain_init(&c, &ops, NULL, 64 << 10, sizeof(src));
-	nwholes = copies = 0;
 	/* A plugin from before copy_relay: each replica whole from the one before it. */
-	assert_int_equal(rgapsd__chain_copy(&c, src, sizeof(src), hops, 2, on_whole, NULL), 0);
-	assert_memory_equal(dst[0], src, sizeof(src));
-	assert_memory_equal(dst[1], src, sizeof(src));
-	assert_int_equal(nwholes, 2);
+	links_all(3, RGAPS_MEM_LINK_NVLINK);
+	copy_and_check(relay_unsupported, (int32_t[]){ 1, 2 }, 2, &c);
 	assert_int_equal(copies, 2);
 	assert_true(c.hop_by_hop);
 	rgapsd__chain_fini(&c);
