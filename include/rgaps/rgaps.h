@@ -97,8 +97,9 @@ typedef struct rgaps_subscriber rgaps_subscriber_t;
  * or its directory, ECONNRESET: the daemon hung up before answering, EINVAL:
  * bad topic name, EACCES: rgapsd refused the attach (the topic's allow-list),
  * ENOSPC: no publisher slot left, EPROTONOSUPPORT: daemon speaks another
- * protocol). rgaps_strerror() then tells the cause in words; its text for a
- * failed connect is kept per thread until that thread's next connect.
+ * protocol). rgaps_strerror() then tells the cause in words (the rule a
+ * topic name breaks, where the socket is and what is wrong with it, rgapsd's
+ * own reason for refusing).
  * A convenience: rgaps_publisher_init_ex() with no options.
  */
 rgaps_publisher_t *rgaps_publisher_init(const char *topic);
@@ -422,7 +423,14 @@ int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg, vo
  */
 int rgaps_query(const char *request_json, char **reply_json_p);
 
-/** Text for a (negative or positive) errno returned by this library. */
+/**
+ * Text for a (negative or positive) errno returned by this library. Called
+ * right after a call that failed with @p err, in the same thread, it gives that
+ * failure's cause where the library knows more than the errno: the rule a topic
+ * name breaks, the limit a message passes and the key that sets it, why the
+ * daemon's socket cannot be reached, rgapsd's reason for refusing an attach.
+ * The text is valid until the thread's next call of this library.
+ */
 const char *rgaps_strerror(int err);
 
 /**

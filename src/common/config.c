@@ -21,14 +21,69 @@ bool rgaps__name_char(char ch)
 
 bool rgaps_topic_name_valid(const char *name)
 {
+	return rgaps_topic_name_check(name, NULL, 0);
+}
+
+/* s for a message: printable ASCII as is, other bytes as \xNN, long ones cut with "..." */
+static const char *name_shown(const char *s, char *buf, size_t len)
+{
+	size_t i, n = 0;
+
+	for (i = 0; s[i] && n + 8 < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			buf[n++] = (char)c;
+		else
+			n += (size_t)snprintf(buf + n, len - n, "\\x%02x", c);
+	}
+	if (s[i])
+		n += (size_t)snprintf(buf + n, len - n, "...");
+	buf[n < len ? n : len - 1] = '\0';
+	return buf;
+}
+
+bool rgaps_topic_name_check(const char *name, char *why, size_t len)
+{
+	char shown[96], what[48];
 	size_t i;
 
-	if (!name || !name[0] || name[0] == '.' || name[0] == '-')
-		return false;
-	for (i = 0; name[i]; i++)
-		if (i >= RGAPS_TOPIC_NAME_MAX || !rgaps__name_char(name[i]))
-			return false;
+	if (!name) {
+		snprintf(what, sizeof(what), "no name");
+		goto bad;
+	}
+	if (!name[0]) {
+		snprintf(what, sizeof(what), "it is empty");
+		goto bad;
+	}
+	if (name[0] == '.' || name[0] == '-') {
+		snprintf(what, sizeof(what), "it starts with '%c'", name[0]);
+		goto bad;
+	}
+	for (i = 0; name[i]; i++) {
+		unsigned char c = (unsigned char)name[i];
+
+		if (rgaps__name_char(name[i]))
+			continue;
+		if (c > 0x20 && c < 0x7f)
+			snprintf(what, sizeof(what), "'%c' is not allowed", c);
+		else if (c == ' ')
+			snprintf(what, sizeof(what), "a space is not allowed");
+		else
+			snprintf(what, sizeof(what), "byte 0x%02x is not allowed%s", c,
+				 c >= 0x80 ? " (only ASCII)" : "");
+		goto bad;
+	}
+	if (i > RGAPS_TOPIC_NAME_MAX) {
+		snprintf(what, sizeof(what), "it is %zu bytes long", i);
+		goto bad;
+	}
 	return true;
+bad:
+	if (why && len)
+		snprintf(why, len, "'%s' is not a topic name (%s): " RGAPS_TOPIC_NAME_RULE,
+			 name ? name_shown(name, shown, sizeof(shown)) : "", what);
+	return false;
 }
 
 /* ------------------------------------------------------------------------ */

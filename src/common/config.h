@@ -70,6 +70,16 @@ void rgaps_topic_config_defaults(struct rgaps_topic_config *tc);
 
 /* Topic names: 1..63 of [A-Za-z0-9._-], not starting with '.' or '-'. */
 bool rgaps_topic_name_valid(const char *name);
+/* The rule in words, for every message that refuses a name. */
+#define RGAPS_TOPIC_NAME_RULE                                                                \
+	"a topic name is 1 to 63 characters of A-Z a-z 0-9 . _ -, not starting with '.' "  \
+	"or '-'"
+_Static_assert(RGAPS_TOPIC_NAME_MAX == 63, "RGAPS_TOPIC_NAME_RULE names the length");
+/*
+ * Whether name is a topic name; if not, why in words (what is wrong, then the
+ * rule) into why (nothing when why is NULL or len 0).
+ */
+bool rgaps_topic_name_check(const char *name, char *why, size_t len);
 /* A character of a name: A-Z a-z 0-9 . _ - */
 bool rgaps__name_char(char ch);
 

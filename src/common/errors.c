@@ -1,7 +1,8 @@
 /*
  * The table of stable wire error codes (see errors.h). Adding a row is fine;
  * renaming or removing one breaks clients and is never done. Also, for
- * librgaps, the words for a connect(2) to the daemon's socket that failed.
+ * librgaps, the reason for a thread's last failure in words (rgaps_strerror()),
+ * among them why a connect(2) to the daemon's socket failed.
  */
 #include "errors.h"
 
@@ -18,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "util.h"
 
 static const struct {
@@ -67,12 +69,33 @@ int rgaps__errcode_errno(const char *name)
 /* ------------------------------------------------------------------------ */
 /* librgaps: why the daemon's socket could not be reached                   */
 
-#define CONNECT_TEXT_MAX 768
+#define REASON_TEXT_MAX 768
 
 static __thread struct {
-	int err; /* the errno reported (positive); 0: the last connect succeeded */
-	char text[CONNECT_TEXT_MAX];
-} last_connect;
+	int err; /* the errno reported (positive); 0: none kept */
+	char text[REASON_TEXT_MAX];
+} last_reason;
+
+int rgaps__reason_set(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_reason.text, sizeof(last_reason.text), fmt, ap);
+	va_end(ap);
+	last_reason.err = abs(err);
+	return err;
+}
+
+void rgaps__reason_clear(void)
+{
+	last_reason.err = 0;
+}
+
+const char *rgaps__reason_text(int err)
+{
+	return err && abs(err) == last_reason.err ? last_reason.text : NULL;
+}
 
 /* True if this process holds group gid, as its effective or a supplementary group. */
 static bool holds_group(gid_t gid)
@@ -171,9 +194,10 @@ static void explain_denied(const char *path, char *out, size_t len)
 
 int rgaps__connect_failed(int err, const char *path)
 {
-	char *t = last_connect.text;
-	size_t len = sizeof(last_connect.text);
+	char t[REASON_TEXT_MAX];
+	size_t len = sizeof(t);
 	int report = err;
+	struct stat st;
 
 	switch (err) {
 	case ENOENT:
@@ -188,8 +212,16 @@ int rgaps__connect_failed(int err, const char *path)
 		explain_denied(path, t, len);
 		break;
 	case ECONNREFUSED:
-		snprintf(t, len, "nothing listens at %s: rgapsd is not running (it stopped "
-			 "without removing its socket, or is just starting)", path);
+		if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+			snprintf(t, len, "%s is %s, not rgapsd's socket: RGAPS_SOCKET (or --socket) "
+				 "must name the socket itself (rgapsd's --socket, by default %s)",
+				 path, S_ISDIR(st.st_mode)   ? "a directory" :
+				       S_ISREG(st.st_mode) ? "a regular file" :
+							     "not a socket",
+				 RGAPS_DEFAULT_SOCKET);
+		else
+			snprintf(t, len, "nothing listens at %s: rgapsd is not running (it stopped "
+				 "without removing its socket, or is just starting)", path);
 		break;
 	case ECONNRESET:
 	case ENOTCONN:
@@ -209,18 +241,7 @@ int rgaps__connect_failed(int err, const char *path)
 		snprintf(t, len, "cannot connect to rgapsd's socket %s: %s", path, strerror(err));
 		break;
 	}
-	last_connect.err = report;
-	return report;
-}
-
-void rgaps__connect_succeeded(void)
-{
-	last_connect.err = 0;
-}
-
-const char *rgaps__connect_error_text(int err)
-{
-	return err && abs(err) == last_connect.err ? last_connect.text : NULL;
+	return rgaps__reason_set(report, "%s", t);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -314,7 +314,7 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	struct rgapsd_member_spec spec = { .conn_id = rgapsd_conn_id(conn), .pid = cred->pid,
 					   .pool_dev = -1 };
 	struct rgapsd_topic *t;
-	char err[512];
+	char err[512], why[256];
 	cJSON *r;
 	int rc;
 	bool sub, created, grant_rw;
@@ -328,9 +328,8 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 			    c->topic->cfg.name);
 		return;
 	}
-	if (!name || !rgaps_topic_name_valid(name)) {
-		reply_error(d, conn, req, -EINVAL,
-			    "bad topic name: 1-63 of [A-Za-z0-9._-], not starting with '.' or '-'");
+	if (!rgaps_topic_name_check(name, why, sizeof(why))) {
+		reply_error(d, conn, req, -EINVAL, "%s", why);
 		return;
 	}
 	if (!role || (strcmp(role, "pub") != 0 && strcmp(role, "sub") != 0)) {

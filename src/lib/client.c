@@ -196,6 +196,12 @@ static int request(int fd, cJSON *req, int timeout_ms, cJSON **reply_p, int *fds
 		rgaps_debug("rgapsd refused the request: %s: %s",
 			    cJSON_IsString(code) ? code->valuestring : "?",
 			    cJSON_IsString(msg) ? msg->valuestring : "?");
+		/* rgapsd's own words, with the text of the errno, for rgaps_strerror() */
+		if (cJSON_IsString(msg)) {
+			rgaps__reason_clear();
+			rgaps__reason_set(r, "%s (rgapsd: %.400s)", rgaps_strerror(r),
+					  msg->valuestring);
+		}
 		if (keep_error_reply) {
 			*reply_p = reply;
 			reply = NULL;
@@ -245,7 +251,7 @@ int rgaps__connect(void)
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		/* The cause in words for rgaps_strerror(); EACCES becomes EPERM (errors.h). */
 		r = -rgaps__connect_failed(errno, path);
-		rgaps_debug("%s", rgaps__connect_error_text(r));
+		rgaps_debug("%s", rgaps__reason_text(r));
 		close(fd);
 		return r;
 	}
@@ -259,9 +265,9 @@ int rgaps__connect(void)
 	if (r == -ECONNRESET || r == -ENOTCONN || r == -ETIMEDOUT) {
 		/* Hung up or silent before its hello reply: told like a failed connect. */
 		r = -rgaps__connect_failed(-r, path);
-		rgaps_debug("%s", rgaps__connect_error_text(r));
+		rgaps_debug("%s", rgaps__reason_text(r));
 	} else {
-		rgaps__connect_succeeded(); /* the daemon answered: its own code says the rest */
+		rgaps__reason_clear(); /* the daemon answered: its own code says the rest */
 	}
 	if (r) {
 		close(fd);
@@ -732,8 +738,10 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 	a->role = role;
 	a->my_device = -1;
 	pthread_mutex_init(&a->lock, NULL);
-	if (!topic || !rgaps_topic_name_valid(topic))
-		return -EINVAL;
+	rgaps__reason_clear();
+	if (!rgaps_topic_name_check(topic, err, sizeof(err)))
+		return rgaps__reason_set(-EINVAL, "%s", err);
+	snprintf(a->topic, sizeof(a->topic), "%s", topic);
 	if (opts) {
 		if (opts->struct_size < offsetof(rgaps_attach_opts_t, device) + sizeof(opts->device) ||
 		    opts->struct_size > 4096 || opts->device < -1 || opts->device > 1023)

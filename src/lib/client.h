@@ -64,6 +64,7 @@ struct rgaps__attach {
 	struct rgaps_loaded_plugin *mem;
 	struct rgaps_mem_region pool; /* publisher: our pool */
 	bool have_pool;
+	char topic[64];	      /* its name, for messages */
 	char memory_name[32];
 	/* GPUs by this process's ordinals (rgapsd's differ where CUDA_VISIBLE_DEVICES does) */
 	struct rgaps__gpu_view gpus;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/config.h"
+#include "../common/errors.h"
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -56,6 +58,52 @@ static int effective_timeout(const rgaps_publisher_t *pub, int timeout_ms)
 	return timeout_ms < 0 ? (int)pub->a.lim.block_timeout_ms : timeout_ms;
 }
 
+/*
+ * A loan or push of size bytes that failed with r, waiting at most timeout_ms:
+ * the reason in words for rgaps_strerror() where the errno alone does not say
+ * which limit was met and what to change. Returns r.
+ */
+static int pub_failed(const rgaps_publisher_t *pub, int r, size_t size, int timeout_ms)
+{
+	const struct rgaps_topic_limits *lim = &pub->a.lim;
+	char max[32], pool[32], when[64];
+
+	switch (r) {
+	case -EMSGSIZE:
+		rgaps_format_size(lim->max_message_size, max, sizeof(max));
+		return rgaps__reason_set(r,
+					 "a message of %zu bytes is larger than topic '%s''s "
+					 "max_message_size of %s: send smaller messages, or raise "
+					 "max_message_size in the topic's configuration "
+					 "(docs/CONFIG.md)",
+					 size, pub->a.topic, max);
+	case -ETIMEDOUT:
+	case -EAGAIN:
+		rgaps_format_size(lim->pool_size, pool, sizeof(pool));
+		if (r == -ETIMEDOUT)
+			snprintf(when, sizeof(when), "timed out after %d ms waiting for", timeout_ms);
+		else
+			snprintf(when, sizeof(when), "no room now (timeout 0: not waiting) for");
+		return rgaps__reason_set(
+			r,
+			"%s room for a message of %zu bytes in topic '%s': its pool (%s) or queue "
+			"(%u entries) is full of messages that subscribers %s; `rgaps stats %s` "
+			"shows each subscriber's lag and holds",
+			when, size, pub->a.topic, pool, lim->queue_depth,
+			lim->overflow == RGAPS_OVERFLOW_BLOCK ?
+				"have not yet taken or still hold (overflow \"block\" waits for "
+				"them, up to block_timeout_ms)" :
+				"still hold",
+			pub->a.topic);
+	case -ENOBUFS:
+		return rgaps__reason_set(r,
+					 "this publisher holds %u loans already (max_loans): commit "
+					 "or cancel one first",
+					 lim->max_loans);
+	}
+	return r;
+}
+
 /* Options a caller may pass (struct_size: those it knows of); NULL: the defaults. */
 static int read_opts(const rgaps_pub_opts_t *in, rgaps_pub_opts_t *out)
 {
@@ -79,9 +127,11 @@ RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int t
 
 	if (!pub || !loan_p)
 		return -EINVAL;
-	r = rgaps_pub_loan(pub->a.pub, size, effective_timeout(pub, timeout_ms), &token, &off);
+	rgaps__reason_clear();
+	timeout_ms = effective_timeout(pub, timeout_ms);
+	r = rgaps_pub_loan(pub->a.pub, size, timeout_ms, &token, &off);
 	if (r)
-		return r;
+		return pub_failed(pub, r, size, timeout_ms);
 	loan_p->data = (uint8_t *)pub->a.pool.base + off;
 	loan_p->size = size;
 	loan_p->token = token;
@@ -97,25 +147,29 @@ static int push_in_order(rgaps_publisher_t *pub, size_t size, const void *device
 static int commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size, uint64_t ts,
 		  const rgaps_pub_opts_t *o, int timeout_ms)
 {
-	if (o->stream)
-		return commit_fenced(pub, loan, size, o, ts, timeout_ms);
 	struct rgaps_pub_commit c = {
 		.ts_ns = ts,
 		.attrs = o->attrs,
 		.attr_len = (uint32_t)o->attr_len,
 	};
+	int r;
 
-	return rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+	if (o->stream)
+		r = commit_fenced(pub, loan, size, o, ts, timeout_ms);
+	else
+		r = rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+	return r;
 }
 
 RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size,
 					   const rgaps_pub_opts_t *opts)
 {
 	rgaps_pub_opts_t o;
-	int r;
+	int r, t;
 
 	if (!pub || !loan)
 		return -EINVAL;
+	rgaps__reason_clear();
 	r = read_opts(opts, &o);
 	if (!r && size > loan->size)
 		r = -EINVAL;
@@ -126,8 +180,9 @@ RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t 
 		rgaps_pub_cancel(pub->a.pub, loan->token);
 		return r;
 	}
-	return commit(pub, loan, size, rgaps_now_ns(CLOCK_REALTIME), &o,
-		      effective_timeout(pub, o.timeout_ms));
+	t = effective_timeout(pub, o.timeout_ms);
+	r = commit(pub, loan, size, rgaps_now_ns(CLOCK_REALTIME), &o, t);
+	return r ? pub_failed(pub, r, size, t) : 0;
 }
 
 RGAPS_EXPORT int rgaps_publisher_commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size)
@@ -142,16 +197,27 @@ RGAPS_EXPORT int rgaps_publisher_cancel(rgaps_publisher_t *pub, rgaps_loan_t *lo
 	return rgaps_pub_cancel(pub->a.pub, loan->token);
 }
 
+/* What is left of timeout t (ms; < 0: none) since start. */
+static int remaining_ms(int t, uint64_t start)
+{
+	uint64_t spent = (rgaps_now_ns(CLOCK_MONOTONIC) - start) / 1000000;
+
+	if (t <= 0)
+		return t;
+	return spent >= (uint64_t)t ? 0 : t - (int)spent;
+}
+
 RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 					 const void *device_ptr, const rgaps_pub_opts_t *opts)
 {
-	uint64_t ts = rgaps_now_ns(CLOCK_REALTIME), start, spent;
+	uint64_t ts = rgaps_now_ns(CLOCK_REALTIME), start;
 	rgaps_pub_opts_t o;
 	rgaps_loan_t loan;
 	int r, t;
 
 	if (!pub || !device_ptr)
 		return -EINVAL;
+	rgaps__reason_clear();
 	r = read_opts(opts, &o);
 	if (r)
 		return r;
@@ -169,10 +235,8 @@ RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 		return r;
 	}
 	/* The commit may wait for a queue entry: only for what is left of the timeout. */
-	spent = (rgaps_now_ns(CLOCK_MONOTONIC) - start) / 1000000;
-	if (t > 0)
-		t = spent >= (uint64_t)t ? 0 : t - (int)spent;
-	return commit(pub, &loan, size, ts, &o, t);
+	r = commit(pub, &loan, size, ts, &o, remaining_ms(t, start));
+	return r ? pub_failed(pub, r, size, t) : 0;
 }
 
 RGAPS_EXPORT int rgaps_publisher_push_timeout(rgaps_publisher_t *pub, size_t size,
@@ -189,16 +253,6 @@ RGAPS_EXPORT int rgaps_publisher_push(rgaps_publisher_t *pub, size_t size, const
 }
 
 /* ---------------------------------------------------------------- stream order */
-
-/* What is left of timeout t (ms; < 0: none) since start. */
-static int remaining_ms(int t, uint64_t start)
-{
-	uint64_t spent = (rgaps_now_ns(CLOCK_MONOTONIC) - start) / 1000000;
-
-	if (t <= 0)
-		return t;
-	return spent >= (uint64_t)t ? 0 : t - (int)spent;
-}
 
 /*
  * Publish a loan whose bytes are being written by work queued on stream:
@@ -272,7 +326,8 @@ static int push_in_order(rgaps_publisher_t *pub, size_t size, const void *device
 		rgaps_pub_cancel(pub->a.pub, loan.token);
 		return r;
 	}
-	return commit_fenced(pub, &loan, size, o, ts, remaining_ms(t, start));
+	r = commit_fenced(pub, &loan, size, o, ts, remaining_ms(t, start));
+	return r ? pub_failed(pub, r, size, t) : 0;
 }
 
 RGAPS_EXPORT int rgaps_publisher_push_async(rgaps_publisher_t *pub, size_t size,

@@ -1,9 +1,10 @@
 /*
  * rgaps_strerror(): errno values in the words of rgaps where the generic text
  * would mislead (ENOBUFS means "release or cancel first" here, not "kernel out
- * of buffers"). A connect to the daemon's socket that failed in this thread is
- * told with its cause and the path (errors.h, rgaps__connect_failed()): no
- * socket, which directory denies access and what to do, nobody listening.
+ * of buffers"). The last failure of this thread, when the library kept its
+ * reason (errors.h, rgaps__reason_set()), is told in its own words: a bad topic
+ * name and the rule, a message over the topic's limit and the key, a socket
+ * that cannot be reached and why, rgapsd's reason for refusing an attach.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,10 +16,10 @@
 
 RGAPS_EXPORT const char *rgaps_strerror(int err)
 {
-	const char *connect_text = rgaps__connect_error_text(err);
+	const char *reason = rgaps__reason_text(err);
 
-	if (connect_text)
-		return connect_text;
+	if (reason)
+		return reason;
 	switch (abs(err)) {
 	case 0:
 		return "success";
@@ -44,7 +45,9 @@ RGAPS_EXPORT const char *rgaps_strerror(int err)
 	case EAGAIN:
 		return "nothing available now (try again)";
 	case ETIMEDOUT:
-		return "timed out waiting for room or a message";
+		return "timed out: no message came in time (take), or no room for one in the "
+		       "topic's pool or queue (publish: its subscribers have not yet taken or "
+		       "released earlier messages)";
 	case EPROTO:
 		return "unexpected reply from rgapsd";
 	case EINVAL:
