@@ -537,6 +537,7 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 {
 	const struct rgaps_topic_config *tc = rgapsd__topic_configured(d, name);
 	struct rgapsd_topic *t = calloc(1, sizeof(*t));
+	char pool[32], msg[32];
 	void *hdr;
 	int r;
 
@@ -602,8 +603,11 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 	t->next = d->topics;
 	d->topics = t;
 	d->ntopics++;
-	rgaps_info("topic '%s' created: memory %s, pool %llu bytes per publisher, queue %u, %s%s",
-		   name, t->mem->name, (unsigned long long)t->cfg.pool_size, t->cfg.queue_depth,
+	rgaps_format_size(t->cfg.pool_size, pool, sizeof(pool));
+	rgaps_format_size(t->cfg.max_message_size, msg, sizeof(msg));
+	rgaps_info("topic '%s' created: memory %s, pool %s per publisher, max_message_size %s, "
+		   "queue %u, %s%s",
+		   name, t->mem->name, pool, msg, t->cfg.queue_depth,
 		   t->cfg.overflow == RGAPS_OVERFLOW_BLOCK ? "overflow block" : "overflow drop_oldest",
 		   tc ? "" : " (defaults)");
 	*t_p = t;
