@@ -120,17 +120,10 @@ static const char *cfg_show(const char *s, char *buf, size_t len)
 }
 
 
+/* The same words as every other refusal of a name (config.h). */
 static bool check_topic_name(const char *s, char *why, size_t len)
 {
-	char shown[80];
-
-	if (rgaps_topic_name_valid(s))
-		return true;
-	snprintf(why, len,
-		 "'%s' is not a valid topic name (1 to %d of A-Z a-z 0-9 . _ -, "
-		 "not starting with '.' or '-')",
-		 cfg_show(s, shown, sizeof(shown)), RGAPS_TOPIC_NAME_MAX);
-	return false;
+	return rgaps_topic_name_check(s, why, len);
 }
 
 static bool check_not_empty(const char *s, char *why, size_t len)
@@ -1354,7 +1347,7 @@ static int cfg_load_topic(struct rgapsd_config *cfg, struct topic_files *tf, con
 			  const char *fname, char *err, size_t errlen)
 {
 	struct rgaps_topic_config tc = cfg->topic_defaults;
-	char stem[NAME_MAX + 1], shown[80], why[CFG_WHY_MAX], *buf;
+	char stem[NAME_MAX + 1], why[CFG_WHY_MAX], rule[CFG_WHY_MAX - 64], *buf;
 	size_t len;
 	int rc;
 
@@ -1371,9 +1364,10 @@ static int cfg_load_topic(struct rgapsd_config *cfg, struct topic_files *tf, con
 	if (rc)
 		return rc;
 	if (!tc.name[0]) {
+		rgaps_topic_name_check(stem, rule, sizeof(rule));
 		snprintf(why, sizeof(why),
-			 "the file name gives '%s', which is not a valid topic name; set \"name\" "
-			 "or rename the file", cfg_show(stem, shown, sizeof(shown)));
+			 "the file name gives no topic name: %s; set \"name\" or rename the file",
+			 rule);
 		return cfg_fail_key(err, errlen, path, "", "name", why);
 	}
 	rc = rgaps_topic_config_validate(&tc, path, err, errlen);

@@ -177,7 +177,7 @@ static void test_defaults_without_file(void **state)
 	/* The defaults pass validation once the topic has a name, and only then. */
 	assert_int_equal(rgaps_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)),
 			 -EINVAL);
-	check_err(fx->err, "defaults", "name", "is not a valid topic name");
+	check_err(fx->err, "defaults", "name", "is not a topic name");
 	snprintf(tc.name, sizeof(tc.name), "t");
 	assert_int_equal(rgaps_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)), 0);
 	rgapsd_config_free(&cfg);
@@ -595,12 +595,14 @@ static const struct reject rejects[] = {
 
 	/* topic names */
 	{ NULL, "bad name.json", "{}", "name",
-	  "the file name gives 'bad name', which is not a valid topic name" },
-	{ NULL, "-x.json", "{}", "name", "the file name gives '-x'" },
+	  "the file name gives no topic name: 'bad name' is not a topic name (a space is not "
+	  "allowed): a topic name is 1 to 63 characters of A-Z a-z 0-9 . _ -, not starting with "
+	  "'.' or '-'; set" },
+	{ NULL, "-x.json", "{}", "name", "the file name gives no topic name: '-x'" },
 	{ NULL, "bad name.json", "{\"name\": \"good\"}", NULL, NULL }, /* a name rescues it */
-	{ NULL, NULL, "{\"name\": \"-x\"}", "name", "'-x' is not a valid topic name" },
-	{ NULL, NULL, "{\"name\": \"\"}", "name", "'' is not a valid topic name" },
-	{ NULL, NULL, "{\"name\": \"a/b\"}", "name", "'a/b' is not a valid topic name" },
+	{ NULL, NULL, "{\"name\": \"-x\"}", "name", "'-x' is not a topic name (it starts with '-')" },
+	{ NULL, NULL, "{\"name\": \"\"}", "name", "'' is not a topic name (it is empty)" },
+	{ NULL, NULL, "{\"name\": \"a/b\"}", "name", "'a/b' is not a topic name ('/' is not allowed)" },
 	{ NULL, NULL,
 	  "{\"name\": \"0123456789012345678901234567890123456789012345678901234567890123\"}",
 	  "name", "is too long (64 bytes, at most 63)" },
