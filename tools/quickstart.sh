@@ -151,7 +151,7 @@ test)
 	# forwarder, copy and stage workers, clients against the loop), not those that
 	# only feed the loop thread hostile or excessive input (plain and ASan run those):
 	# they took half of its time.
-	tsan_only_input='attack_shm|peer_flood|big_replies|limits_connections|limits_frames|limits_replies|limits_topics|visibility|bad_input|connect_errors|config|oracle-cli|harness|topic_idle|sd_notify|prometheus|top'
+	tsan_only_input='attack_shm|peer_flood|big_replies|limits_connections|limits_frames|limits_replies|limits_topics|visibility|bad_input|connect_errors|config|oracle-cli|harness|topic_idle|sd_notify|prometheus|top|cli'
 	# (By name: meson runs the tests that match a name and a --suite, not either.)
 	mapfile -t tsan_tests < <(meson test -C build-tsan --list --no-rebuild --suite unit \
 		--suite integration 2>/dev/null | sed -n 's|^.* / ||p' | grep -vxE "$tsan_only_input")

@@ -57,7 +57,7 @@ start_daemon --config "$T/ok.json"
 "$RGAPS" pub cam --count 1 --size 1KiB >/dev/null || fail "publish on configured topic"
 s=$(stat_json cam | flat)
 [ "$(jnum "$s" depth)" = 16 ] || fail "topic config not applied (queue depth): $s"
-expect_exit 1 "$RGAPS" pub cam --count 1 --size 2MiB
+expect_exit 2 "$RGAPS" pub cam --count 1 --size 2MiB # refused before publishing: a usage error
 grep -q "larger than" "$T/expect.out" || fail "oversized message not refused clearly: $(cat "$T/expect.out")"
 ok "topics.d applied (queue depth 16, 1 MiB message limit enforced: $(grep -m1 'larger than' "$T/expect.out"))"
 stop_daemon

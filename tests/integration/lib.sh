@@ -249,8 +249,8 @@ end_bg() {
 }
 
 # stop_bg NAME [SIGNAL [CODE]]: signal the bg job's program (default SIGINT: the tools
-# end cleanly on it), wait for it, and require exit CODE (default 0; `rgaps sub` says 4
-# when it was stopped before its --count).
+# end cleanly on it), wait for it, and require exit CODE (default 0; `rgaps pub` and
+# `rgaps sub` say 130 when SIGINT stopped them before their --count).
 stop_bg() {
 	local name=$1 sig=${2:-INT} want=${3:-0} pid kids rc=0
 	pid=$(bg_pid "$name")

@@ -100,7 +100,7 @@ for fault in magic oversize offset order outside; do
 	# the session): either ends the wait (one predicate, so neither waits out the other's time).
 	wait_until 20 corrupt_stopped ||
 		fail "the corrupt record was not stopped ($fault): $(tail -5 "$T/A.log")"
-	stop_bg "h$fault" INT 4
+	stop_bg "h$fault" INT 130
 	n=$(sub_field "h$fault" received)
 	expect_sub "h$fault" mismatched=0 verified="$n"
 	[ "$n" -le 3 ] || fail "$fault: subscriber got $n messages, at most the 3 before the fault"

@@ -10,13 +10,16 @@
 
 #include "../../src/common/config.h"
 #include "../../src/common/futex.h"
+#include "rgaps_build_config.h"
+
+const char tool_version[] = RGAPS_VERSION;
+const char tool_topic_name_rule[] = RGAPS_TOPIC_NAME_RULE;
 
 volatile sig_atomic_t tool_interrupted;
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	tool_interrupted = 1;
+	tool_interrupted = sig;
 }
 
 void tool_catch_signals(void)

@@ -8,7 +8,8 @@
  *   - clocks and sleeps;
  *   - size strings ("256MiB"), parsed and formatted as rgapsd does;
  *   - futex waits between the processes of a benchmark, on one word or on several;
- *   - where librgaps finds rgapsd ($RGAPS_SOCKET, else the default socket).
+ *   - where librgaps finds rgapsd ($RGAPS_SOCKET, else the default socket);
+ *   - the version, and the rule for topic names, as rgapsd states them.
  */
 #ifndef RGAPS_TOOLS_TOOL_H
 #define RGAPS_TOOLS_TOOL_H
@@ -23,7 +24,7 @@
 #define TOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define TOOL_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
-/* Set by SIGINT, SIGTERM and SIGHUP once tool_catch_signals() ran. */
+/* The signal that came (SIGINT, SIGTERM or SIGHUP) once tool_catch_signals() ran; else 0. */
 extern volatile sig_atomic_t tool_interrupted;
 void tool_catch_signals(void);
 
@@ -51,6 +52,10 @@ void tool_futex_wake_all(uint32_t *word);
 #define TOOL_WAIT_ANY_MAX 8
 int tool_futex_wait_any(uint32_t *const *words, const uint32_t *seen, uint32_t n,
 			int64_t timeout_ns);
+
+/* "rgaps 0.2.0"'s number, and the rule for topic names in words. */
+extern const char tool_version[];
+extern const char tool_topic_name_rule[];
 
 /* The socket librgaps connects to: $RGAPS_SOCKET when set and not empty, else the default. */
 const char *tool_socket(void);

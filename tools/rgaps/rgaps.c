@@ -22,10 +22,58 @@
 #include "rgaps/rgaps.h"
 #include "tool.h"
 
+#define EXIT_USAGE 2
+/* 128 + the signal, as a shell reports a job it stopped: 130 for ^C (SIGINT) */
+#define EXIT_INTERRUPTED (128 + tool_interrupted)
+
+/* A size for OPT: "4096", "64KiB", "16MiB" (binary units, as in the configuration). */
 static int parse_size_arg(const char *opt, const char *s, uint64_t *v)
 {
 	if (tool_parse_size(s, v) != 0) {
-		fprintf(stderr, "rgaps: %s: cannot parse size '%s'\n", opt, s);
+		fprintf(stderr,
+			"rgaps: %s: '%s' is not a size (a whole number of bytes, with an optional "
+			"unit: 4096, 64KiB, 16MiB, 1GiB)\n",
+			opt, s);
+		return -1;
+	}
+	return 0;
+}
+
+/* --size BYTES or MIN-MAX, each at least the pattern's header. */
+static int parse_size_range(const char *arg, uint64_t *min_p, uint64_t *max_p)
+{
+	char buf[64], *dash;
+
+	if ((size_t)snprintf(buf, sizeof(buf), "%s", arg) >= sizeof(buf))
+		return parse_size_arg("--size", arg, min_p);
+	/* a dash after the first character separates MIN from MAX; a leading one is a sign */
+	dash = buf[0] ? strchr(buf + 1, '-') : NULL;
+	if (dash)
+		*dash = 0;
+	if (parse_size_arg("--size", buf, min_p) ||
+	    (dash && parse_size_arg("--size", dash + 1, max_p)))
+		return -1;
+	if (!dash)
+		*max_p = *min_p;
+	if (*min_p < RGAPS_PATTERN_HDR || *max_p < *min_p) {
+		fprintf(stderr,
+			"rgaps: --size %s: a message is at least %u bytes (the payload's header), "
+			"and in MIN-MAX, MIN <= MAX\n",
+			arg, RGAPS_PATTERN_HDR);
+		return -1;
+	}
+	return 0;
+}
+
+/* A number for OPT (seconds, milliseconds, a rate): finite, >= 0. */
+static int parse_number(const char *opt, const char *s, double *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(*v) || *v < 0) {
+		fprintf(stderr, "rgaps: %s: '%s' is not a number >= 0\n", opt, s);
 		return -1;
 	}
 	return 0;
@@ -47,15 +95,52 @@ static double pow_ratio(uint64_t max, uint64_t min, double f)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: rgaps COMMAND [options]\n"
-		"  pub TOPIC --count N --size BYTES[-MAXBYTES] [--rate HZ] [--wait-subscribers N]\n"
-		"            [--timeout SEC] [--loan] [--fixed-payload]\n"
-		"  sub TOPIC --count N [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
+		"usage: rgaps [--socket PATH] COMMAND [options]\n"
+		"  pub TOPIC [--count N] [--size BYTES[-MAXBYTES]] [--rate HZ]\n"
+		"            [--wait-subscribers N [--timeout SEC]] [--loan] [--fixed-payload]\n"
+		"      publish N messages (default 1) of BYTES (default 4KiB; MIN-MAX: sizes\n"
+		"      spread between them) whose payload is derived from their place in the\n"
+		"      stream; --rate: at most HZ messages a second; --wait-subscribers: first\n"
+		"      wait up to --timeout SEC (default 30) for N subscribers\n"
+		"  sub TOPIC [--count N] [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
 		"            [--latency]\n"
-		"  topics [--json]\n"
-		"  stats [TOPIC] [--json | --prometheus]\n"
-		"The daemon is found at $RGAPS_SOCKET (default %s).\n",
-		tool_default_socket());
+		"      take N messages (default 1); --verify checks every byte and each\n"
+		"      message's place; stops after SEC seconds (default 30) without a message\n"
+		"  topics [--json]          the daemon's topics, pools and subscribers\n"
+		"  stats [TOPIC] [--json | --prometheus]   every counter\n"
+		"  --socket PATH            rgapsd's control socket (else $RGAPS_SOCKET, else %s)\n"
+		"  --version, --help\n"
+		"Exit status: 0 done; 1 failed; 2 bad usage; 3 sub: a message failed --verify;\n"
+		"4 sub: stopped (--timeout) before N messages; 5 sub: messages lost (see\n"
+		"--allow-gaps); 130 interrupted (SIGINT, SIGTERM) before N messages.\n"
+		"Topic names: %s. Manual: rgaps(1).\n",
+		tool_default_socket(), tool_topic_name_rule);
+}
+
+/*
+ * The topic of pub or sub: the one argument getopt left (options may come before or
+ * after it). NULL, with the reason printed, if there is none or more than one.
+ */
+static const char *topic_arg(const char *cmd, int argc, char **argv)
+{
+	if (optind >= argc) {
+		fprintf(stderr, "rgaps %s: no topic given (rgaps %s TOPIC [options])\n", cmd, cmd);
+		return NULL;
+	}
+	if (optind + 1 < argc) {
+		fprintf(stderr, "rgaps %s: one topic only: '%s' and then '%s'\n", cmd, argv[optind],
+			argv[optind + 1]);
+		return NULL;
+	}
+	return argv[optind];
+}
+
+/* An option getopt did not know: say which, and that a topic cannot start with '-'. */
+static int bad_option(const char *cmd, char **argv)
+{
+	fprintf(stderr, "rgaps %s: unknown option or missing value '%s' (see rgaps --help; %s)\n",
+		cmd, argv[optind - 1], "topic names do not start with '-'");
+	return EXIT_USAGE;
 }
 
 /* ---------------------------------------------------------------- queries */
@@ -69,6 +154,31 @@ static int query(const char *type, const char *topic, cJSON **reply_p)
 	if (r)
 		fprintf(stderr, "rgaps: %s: %s\n", type, err);
 	return r;
+}
+
+/*
+ * A size as rgapsd writes sizes: exact when it is a whole number of its unit ("64MiB",
+ * "1000B"), else to a tenth of the largest unit it holds ("12.5MiB").
+ */
+static const char *size_text(double v, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	double x = v;
+	int u = -1;
+
+	if (!(v >= 0) || v > 1e18) {
+		snprintf(buf, len, "%.0f", v);
+		return buf;
+	}
+	tool_format_size((uint64_t)v, buf, len);
+	if (v < 1024 || buf[strlen(buf) - 2] == 'i') /* exact in KiB or above */
+		return buf;
+	while (x >= 1024 && u < 3) {
+		x /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f%s", x, units[u]);
+	return buf;
 }
 
 static double num(const cJSON *o, const char *k)
@@ -95,6 +205,22 @@ static const char *gpus_of(const cJSON *t, char *buf, size_t len)
 				      cJSON_IsString(role) ? role->valuestring : "?");
 	}
 	return buf[0] ? buf : "-";
+}
+
+/* Messages outlive their publisher: say whose the pool and queue still hold. */
+static void draining_note(const cJSON *t)
+{
+	double n = num(cJSON_GetObjectItem(t, "queue"), "draining");
+	double history = num(cJSON_GetObjectItem(t, "config"), "history");
+
+	if (n <= 0)
+		return;
+	if (history > 0 && num(t, "publishers") == 0)
+		printf("  (of them, the stream of the publisher that left last, kept for late "
+		       "joiners: history %.0f)\n", history);
+	else
+		printf("  (of them, %.0f stream%s of publishers that left, kept until every "
+		       "subscriber has read them, 30 s at most)\n", n, n == 1 ? "" : "s");
 }
 
 static int cmd_topics(int argc, char **argv, bool stats)
@@ -135,17 +261,19 @@ static int cmd_topics(int argc, char **argv, bool stats)
 	}
 	arr = cJSON_GetObjectItem(reply, "topics");
 	if (!stats) {
-		printf("%-24s %-6s %5s %5s %12s %12s %12s  %s\n", "TOPIC", "MEMORY", "PUBS", "SUBS",
+		printf("%-24s %-6s %5s %5s %12s %10s %10s  %s\n", "TOPIC", "MEMORY", "PUBS", "SUBS",
 		       "PUBLISHED", "POOL_USED", "POOL_SIZE", "GPUS");
 		cJSON_ArrayForEach(t, arr)
 		{
-			char gpus[256];
+			char gpus[256], used[32], size[32];
 
-			printf("%-24s %-6s %5.0f %5.0f %12.0f %12.0f %12.0f  %s\n",
+			printf("%-24s %-6s %5.0f %5.0f %12.0f %10s %10s  %s\n",
 			       cJSON_GetObjectItem(t, "name")->valuestring,
 			       cJSON_GetObjectItem(t, "memory")->valuestring, num(t, "publishers"),
-			       num(t, "subscribers"), num(t, "published"), num(t, "pool_used"),
-			       num(t, "pool_size"), gpus_of(t, gpus, sizeof(gpus)));
+			       num(t, "subscribers"), num(t, "published"),
+			       size_text(num(t, "pool_used"), used, sizeof(used)),
+			       size_text(num(t, "pool_size"), size, sizeof(size)),
+			       gpus_of(t, gpus, sizeof(gpus)));
 		}
 	} else {
 		cJSON *d = cJSON_GetObjectItem(reply, "daemon");
@@ -160,6 +288,7 @@ static int cmd_topics(int argc, char **argv, bool stats)
 			cJSON *c = cJSON_GetObjectItem(t, "counters");
 			cJSON *p = cJSON_GetObjectItem(t, "pool");
 			cJSON *q = cJSON_GetObjectItem(t, "queue");
+			char used[32], size[32];
 			cJSON *s;
 
 			printf("topic %s (%s): %.0f pubs, %.0f subs\n",
@@ -171,10 +300,11 @@ static int cmd_topics(int argc, char **argv, bool stats)
 			       num(c, "published"), num(c, "published_bytes"), num(c, "taken"),
 			       num(c, "dropped"), num(c, "drops_total"), num(c, "full_waits"),
 			       num(c, "timeouts"));
-			printf("  pool %.0f/%.0f bytes used, %.0f blocks, fragmentation %.2f; "
-			       "queue %.0f/%.0f\n",
-			       num(p, "used_bytes"), num(p, "size"), num(p, "used_blocks"),
+			printf("  pool %s of %s used, %.0f blocks, fragmentation %.2f; queue %.0f/%.0f\n",
+			       size_text(num(p, "used_bytes"), used, sizeof(used)),
+			       size_text(num(p, "size"), size, sizeof(size)), num(p, "used_blocks"),
 			       num(p, "fragmentation"), num(q, "used"), num(q, "depth"));
+			draining_note(t);
 			cJSON_ArrayForEach(s, cJSON_GetObjectItem(t, "gpus"))
 			{
 				cJSON *why = cJSON_GetObjectItem(s, "why");
@@ -215,8 +345,11 @@ static int wait_subscribers(const char *topic, int want, double deadline)
 			return 0;
 		usleep(20 * 1000);
 	}
-	fprintf(stderr, "rgaps pub: fewer than %d subscribers on '%s' before the timeout\n", want,
-		topic);
+	if (tool_interrupted)
+		fprintf(stderr, "rgaps pub: interrupted while waiting for %d subscribers\n", want);
+	else
+		fprintf(stderr, "rgaps pub: fewer than %d subscribers on '%s' within --timeout\n",
+			want, topic);
 	return -1;
 }
 
@@ -234,6 +367,85 @@ static int parse_count(const char *opt, const char *s, uint64_t *v)
 	return 0;
 }
 
+/* The topic's settings that pub and sub check their options against; 0 or -errno. */
+static int topic_info(rgaps_publisher_t *pub, rgaps_subscriber_t *sub, rgaps_topic_info_t *info)
+{
+	*info = (rgaps_topic_info_t){ .struct_size = sizeof(*info) };
+	return pub ? rgaps_publisher_info(pub, info) : rgaps_subscriber_info(sub, info);
+}
+
+struct pub_opts {
+	uint64_t count, smin, smax, want_subs;
+	double rate, timeout;
+	bool loan, fixed;
+};
+
+/* Everything `rgaps pub` can refuse before it publishes: EXIT_USAGE or 0. */
+static int pub_check(const char *topic, rgaps_publisher_t *pub, const struct pub_opts *o)
+{
+	rgaps_topic_info_t info;
+	char max[32];
+	int r = topic_info(pub, NULL, &info);
+
+	if (r) {
+		fprintf(stderr, "rgaps pub: topic '%s': %s\n", topic, rgaps_strerror(r));
+		return 1;
+	}
+	/* This tool touches payloads from the CPU: loans on a GPU pool are device memory. */
+	if (o->loan && info.memory == RGAPS_MEMORY_CUDA) {
+		fprintf(stderr, "rgaps pub: topic '%s' lives in GPU memory: --loan would write "
+				"device memory from the CPU; use push (default)\n", topic);
+		return EXIT_USAGE;
+	}
+	/* Refused at once, before a buffer of that size is made and filled. */
+	if (o->smax > info.max_message_size) {
+		tool_format_size(info.max_message_size, max, sizeof(max));
+		fprintf(stderr,
+			"rgaps pub: --size: a message of %" PRIu64 " bytes is larger than topic "
+			"'%s''s max_message_size of %s: send smaller messages, or raise "
+			"max_message_size in the topic's configuration (docs/CONFIG.md)\n",
+			o->smax, topic, max);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* The size of the next message: log-uniform in [smin, smax], so small and large both occur. */
+static uint64_t next_size(const struct pub_opts *o)
+{
+	uint64_t size;
+
+	if (o->smax == o->smin)
+		return o->smin;
+	size = (uint64_t)((double)o->smin * pow_ratio(o->smax, o->smin, (double)rand() / RAND_MAX));
+	return size < o->smin ? o->smin : size > o->smax ? o->smax : size;
+}
+
+/*
+ * Publish one message whose payload's counter is seq, its place in this
+ * publisher's stream (what `sub --verify` checks it against). 0 or -errno.
+ */
+static int publish_one(rgaps_publisher_t *pub, const struct pub_opts *o, uint8_t *buf,
+		       uint64_t size, uint64_t seq)
+{
+	rgaps_loan_t l;
+	int r;
+
+	if (o->loan) {
+		r = rgaps_publisher_loan(pub, size, -1, &l);
+		if (r)
+			return r;
+		rgaps_pattern_fill(l.data, size, seq);
+		return rgaps_publisher_commit(pub, &l, size);
+	}
+	/* --fixed-payload: fill once (throughput runs; not verifiable after the first) */
+	if (!o->fixed)
+		rgaps_pattern_fill(buf, size, seq);
+	else if (seq == 0)
+		rgaps_pattern_fill(buf, o->smax, 0);
+	return rgaps_publisher_push(pub, size, buf);
+}
+
 static int cmd_pub(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -246,139 +458,96 @@ static int cmd_pub(int argc, char **argv)
 		{ "fixed-payload", no_argument, NULL, 'F' },
 		{ 0 },
 	};
-	bool fixed = false;
-	uint64_t count = 1, smin = 4096, smax = 4096, failures = 0, bytes = 0, published = 0;
-	double rate = 0, timeout = 30, t0, t1;
-	int want_subs = 0, c, r = 0;
-	bool loan = false;
+	struct pub_opts o = { .count = 1, .smin = 4096, .smax = 4096, .timeout = 30 };
+	uint64_t failures = 0, bytes = 0, published = 0, i;
+	int c, r = 0, last_err = 0, rc;
 	rgaps_publisher_t *pub;
 	const char *topic;
+	double t0, t1;
 	uint8_t *buf;
 
-	if (argc < 2 || argv[1][0] == '-') {
-		usage(stderr);
-		return 2;
-	}
-	topic = argv[1];
-	optind = 2;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		char *dash;
-
 		switch (c) {
 		case 'n':
-			if (parse_count("--count", optarg, &count))
-				return 2;
+			if (parse_count("--count", optarg, &o.count))
+				return EXIT_USAGE;
 			break;
 		case 's':
-			dash = strchr(optarg, '-');
-			if (dash) {
-				*dash = 0;
-				if (parse_size_arg("--size", optarg, &smin) ||
-				    parse_size_arg("--size", dash + 1, &smax))
-					return 2;
-			} else {
-				if (parse_size_arg("--size", optarg, &smin))
-					return 2;
-				smax = smin;
-			}
+			if (parse_size_range(optarg, &o.smin, &o.smax))
+				return EXIT_USAGE;
 			break;
 		case 'r':
-			rate = atof(optarg);
+			if (parse_number("--rate", optarg, &o.rate))
+				return EXIT_USAGE;
 			break;
 		case 'w':
-			want_subs = atoi(optarg);
+			if (parse_count("--wait-subscribers", optarg, &o.want_subs))
+				return EXIT_USAGE;
 			break;
 		case 't':
-			timeout = atof(optarg);
+			if (parse_number("--timeout", optarg, &o.timeout))
+				return EXIT_USAGE;
 			break;
 		case 'L':
-			loan = true;
+			o.loan = true;
 			break;
 		case 'F':
-			fixed = true;
+			o.fixed = true;
 			break;
 		default:
-			usage(stderr);
-			return 2;
+			return bad_option("pub", argv);
 		}
 	}
-	if (smin < RGAPS_PATTERN_HDR || smax < smin) {
-		fprintf(stderr, "rgaps pub: --size must be >= %u bytes (and MIN <= MAX)\n",
-			RGAPS_PATTERN_HDR);
-		return 2;
-	}
+	topic = topic_arg("pub", argc, argv);
+	if (!topic)
+		return EXIT_USAGE;
 	pub = rgaps_publisher_init(topic);
 	if (!pub) {
-		fprintf(stderr, "rgaps pub: cannot attach to '%s': %s\n", topic,
-			rgaps_strerror(errno));
-		return 1;
+		r = errno;
+		fprintf(stderr, "rgaps pub: cannot attach to '%s': %s\n", topic, rgaps_strerror(r));
+		return r == EINVAL ? EXIT_USAGE : 1;
 	}
-	{
-		rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-
-		/* This tool touches payloads from the CPU: loans on a GPU pool are device memory. */
-		if (loan && rgaps_publisher_info(pub, &info) == 0 && info.memory == RGAPS_MEMORY_CUDA) {
-			fprintf(stderr, "rgaps pub: topic '%s' lives in GPU memory: --loan would write "
-					"device memory from the CPU; use push (default)\n", topic);
-			rgaps_publisher_destroy(pub);
-			return 2;
-		}
+	rc = pub_check(topic, pub, &o);
+	buf = rc ? NULL : malloc(o.loan ? 1 : o.smax);
+	if (!rc && !buf) {
+		fprintf(stderr, "rgaps pub: no memory for a buffer of %" PRIu64 " bytes\n", o.smax);
+		rc = 1;
 	}
-	buf = malloc(smax);
-	if (!buf) {
-		rgaps_publisher_destroy(pub);
-		return 1;
-	}
-	if (want_subs && wait_subscribers(topic, want_subs, tool_now_s() + timeout)) {
+	if (!rc && o.want_subs &&
+	    wait_subscribers(topic, (int)TOOL_MIN(o.want_subs, INT32_MAX), tool_now_s() + o.timeout))
+		rc = tool_interrupted ? EXIT_INTERRUPTED : 1;
+	if (rc) {
 		free(buf);
 		rgaps_publisher_destroy(pub);
-		return 1;
+		return rc;
 	}
 	srand(12345);
 	t0 = tool_now_s();
-	for (uint64_t i = 0; i < count && !tool_interrupted; i++) {
-		uint64_t size = smin;
+	for (i = 0; i < o.count && !tool_interrupted; i++) {
+		uint64_t size = next_size(&o);
 
-		if (smax > smin) {
-			/* log-uniform sizes so small and large messages both occur */
-			double f = (double)rand() / RAND_MAX;
-
-			size = (uint64_t)((double)smin * pow_ratio(smax, smin, f));
-			size = size < smin ? smin : size > smax ? smax : size;
-		}
-		if (loan) {
-			rgaps_loan_t l;
-
-			r = rgaps_publisher_loan(pub, size, -1, &l);
-			if (r == 0) {
-				rgaps_pattern_fill(l.data, size, i);
-				r = rgaps_publisher_commit(pub, &l, size);
-			}
-		} else {
-			/* --fixed-payload: fill once (throughput runs; not verifiable after the first) */
-			if (!fixed)
-				rgaps_pattern_fill(buf, size, i);
-			else if (i == 0)
-				rgaps_pattern_fill(buf, smax, 0);
-			r = rgaps_publisher_push(pub, size, buf);
-		}
+		r = publish_one(pub, &o, buf, size, published);
 		if (r == -EINTR && tool_interrupted)
-			break; /* stopped while it waited for room: not a failure */
+			break; /* stopped while it waited for room */
 		if (r) {
+			/* Each kind of failure in full once; the count says how often. */
+			if (r != last_err)
+				fprintf(stderr, "rgaps pub: message %" PRIu64 " (%" PRIu64 " bytes): %s\n",
+					i, size, rgaps_strerror(r));
+			last_err = r;
 			failures++;
-			fprintf(stderr, "rgaps pub: message %" PRIu64 " (%" PRIu64 " bytes): %s\n", i,
-				size, rgaps_strerror(r));
-			if (r == -ENOTCONN)
+			/* The daemon is gone, or the topic will never take this size. */
+			if (r == -ENOTCONN || r == -EMSGSIZE)
 				break;
 			continue;
 		}
 		bytes += size;
 		published++;
-		if (rate > 0) {
-			double next = t0 + (double)(i + 1) / rate, now = tool_now_s();
+		if (o.rate > 0) {
+			double next = t0 + (double)(i + 1) / o.rate, now = tool_now_s();
 
 			if (next > now)
-				usleep((useconds_t)((next - now) * 1e6));
+				usleep((useconds_t)TOOL_MIN((next - now) * 1e6, 1e9));
 		}
 	}
 	t1 = tool_now_s();
@@ -388,6 +557,14 @@ static int cmd_pub(int argc, char **argv)
 	       (double)bytes / (1 << 20) / (t1 - t0), failures);
 	free(buf);
 	rgaps_publisher_destroy(pub);
+	if (i < o.count && tool_interrupted) {
+		fprintf(stderr, "rgaps pub: interrupted: %" PRIu64 " of %" PRIu64
+				" messages published\n", published, o.count);
+		return EXIT_INTERRUPTED;
+	}
+	if (failures)
+		fprintf(stderr, "rgaps pub: %" PRIu64 " of %" PRIu64 " messages published, %" PRIu64
+				" failed\n", published, o.count, failures);
 	return failures ? 1 : 0;
 }
 
@@ -497,96 +674,102 @@ static int cmd_sub(int argc, char **argv)
 		{ 0 },
 	};
 	struct subscriber_state st = { 0 };
+	rgaps_topic_info_t tinfo;
+	char why[384];
 	bool latency = false;
 	double *lat = NULL;
 	uint64_t count = 1, received = 0, verified = 0, bad = 0, gaps = 0, drops = 0, bytes = 0;
 	uint64_t first_seq = 0, last_seq = 0;
-	double timeout = 30, deadline, t0 = 0;
+	double timeout = 30, hold_ms = 0, deadline, t0 = 0;
 	bool verify = false, allow_gaps = false;
-	int c, hold_ms = 0, rc;
+	const char *ended = NULL; /* why it stopped before count, in words */
+	int c, rc;
 	rgaps_subscriber_t *sub;
 	const char *topic;
 
-	if (argc < 2 || argv[1][0] == '-') {
-		usage(stderr);
-		return 2;
-	}
-	topic = argv[1];
-	optind = 2;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			if (parse_count("--count", optarg, &count))
-				return 2;
+				return EXIT_USAGE;
 			break;
 		case 'v':
 			verify = true;
 			break;
 		case 't':
-			timeout = atof(optarg);
+			if (parse_number("--timeout", optarg, &timeout))
+				return EXIT_USAGE;
 			break;
 		case 'g':
 			allow_gaps = true;
 			break;
 		case 'H':
-			hold_ms = atoi(optarg);
+			if (parse_number("--hold-ms", optarg, &hold_ms))
+				return EXIT_USAGE;
 			break;
 		case 'T':
 			latency = true;
 			break;
 		default:
-			usage(stderr);
-			return 2;
+			return bad_option("sub", argv);
 		}
 	}
+	topic = topic_arg("sub", argc, argv);
+	if (!topic)
+		return EXIT_USAGE;
 	if (latency) {
 		lat = calloc(count ? count : 1, sizeof(*lat));
-		if (!lat)
+		if (!lat) {
+			fprintf(stderr, "rgaps sub: no memory for %" PRIu64 " latency samples\n", count);
 			return 1;
+		}
 	}
 	sub = rgaps_subscriber_init(topic);
 	if (!sub) {
-		fprintf(stderr, "rgaps sub: cannot attach to '%s': %s\n", topic,
-			rgaps_strerror(errno));
+		rc = errno;
+		fprintf(stderr, "rgaps sub: cannot attach to '%s': %s\n", topic, rgaps_strerror(rc));
 		free(lat);
-		return 1;
+		return rc == EINVAL ? EXIT_USAGE : 1;
 	}
-	{
-		rgaps_topic_info_t info = { .struct_size = sizeof(info) };
-
-		if ((verify || hold_ms) && rgaps_subscriber_info(sub, &info) == 0 &&
-		    info.memory == RGAPS_MEMORY_CUDA && verify) {
-			fprintf(stderr, "rgaps sub: topic '%s' lives in GPU memory: --verify reads "
-					"payloads from the CPU; use tests/gpu/gpu-sub to verify on the GPU\n",
-				topic);
-			rgaps_subscriber_destroy(sub);
-			free(lat);
-			return 2;
-		}
+	if (verify && topic_info(NULL, sub, &tinfo) == 0 && tinfo.memory == RGAPS_MEMORY_CUDA) {
+		fprintf(stderr, "rgaps sub: topic '%s' lives in GPU memory: --verify reads "
+				"payloads from the CPU; use tests/gpu/gpu-sub to verify on the GPU\n",
+			topic);
+		rgaps_subscriber_destroy(sub);
+		free(lat);
+		return EXIT_USAGE;
 	}
 	printf("subscribed to %s\n", topic);
 	fflush(stdout);
+	/* --timeout: how long to wait for the next message, not for all of them */
 	deadline = tool_now_s() + timeout;
 	rc = 0;
 	/* --count N: stop once N messages are accounted for, received or reported lost */
-	while (received + gaps + drops < count && !tool_interrupted) {
+	while (received + gaps + drops < count) {
 		rgaps_msg_info_t info = { .struct_size = sizeof(info) };
 		double left = deadline - tool_now_s();
 		struct vstream *v;
 		rgaps_msg_t m;
 		int r;
 
-		if (left <= 0)
-			break;
-		r = rgaps_subscriber_take(sub, &m, (int)(left * 1000) + 1);
-		if (r == -ETIMEDOUT)
-			break;
-		if (r == -EINTR)
-			continue;
-		if (r) {
-			fprintf(stderr, "rgaps sub: take: %s\n", rgaps_strerror(r));
+		if (tool_interrupted) {
+			ended = "interrupted";
 			break;
 		}
+		if (left <= 0) {
+			snprintf(why, sizeof(why), "no message for %g s (--timeout)", timeout);
+			ended = why;
+			break;
+		}
+		r = rgaps_subscriber_take(sub, &m, (int)TOOL_MIN(left * 1000 + 1, INT32_MAX));
+		if (r == -ETIMEDOUT || r == -EINTR)
+			continue; /* the checks above say which */
+		if (r) {
+			snprintf(why, sizeof(why), "take failed: %s", rgaps_strerror(r));
+			ended = why;
+			break;
+		}
+		deadline = tool_now_s() + timeout;
 		r = rgaps_msg_info(sub, &m, &info);
 		v = r ? NULL : stream_of(&st, info.stream);
 		if (!v) {
@@ -631,8 +814,8 @@ static int cmd_sub(int argc, char **argv)
 			else
 				bad++;
 		}
-		if (hold_ms)
-			usleep((useconds_t)hold_ms * 1000);
+		if (hold_ms > 0)
+			usleep((useconds_t)TOOL_MIN(hold_ms * 1000, 1e9));
 		rgaps_subscriber_release(sub, &m);
 	}
 	printf("received %" PRIu64 " verified %" PRIu64 " mismatched %" PRIu64 " gaps %" PRIu64
@@ -654,37 +837,86 @@ static int cmd_sub(int argc, char **argv)
 	free(lat);
 	free(st.streams);
 	rgaps_subscriber_destroy(sub);
+	if (ended)
+		fprintf(stderr, "rgaps sub: stopped: %s; %" PRIu64 " of %" PRIu64
+				" messages accounted for (received or reported lost)\n",
+			ended, received + gaps + drops, count);
 	if (rc)
 		return rc;
 	if (bad)
 		return 3;
 	if (received + gaps + drops < count)
-		return 4;
+		return tool_interrupted ? EXIT_INTERRUPTED : 4;
 	if ((gaps || drops) && !allow_gaps)
 		return 5;
 	return 0;
 }
 
+/*
+ * --socket PATH (or --socket=PATH), anywhere before a "--": taken out of argv and
+ * given to librgaps as $RGAPS_SOCKET. Returns the new argc, or -1 if PATH is missing.
+ */
+static int take_socket_option(int argc, char **argv)
+{
+	int i, n = 1;
+
+	for (i = 1; i < argc; i++) {
+		const char *path = NULL;
+
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strncmp(argv[i], "--socket=", 9) == 0) {
+			path = argv[i] + 9;
+		} else if (strcmp(argv[i], "--socket") == 0) {
+			if (i + 1 >= argc)
+				return -1;
+			path = argv[++i];
+		} else {
+			argv[n++] = argv[i];
+			continue;
+		}
+		setenv("RGAPS_SOCKET", path, 1);
+	}
+	for (; i < argc; i++)
+		argv[n++] = argv[i];
+	argv[n] = NULL;
+	return n;
+}
+
 int main(int argc, char **argv)
 {
+	const char *cmd;
+
 	tool_catch_signals(); /* a take or a sleep ends at SIGINT / SIGTERM */
+	opterr = 0;	      /* bad_option() says what was wrong */
+	argc = take_socket_option(argc, argv);
+	if (argc < 0) {
+		fprintf(stderr, "rgaps: --socket needs a PATH\n");
+		return EXIT_USAGE;
+	}
 	if (argc < 2) {
 		usage(stderr);
-		return 2;
+		return EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "pub") == 0)
-		return cmd_pub(argc - 1, argv + 1);
-	if (strcmp(argv[1], "sub") == 0)
-		return cmd_sub(argc - 1, argv + 1);
-	if (strcmp(argv[1], "topics") == 0)
-		return cmd_topics(argc - 2, argv + 2, false);
-	if (strcmp(argv[1], "stats") == 0)
-		return cmd_topics(argc - 2, argv + 2, true);
-	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+	cmd = argv[1];
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
 		usage(stdout);
 		return 0;
 	}
-	fprintf(stderr, "rgaps: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return 2;
+	if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+		printf("rgaps %s\n", tool_version);
+		return 0;
+	}
+	/* getopt from the command on: argv[0] is its name */
+	if (strcmp(cmd, "pub") == 0)
+		return cmd_pub(argc - 1, argv + 1);
+	if (strcmp(cmd, "sub") == 0)
+		return cmd_sub(argc - 1, argv + 1);
+	if (strcmp(cmd, "topics") == 0)
+		return cmd_topics(argc - 2, argv + 2, false);
+	if (strcmp(cmd, "stats") == 0)
+		return cmd_topics(argc - 2, argv + 2, true);
+	fprintf(stderr, "rgaps: unknown command '%s' (pub, sub, topics, stats; rgaps --help)\n",
+		cmd);
+	return EXIT_USAGE;
 }
