@@ -42,6 +42,7 @@ struct top {
 	int scroll[TOP_NUM_SECTIONS];
 	int hscroll;
 	bool reachable;
+	bool legend;	     /* '?': the meaning of each column instead of a section */
 	char error[256];     /* why the last poll failed */
 	time_t last_ok;	     /* wall clock of the last good poll */
 	bool colors;
@@ -59,8 +60,11 @@ static void usage(FILE *f)
 		"                     rates in each frame cover the interval before it\n"
 		"  -s, --sort KEY     name, msg, bytes, drops or lag (default msg)\n"
 		"  -S, --socket PATH  the daemon's control socket (default $RGAPS_SOCKET, else %s)\n"
+		"  -L, --legend       print what each column shows, and exit\n"
+		"  -V, --version      print the version, and exit\n"
 		"Keys: q quit, t topics, p peers, tab switch, s/S sort, arrows PgUp PgDn Home End\n"
-		"scroll, r poll now.\n",
+		"scroll (the first column stays), r poll now, ? what each column shows.\n"
+		"The screen needs a terminal; without one, rgaps-top exits 1 (use --batch).\n",
 		tool_default_socket());
 }
 
@@ -107,7 +111,7 @@ static int run_batch(struct top *t, int frames)
 {
 	struct top_frame f = { 0 };
 
-	for (int i = 1; i <= frames && !tool_interrupted; i++) {
+	for (int i = 1; i <= frames; i++) {
 		char when[16];
 
 		tool_sleep_ms(t->interval_ms);
@@ -141,7 +145,8 @@ static int run_batch(struct top *t, int frames)
 		if (fflush(stdout) != 0)
 			return 1;
 	}
-	return 0;
+	/* fewer frames than asked for: stopped by a signal, as the shell reports it */
+	return tool_interrupted ? 128 + tool_interrupted : 0;
 }
 
 /* ---------------------------------------------------------------- screen */
@@ -158,19 +163,25 @@ static attr_t attr_of(const struct top *t, enum top_attr a)
 	}
 }
 
-/* One line at row @p y: the text from column hscroll on, clipped to the screen. */
-static void put_line(int y, const char *text, int hscroll, attr_t attr)
+/*
+ * One line at row @p y, clipped to the screen: its first @p freeze characters (a
+ * table's first column) in place, then the rest from column freeze + hscroll on.
+ */
+static void put_line(int y, const struct top_line *l, int hscroll, attr_t attr)
 {
-	size_t len = strlen(text);
+	size_t len = strlen(l->text), keep = l->freeze > 0 ? (size_t)l->freeze : 0;
 
 	if (y < 0 || y >= LINES || COLS <= 0)
 		return;
 	move(y, 0);
 	clrtoeol();
-	if ((size_t)hscroll >= len)
-		return;
+	keep = keep < len ? keep : len;
+	if (hscroll == 0 || keep >= (size_t)COLS)
+		keep = 0; /* not scrolled, or the first column alone fills the screen */
 	attron(attr);
-	addnstr(text + hscroll, COLS);
+	addnstr(l->text, (int)keep);
+	if (keep + (size_t)hscroll < len)
+		addnstr(l->text + keep + hscroll, COLS - (int)keep);
 	attroff(attr);
 }
 
@@ -202,7 +213,7 @@ static void draw(struct top *t)
 
 	top_render_header(&head, t->cur.stats);
 	if (head.n)
-		put_line(1, head.lines[0].text, 0, A_BOLD);
+		put_line(1, &head.lines[0], 0, A_BOLD);
 	top_frame_clear(&head);
 
 	fmt_clock(when, sizeof(when), t->last_ok);
@@ -215,9 +226,13 @@ static void draw(struct top *t)
 			 t->cur.t_s - t->prev.t_s);
 	else
 		snprintf(line, sizeof(line), "polled at %s, rates from the next poll", when);
-	put_line(2, line, 0, t->reachable ? A_NORMAL : attr_of(t, TOP_ATTR_ALERT));
+	put_line(2, &(struct top_line){ .text = line }, 0,
+		 t->reachable ? A_NORMAL : attr_of(t, TOP_ATTR_ALERT));
 
-	top_render_section(&body, t->section, t->sort, &t->prev, &t->cur);
+	if (t->legend)
+		top_render_legend(&body);
+	else
+		top_render_section(&body, t->section, t->sort, &t->prev, &t->cur);
 	if (body.oom)
 		top_frame_printf(&body, TOP_ATTR_ALERT, "(out of memory: lines are missing)");
 	maxs = body_h > 0 && (int)body.n > body_h ? (int)body.n - body_h : 0;
@@ -237,12 +252,12 @@ static void draw(struct top *t)
 
 		if (l >= body.n)
 			break;
-		put_line(body_y + i, body.lines[l].text, t->hscroll, attr_of(t, body.lines[l].attr));
+		put_line(body_y + i, &body.lines[l], t->hscroll, attr_of(t, body.lines[l].attr));
 	}
 	top_frame_clear(&body);
 	snprintf(line, sizeof(line),
 		 " q quit  t topics  p peers  tab switch  s sort  arrows PgUp PgDn scroll  r poll"
-		 "   [line %d%s]",
+		 "  ? columns   [line %d%s]",
 		 t->scroll[t->section] + 1, maxs > t->scroll[t->section] ? ", more below" : "");
 	put_bar(LINES - 1, line);
 	refresh();
@@ -264,14 +279,19 @@ static bool on_key(struct top *t, int ch)
 	case 'q':
 	case 'Q':
 		return false;
+	case '?':
+		t->legend = !t->legend;
+		break;
 	case 't':
 	case 'T':
+		t->legend = false;
 		if (t->section == TOP_SECTION_TOPICS)
 			t->scroll[t->section] = 0;
 		t->section = TOP_SECTION_TOPICS;
 		break;
 	case 'p':
 	case 'P':
+		t->legend = false;
 		if (t->section == TOP_SECTION_PEERS)
 			t->scroll[t->section] = 0;
 		t->section = TOP_SECTION_PEERS;
@@ -374,6 +394,13 @@ static int run_screen(struct top *t)
 	}
 	endwin();
 	delscreen(scr);
+	/* q or ^C end the view; a lost terminal (SIGHUP) or a SIGTERM is reported as such */
+	if (tool_interrupted == SIGHUP || tool_interrupted == SIGTERM) {
+		fprintf(stderr, "rgaps-top: %s\n", tool_interrupted == SIGHUP ?
+						      "the terminal went away (SIGHUP)" :
+						      "stopped (SIGTERM)");
+		return 128 + tool_interrupted;
+	}
 	return 0;
 }
 
@@ -417,13 +444,16 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, NULL, 'b' },
 		{ "sort", required_argument, NULL, 's' },
 		{ "socket", required_argument, NULL, 'S' },
+		{ "legend", no_argument, NULL, 'L' },
+		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	struct top_frame legend = { 0 };
 	struct top t = { .interval_ms = 1000, .sort = TOP_SORT_MSG_RATE };
 	int c, batch = 0, rc;
 
-	while ((c = getopt_long(argc, argv, "i:1b:s:S:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "i:1b:s:S:LVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'i':
 			if (parse_int("--interval", optarg, MIN_INTERVAL_MS, MAX_INTERVAL_MS,
@@ -448,6 +478,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'L':
+			top_render_legend(&legend);
+			for (size_t l = 0; l < legend.n; l++)
+				puts(legend.lines[l].text);
+			top_frame_clear(&legend);
+			return 0;
+		case 'V':
+			printf("rgaps-top %s\n", tool_version);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -2,7 +2,8 @@
  * Unit tests of rgaps-top's view (top_view.c): number formatting, rates from
  * two polls (and none across a daemon restart), sorting, the state-machine
  * occupancy, and replies with fields missing or of the wrong type, which
- * must print "-" and never crash.
+ * must print "-" and never crash; the topics table fits 120 columns, the
+ * first column stays when scrolling, and every column title is explained.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,7 +147,7 @@ static void test_topic_rates(void **state)
 
 	assert_non_null(strstr(out, "rgapsd 0.1.0  instance tx"));
 	assert_non_null(l);
-	/* TOPIC MEM PUBS SUBS MSG/S BYTES/S MSGS BYTES POOL_USED POOL% QUEUE DROPS GAPS MAX_LAG:
+	/* TOPIC MEM PUBS SUBS MSG/S BYTES/S MSGS BYTES POOL POOL% QUEUE DROPS GAPS MAX_LAG:
 	 * 200 messages, 2000 bytes in 2 s; 300 total; pool 25%; queue 3/64; no peers; lag 7 */
 	assert_string_equal(tok(l, 1), "host");
 	assert_string_equal(tok(l, 2), "0");
@@ -278,21 +280,21 @@ static void test_peers(void **state)
 	char *out = render(prev, cur, 2.0, TOP_SECTION_PEERS, TOP_SORT_BYTE_RATE);
 	const char *l;
 
-	l = line_of(out, "10.0.0.2:7000  down");
+	l = line_of(out, "10.0.0.2:7000 down");
 	assert_non_null(l);
 	/* PEER LINK STATE REC_SENT REC_LANDED REC/S TX_B/S RX_B/S CREDIT_STALLS CQ_OVERFLOWS */
-	l = line_of(out, "10.0.0.2:7000  tcp");
+	l = line_of(out, "10.0.0.2:7000 tcp");
 	assert_string_equal(tok(l, 3), "30");
 	assert_string_equal(tok(l, 5), "10");	  /* 20 records in 2 s */
 	assert_string_equal(tok(l, 6), "1.0KiB"); /* 2048 bytes in 2 s */
 	assert_string_equal(tok(l, 9), "1");
-	assert_null(line_of(out, "10.0.0.2:7000  verbs"));
+	assert_null(line_of(out, "10.0.0.2:7000 verbs"));
 	/* taken 30-29 = 1, queued 29-25-1 = 3, sent 25-20 = 5; released 20, dropped 1 */
 	l = line_of(out, "sender: ");
 	assert_non_null(l);
 	assert_string_equal(l, "sender: in flight: taken 1, queued 3, sent 5; "
 			       "finished: released 20, dropped 1");
-	l = line_of(out, "sender   queued->dropped");
+	l = line_of(out, "sender  queued->dropped");
 	assert_string_equal(tok(l, 2), "1");
 	assert_string_equal(tok(l, 3), "0.5"); /* new since the last poll: 1 in 2 s */
 	free(out);
@@ -300,6 +302,129 @@ static void test_peers(void **state)
 	out = render(NULL, "{\"topics\":[]}", 1.0, TOP_SECTION_PEERS, TOP_SORT_NAME);
 	assert_non_null(strstr(out, "no peers section"));
 	free(out);
+}
+
+/* A frame of every section of cur (prev: the poll before), for the layout tests. */
+static void render_frame(struct top_frame *f, const char *prev_json, const char *cur_json)
+{
+	struct top_sample prev = { .stats = cJSON_Parse(prev_json), .t_s = 10 };
+	struct top_sample cur = { .stats = cJSON_Parse(cur_json), .t_s = 12 };
+
+	assert_non_null(prev.stats);
+	assert_non_null(cur.stats);
+	for (int s = 0; s < TOP_NUM_SECTIONS; s++)
+		top_render_section(f, (enum top_section)s, TOP_SORT_NAME, &prev, &cur);
+	assert_false(f->oom);
+	cJSON_Delete(prev.stats);
+	cJSON_Delete(cur.stats);
+}
+
+/* A stats reply with every table filled: two topics (GPUs on one), a peer, a ring. */
+#define FULL_TOPIC(name, pub)                                                                \
+	"{\"name\":\"" name "\",\"memory\":\"cuda\",\"subscribers\":12,\"publishers\":3,"     \
+	"\"counters\":{\"published\":" #pub ",\"published_bytes\":" #pub "000000,"               \
+	"\"drops_total\":123456,\"taken\":" #pub ",\"released\":1,\"retired\":1,"              \
+	"\"loans\":1,\"cancelled\":1,\"dropped\":1,\"unrouted\":1,\"full_waits\":99999,"       \
+	"\"timeouts\":1,\"reclaimed_holds\":1,\"reclaimed_loans\":1,\"bad_regions\":0},"        \
+	"\"queue\":{\"depth\":1024,\"used\":1000},"                                               \
+	"\"pool\":{\"size\":4294967296,\"used_bytes\":3500000000,\"fragmentation\":0.25},"       \
+	"\"latency_us\":{\"p50\":12345,\"p99\":123456},\"from_peers\":{\"messages\":5,"        \
+	"\"bytes\":500,\"refused\":0,\"gaps\":77},"                                               \
+	"\"gpus\":[{\"device\":1,\"role\":\"replica\",\"link\":\"nvlink\",\"sub_count\":4,"     \
+	"\"pub_count\":0,\"copies\":9,\"bytes\":900,\"lost\":0}],"                                \
+	"\"subscriber_slots\":[{\"slot\":11,\"pid\":4194304,\"taken\":" #pub ",\"lag\":1000,"    \
+	"\"holds\":16,\"drops\":0,\"latency_us\":{\"p50\":1,\"p99\":2}}],"                       \
+	"\"publisher_slots\":[{\"slot\":2,\"pid\":4194303,\"published\":" #pub ",\"loans\":1}]}"
+#define FULL_PEERS(rec)                                                                      \
+	"\"peers\":{\"listen\":\"10.0.0.1:7000\",\"sessions\":[{\"name\":\"10.0.0.2:7000\","       \
+	"\"up\":true,\"sessions\":1,\"reconnects\":0,\"rtt_ms\":0.2,\"link_downs\":0,"           \
+	"\"subscribes\":[\"camera-front-left\"],\"links\":{\"tcp\":{\"state\":\"up\","           \
+	"\"records_sent\":" #rec ",\"records_landed\":1,\"bytes_sent\":1,\"bytes_landed\":1}}}],"   \
+	"\"rings\":[{\"topic\":\"camera-front-left\",\"direction\":\"out\",\"peer\":"           \
+	"\"10.0.0.2:7000\",\"transport\":\"tcp\",\"ready\":true,\"ring_id\":1,\"records\":"      \
+	#rec "}],\"forwarders\":[{\"topic\":\"camera-front-left\",\"forwarded\":" #rec "}],"      \
+	"\"state_machine\":{\"sender\":{\"->taken\":" #rec ",\"taken->sent\":1}}}"
+
+static const char full_prev[] = "{" DAEMON(1) ",\"topics\":[" FULL_TOPIC("camera-front-left", 1)
+				"," FULL_TOPIC("depth", 1) "]," FULL_PEERS(1) "}";
+static const char full_cur[] = "{" DAEMON(3) ",\"topics\":["
+			       FULL_TOPIC("camera-front-left", 9999999) ","
+			       FULL_TOPIC("depth", 9999999) "]," FULL_PEERS(99) "}";
+
+/* The main topics table of a busy topic with a 17-character name fits a 120-column terminal. */
+static void test_topics_fit_120(void **state)
+{
+	struct top_frame f = { 0 };
+	size_t i;
+
+	render_frame(&f, full_prev, full_cur);
+	for (i = 0; i < f.n && strncmp(f.lines[i].text, "TOPIC ", 6) != 0; i++)
+		;
+	assert_true(i + 2 < f.n);
+	for (size_t k = i; k < i + 3; k++) { /* the titles and both rows */
+		if (strlen(f.lines[k].text) > 120)
+			fail_msg("%zu columns: %s", strlen(f.lines[k].text), f.lines[k].text);
+	}
+	assert_non_null(strstr(f.lines[i].text, "P99_US"));
+	top_frame_clear(&f);
+}
+
+/* Every line of a table keeps its first column (and the gap after it) in place when scrolled. */
+static void test_first_column_frozen(void **state)
+{
+	struct top_frame f = { 0 };
+	int tables = 0;
+
+	render_frame(&f, full_prev, full_cur);
+	for (size_t i = 0; i < f.n; i++) {
+		const struct top_line *l = &f.lines[i];
+		size_t first = strcspn(l->text, " ");
+
+		if (!l->columns)
+			continue;
+		tables++;
+		/* the titles and every row of the table after them */
+		assert_true(i + 1 < f.n && f.lines[i + 1].freeze > 0 && !f.lines[i + 1].columns);
+		for (size_t k = i; k < f.n && f.lines[k].freeze && (k == i || !f.lines[k].columns);
+		     k++) {
+			assert_int_equal(f.lines[k].freeze, f.lines[i].freeze);
+			assert_true((size_t)f.lines[k].freeze > first);
+			assert_true(f.lines[k].text[f.lines[k].freeze - 1] == ' ' ||
+				    strlen(f.lines[k].text) < (size_t)f.lines[k].freeze);
+		}
+	}
+	assert_true(tables >= 8);
+	/* text that is no table scrolls whole */
+	assert_int_equal(f.lines[0].freeze, 0);
+	top_frame_clear(&f);
+}
+
+/* Every column title of every table has a meaning in the legend ('?', --legend). */
+static void test_legend_covers_columns(void **state)
+{
+	struct top_frame f = { 0 }, legend = { 0 };
+	int titles = 0;
+
+	render_frame(&f, full_prev, full_cur);
+	for (size_t i = 0; i < f.n; i++) {
+		char buf[1024], *save = NULL;
+
+		if (!f.lines[i].columns)
+			continue;
+		snprintf(buf, sizeof(buf), "%s", f.lines[i].text);
+		for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+			if (!top_column_meaning(t))
+				fail_msg("column %s has no meaning in the legend", t);
+			titles++;
+		}
+	}
+	assert_true(titles > 60);
+	assert_null(top_column_meaning("JRNL_ROLLBK"));
+	top_render_legend(&legend);
+	assert_true(legend.n > 60);
+	assert_non_null(line_of(legend.lines[0].text, "COLUMNS"));
+	top_frame_clear(&legend);
+	top_frame_clear(&f);
 }
 
 int main(void)
@@ -313,6 +438,9 @@ int main(void)
 		cmocka_unit_test(test_missing_fields),
 		cmocka_unit_test(test_peers),
 		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_topics_fit_120),
+		cmocka_unit_test(test_first_column_frozen),
+		cmocka_unit_test(test_legend_covers_columns),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

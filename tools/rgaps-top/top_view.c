@@ -19,7 +19,8 @@
 
 #define CELL 72	    /* bytes of one table cell, NUL included */
 #define MAX_COLS 16 /* columns of one table */
-#define MIN_NUM_W 6 /* numeric columns are at least this wide, so they jump less */
+#define MIN_NUM_W 5 /* numeric columns are at least this wide, so they jump less */
+#define COL_GAP 1   /* spaces between columns: the topics table fits 120 columns */
 
 static const char *const section_names[TOP_NUM_SECTIONS] = { "topics", "peers" };
 static const char *const sort_names[TOP_NUM_SORTS] = { "name", "msg/s", "bytes/s", "drops",
@@ -63,8 +64,7 @@ static void frame_add(struct top_frame *f, enum top_attr attr, char *text)
 		f->lines = l;
 		f->cap = cap;
 	}
-	f->lines[f->n].text = text;
-	f->lines[f->n].attr = attr;
+	f->lines[f->n] = (struct top_line){ .text = text, .attr = attr };
 	f->n++;
 }
 
@@ -273,20 +273,24 @@ static char (*table_row(struct table *t, enum top_attr attr))[CELL]
 }
 
 static void table_line(struct top_frame *f, const struct table *t, const int *w,
-		       enum top_attr attr, const char *const *cells)
+		       enum top_attr attr, const char *const *cells, bool titles)
 {
 	char line[MAX_COLS * (CELL + 2) + 1];
 	size_t o = 0;
 
 	for (int i = 0; i < t->ncols && o < sizeof(line) - 1; i++) {
-		o += (size_t)snprintf(line + o, sizeof(line) - o, t->cols[i].left ? "%-*s%s" : "%*s%s",
-				      w[i], cells[i], i + 1 < t->ncols ? "  " : "");
+		o += (size_t)snprintf(line + o, sizeof(line) - o, t->cols[i].left ? "%-*s%*s" : "%*s%*s",
+				      w[i], cells[i], i + 1 < t->ncols ? COL_GAP : 0, "");
 	}
 	if (o > sizeof(line) - 1)
 		o = sizeof(line) - 1;
 	while (o && line[o - 1] == ' ')
 		line[--o] = 0;
 	top_frame_printf(f, attr, "%s", line);
+	if (f->n && !f->oom) {
+		f->lines[f->n - 1].freeze = w[0] + COL_GAP;
+		f->lines[f->n - 1].columns = titles;
+	}
 }
 
 /* Emit the heading and the rows ("(none)" without rows), then free the table. */
@@ -310,11 +314,11 @@ static void table_emit(struct top_frame *f, struct table *t)
 		}
 		cells[i] = t->cols[i].title;
 	}
-	table_line(f, t, w, TOP_ATTR_HEADING, cells);
+	table_line(f, t, w, TOP_ATTR_HEADING, cells, true);
 	for (size_t r = 0; r < t->nrows; r++) {
 		for (int i = 0; i < t->ncols; i++)
 			cells[i] = t->cells[r][i];
-		table_line(f, t, w, t->attrs[r], cells);
+		table_line(f, t, w, t->attrs[r], cells, false);
 	}
 free_cells:
 	if (t->oom)
@@ -322,6 +326,117 @@ free_cells:
 	free(t->cells);
 	free(t->attrs);
 	memset(t, 0, sizeof(*t));
+}
+
+/* ---------------------------------------------------------------- legend */
+
+/* Every column title of every table, once, with what it shows (sorted by title). */
+static const struct {
+	const char *title, *meaning;
+} legend[] = {
+	{ "B/S", "bytes per second through the ring" },
+	{ "BAD_REGIONS", "shared memory regions of clients refused as malformed (the client is "
+			 "disconnected; docs/SECURITY.md)" },
+	{ "BYTES", "bytes published, in total" },
+	{ "BYTES/S", "bytes published per second" },
+	{ "CANCELLED", "loans given back unpublished" },
+	{ "COPIES", "messages copied to this GPU's replica" },
+	{ "COPIES/S", "copies to this GPU's replica per second" },
+	{ "CQ_OVERFLOWS", "completion queue overflows of an RDMA link (each one resets the link)" },
+	{ "CREDIT_STALLS", "times a sender waited for the receiver to give back room" },
+	{ "DEFERRED", "topic set-ups the peer asked to retry later" },
+	{ "DIR", "out: this host sends into the peer's ring; in: this host lands the peer's" },
+	{ "DROPPED", "messages dropped (drop_oldest: forced out of the queue; rings: not landed)" },
+	{ "DROPS", "messages skipped for subscribers that lagged (drop_oldest), reported to them "
+		   "as gaps" },
+	{ "FORWARDED", "messages of a local topic sent to peers" },
+	{ "FRAG", "pool fragmentation: 0 (one free block) to 1 (free space in crumbs)" },
+	{ "FROM_PEERS", "messages that came from peers and were published here" },
+	{ "FULL_WAITS", "times a publisher waited for room (overflow block)" },
+	{ "FWD/S", "messages forwarded per second" },
+	{ "GAPS", "messages lost upstream (a peer restarted, a link broke), reported to "
+		  "subscribers" },
+	{ "GPU", "the GPU, as rgapsd numbers them" },
+	{ "HELD", "messages subscribers hold now (taken, not yet released)" },
+	{ "HOLDS", "messages this subscriber holds now" },
+	{ "HOSTILE", "times the peer sent what the protocol forbids (it was refused)" },
+	{ "IN_QUEUE", "messages in the queue now" },
+	{ "LAG", "messages published and not yet taken by this subscriber" },
+	{ "LINK", "the transport of a data link (tcp, verbs) or how a GPU reaches the pool" },
+	{ "LINK_DOWNS", "times a data link to the peer failed" },
+	{ "LOANED", "blocks loaned to publishers now (not yet committed)" },
+	{ "LOANS", "loans made (publishers writing in place)" },
+	{ "LOST", "messages that did not reach this GPU's replica" },
+	{ "MACHINE", "a state machine of the remote path" },
+	{ "MAX_LAG", "the largest LAG among the topic's subscribers" },
+	{ "MEM", "where the payloads live: host or cuda" },
+	{ "MSG/S", "messages published per second" },
+	{ "MSGS", "messages published, in total" },
+	{ "NO_PEER", "messages not sent: no peer wanted the topic" },
+	{ "P50_US", "publish-to-take latency, median, in microseconds" },
+	{ "P99_US", "publish-to-take latency, 99th percentile, in microseconds" },
+	{ "PEER", "a peer daemon (its address)" },
+	{ "PEER_B/S", "bytes per second that came from peers" },
+	{ "PEER_REFUSED", "messages from peers refused here (counted as gaps)" },
+	{ "PER_S", "transitions per second" },
+	{ "PID", "the process" },
+	{ "POOL", "bytes of the topic's pools in use (messages not yet retired)" },
+	{ "POOL%", "POOL as a share of the pools' size" },
+	{ "PUB/S", "messages this publisher publishes per second" },
+	{ "PUBLISHED", "messages published" },
+	{ "PUBS", "publishers attached" },
+	{ "QUEUE", "queue entries in use / queue_depth" },
+	{ "READY", "whether the ring is set up and usable" },
+	{ "REC/S", "records (chunks) per second" },
+	{ "REC_LANDED", "records (chunks) landed from the peer" },
+	{ "REC_SENT", "records (chunks) sent to the peer" },
+	{ "RECL_HOLDS", "holds of subscribers that died, reclaimed by rgapsd" },
+	{ "RECL_LOANS", "loans of publishers that died, reclaimed by rgapsd" },
+	{ "RECONNECTS", "times the session to the peer was set up again" },
+	{ "RECORDS", "records (chunks) through the ring" },
+	{ "RECORDS_LATE", "records that landed in a ring detached meanwhile (dropped)" },
+	{ "REFUSALS", "topic set-ups the peer refused" },
+	{ "REFUSED", "messages refused at landing (counted as gaps)" },
+	{ "RELEASED", "messages released by subscribers" },
+	{ "REMOTE_ORIGIN", "messages not forwarded: they came from a peer" },
+	{ "RETIRED", "messages every subscriber is done with (their blocks are free)" },
+	{ "RETRIES", "landings retried while the local pool had no room" },
+	{ "RING_STALLS", "times the ring was full" },
+	{ "RING_USED", "bytes of the receive ring in use" },
+	{ "ROLE", "how the topic serves the GPU: pool, peer (reads the pool in place) or replica" },
+	{ "RTT_MS", "round-trip time of the session's keepalive, in milliseconds" },
+	{ "RX_B/S", "bytes per second landed from the peer" },
+	{ "SESSIONS", "sessions set up with the peer" },
+	{ "SLOT", "the subscriber's or publisher's slot in the topic" },
+	{ "STAGED", "whether sends go through a host staging pool (GPU pools)" },
+	{ "STAGED_CHUNKS", "chunks copied into the staging pool" },
+	{ "STATE", "the session's or link's state" },
+	{ "SUBS", "subscribers attached" },
+	{ "SUBSCRIBES", "the topics the peer subscribes to" },
+	{ "TAKEN", "messages taken by subscribers" },
+	{ "TAKEN/S", "messages this subscriber takes per second" },
+	{ "TIMEOUTS", "publishes that found no room within block_timeout_ms" },
+	{ "TOO_LARGE", "messages not forwarded: larger than the peer's ring takes" },
+	{ "TOPIC", "the topic" },
+	{ "TOTAL", "transitions, in total" },
+	{ "TRANSITION", "a state change of the machine (from->to)" },
+	{ "TX_B/S", "bytes per second sent to the peer" },
+	{ "UNROUTED", "messages published while the topic had no subscriber" },
+};
+
+const char *top_column_meaning(const char *title)
+{
+	for (size_t i = 0; title && i < sizeof(legend) / sizeof(legend[0]); i++)
+		if (strcmp(legend[i].title, title) == 0)
+			return legend[i].meaning;
+	return NULL;
+}
+
+void top_render_legend(struct top_frame *f)
+{
+	top_frame_printf(f, TOP_ATTR_HEADING, "COLUMNS");
+	for (size_t i = 0; i < sizeof(legend) / sizeof(legend[0]); i++)
+		top_frame_printf(f, TOP_ATTR_NONE, "%-14s %s", legend[i].title, legend[i].meaning);
 }
 
 /* ---------------------------------------------------------------- lookups */
@@ -580,7 +695,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 {
 	static const struct col main_cols[] = {
 		{ "TOPIC", true }, { "MEM", true },   { "PUBS" },   { "SUBS" },	  { "MSG/S" },
-		{ "BYTES/S" },	   { "MSGS" },	      { "BYTES" },  { "POOL_USED" }, { "POOL%" },
+		{ "BYTES/S" },	   { "MSGS" },	      { "BYTES" },  { "POOL" },	  { "POOL%" },
 		{ "QUEUE" },	   { "DROPS" },	      { "GAPS" },   { "MAX_LAG" },   { "P50_US" },
 		{ "P99_US" },
 	};
@@ -603,7 +718,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	static const struct col flow_cols[] = {
 		{ "TOPIC", true },     { "FULL_WAITS" },  { "TIMEOUTS" },	{ "RECL_HOLDS" },
 		{ "RECL_LOANS" },      { "FRAG" },	  { "FROM_PEERS" },	{ "PEER_B/S" },
-		{ "PEER_REFUSED" },    { "JRNL_ROLLBK" },
+		{ "PEER_REFUSED" },    { "BAD_REGIONS" },
 	};
 	const cJSON *topics = stats_get(cur->stats, "topics"), *ptopics = NULL, *t;
 	double dt = dt_of(prev, cur);
@@ -840,7 +955,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		top_fmt_count(c[6], CELL, stats_num(t1, "from_peers.messages"));
 		top_fmt_bytes(c[7], CELL, rate_of(t1, rows[i].p, "from_peers.bytes", dt));
 		top_fmt_count(c[8], CELL, stats_num(t1, "from_peers.refused"));
-		top_fmt_count(c[9], CELL, stats_num(t1, "counters.journal_rollbacks"));
+		top_fmt_count(c[9], CELL, stats_num(t1, "counters.bad_regions"));
 	}
 	table_emit(f, &tb);
 	free(pix.e);

@@ -24,6 +24,9 @@ enum top_attr {
 struct top_line {
 	char *text;
 	enum top_attr attr;
+	int freeze;   /* leading characters that stay in place when scrolling right (a
+		       * table's first column: the TOPIC or PEER a row is about) */
+	bool columns; /* a table's column titles (their meanings: top_column_meaning()) */
 };
 
 /* A rendered frame: lines without newlines, owned by the frame. */
@@ -87,6 +90,12 @@ char *top_fmt_duration(char *buf, size_t n, double s);
  * or the same one restarted (uptime went back). Rates start over then.
  */
 bool top_sample_restarted(const struct top_sample *prev, const struct top_sample *cur);
+
+/** What a column title means, in words ("MAX_LAG": ...); NULL for a title it does not know. */
+const char *top_column_meaning(const char *title);
+
+/** Every column title of every table with its meaning (the '?' screen and --legend). */
+void top_render_legend(struct top_frame *f);
 
 /** The daemon line: version, instance, uptime, connections, requests, topics. */
 void top_render_header(struct top_frame *f, const cJSON *stats);
