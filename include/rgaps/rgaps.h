@@ -18,12 +18,12 @@
  * The core calls, and the conveniences that are one core call with some
  * options fixed (each says which):
  *   - publisher: rgaps_publisher_init_ex(), _loan(), _commit_ex(), _cancel(),
- *     _push_ex(), _info(), _destroy(). Conveniences: _init() (no options);
+ *     _push_ex(), _info(), _interrupt(), _destroy(). Conveniences: _init() (no options);
  *     _push(), _push_timeout(), _push_async() (push_ex with no options, a
  *     timeout, a CUDA stream); _commit(), _commit_async() (commit_ex with no
  *     options, a CUDA stream).
  *   - subscriber: rgaps_subscriber_init_ex(), _take(), _take_async(),
- *     _release(), _release_async(), _fd(), _info(), _destroy(), and
+ *     _release(), _release_async(), _fd(), _info(), _stop(), _destroy(), and
  *     rgaps_msg_info(), rgaps_msg_wait() on a message it holds. Conveniences:
  *     _init() (no options); _pull(), kept for programs written against 0.1:
  *     take without a bound that releases the message before.
@@ -229,6 +229,9 @@ typedef struct rgaps_topic_info {
 	int handle_device; /**< the GPU this handle was attached for, as this process numbers them
 				(-1: none, host memory, or unknown) */
 	int gpu_path;	   /**< how it reaches the messages: RGAPS_GPU_PATH_* */
+	/* @since 0.3: read them only if struct_size covers them */
+	int block_timeout_ms; /**< how long a publish waits for room when told -1 */
+	int overflow;	      /**< 0: "block", 1: "drop_oldest" */
 } rgaps_topic_info_t;
 
 /** rgaps_topic_info_t.gpu_path */
@@ -413,6 +416,36 @@ int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, void *stream
  * @since 0.2
  */
 int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg, void *stream);
+
+/* ------------------------------------------------------------------ */
+/* Ending from another thread                                          */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Take no more messages, and keep those held: publishers and rgapsd stop
+ * waiting for this subscriber (it gives up its place in every stream and no
+ * longer counts among the topic's subscribers), while each message it holds
+ * stays valid, and its memory mapped, until rgaps_subscriber_release(). For a
+ * subscriber that is done while something still reads its messages (the Python
+ * package's close() with arrays alive). Later takes and pulls fail with
+ * -ESHUTDOWN, and a take waiting in another thread returns so within its wait:
+ * this call, like rgaps_publisher_interrupt(), may be made while another thread
+ * uses the handle. Destroy the handle as usual once its messages are released.
+ * @return 0, or -EINVAL (@p sub is NULL).
+ * @since 0.3
+ */
+int rgaps_subscriber_stop(rgaps_subscriber_t *sub);
+
+/**
+ * End this publisher's waits from another thread: a push, loan or commit that
+ * waits for room returns -ECANCELED within about 200 ms, and so does every
+ * later one, so that a thread may close a publisher another thread waits on.
+ * Like rgaps_subscriber_stop(), it may be made while another thread uses the
+ * handle; destroy the handle as usual once no call is in progress.
+ * @return 0, or -EINVAL (@p pub is NULL).
+ * @since 0.3
+ */
+int rgaps_publisher_interrupt(rgaps_publisher_t *pub);
 
 /**
  * Send one control request to rgapsd and return its reply, for tools and

@@ -385,6 +385,7 @@ void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps
 	s->c.drops = __atomic_load_n(&r->c.drops, __ATOMIC_RELAXED);
 	s->c.errors = __atomic_load_n(&r->c.errors, __ATOMIC_RELAXED);
 	s->nholds = RGAPS_MIN(__atomic_load_n(&r->nholds, __ATOMIC_RELAXED), lim->max_holds);
+	s->stopped = __atomic_load_n(&r->stopped, __ATOMIC_RELAXED);
 	memset(&s->latency, 0, sizeof(s->latency));
 	rgaps_lathist_sum(&s->latency, &r->latency);
 }
@@ -397,6 +398,8 @@ uint64_t rgaps_sub_position(const struct rgaps_topic_limits *lim, const struct r
 
 	if (slot >= lim->max_publishers)
 		return tail;
+	if (__atomic_load_n(&r->stopped, __ATOMIC_ACQUIRE))
+		return head; /* it reads nothing more: nothing to wait for */
 	c = &rgaps_sub_cursors(lim, r)[slot];
 	if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen)
 		return tail;

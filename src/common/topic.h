@@ -215,7 +215,8 @@ struct rgaps_sub_region {
 								      every take and release */
 	uint32_t sleeping; /* threads of this subscriber asleep waiting for publishers */
 	uint32_t nholds;   /* a hint for publishers' scans: holds in use */
-	uint32_t pad;
+	uint32_t stopped;  /* set once by the subscriber: it takes nothing more, so no stream
+			      waits for its cursors; its holds still keep their blocks */
 
 	struct rgaps_sub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
 	/* Publish -> take latency of this subscriber's takes (lathist.h). */
@@ -409,6 +410,13 @@ struct rgaps_sub_msg {
 int rgaps_sub_take(struct rgaps_sub *sub, int timeout_ms, uint32_t spin_us,
 		   struct rgaps_sub_msg *msg_p);
 int rgaps_sub_release(struct rgaps_sub *sub, uint32_t token);
+/*
+ * Take nothing more (rgaps_subscriber_stop()): mark the region stopped, so that
+ * no publisher and not rgapsd waits for its cursors any longer, and wake the
+ * publishers that wait for room. Held messages stay held until released; later
+ * takes fail with -ESHUTDOWN.
+ */
+void rgaps_sub_stop(struct rgaps_sub *sub);
 /* Something to take, a membership change or a close (lock-free hint, for a pollable fd). */
 bool rgaps_sub_ready(struct rgaps_sub *sub);
 
@@ -454,6 +462,7 @@ void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps
 struct rgaps_sub_snapshot {
 	struct rgaps_sub_counters c;
 	uint32_t nholds;
+	bool stopped; /* it takes nothing more (rgaps_sub_stop), and only holds */
 	struct rgaps_lathist latency;
 };
 void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,

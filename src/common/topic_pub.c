@@ -193,6 +193,8 @@ static uint64_t position(const struct rgaps_pub *p, const struct sub_ref *s)
 {
 	uint64_t next;
 
+	if (__atomic_load_n(&s->r->stopped, __ATOMIC_ACQUIRE))
+		return p->head; /* it takes nothing more (rgaps_sub_stop): only its holds count */
 	if (__atomic_load_n(&s->cursor->gen, __ATOMIC_ACQUIRE) != p->gen)
 		return p->tail;
 	next = __atomic_load_n(&s->cursor->next, __ATOMIC_SEQ_CST);

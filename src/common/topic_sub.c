@@ -642,6 +642,9 @@ int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 		    __atomic_load_n(&s->hdr->nsubs, __ATOMIC_RELAXED) >= online_cpus();
 	int r;
 
+	if (__atomic_load_n(&s->r->stopped, __ATOMIC_RELAXED))
+		return -ESHUTDOWN;
+
 	for (;;) {
 		int err = 0;
 
@@ -681,6 +684,14 @@ int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
 	/* Its publisher may be gone (the stream cleared): then nobody waits for room. */
 	progressed(s, s->streams[h->slot].gen == h->gen ? h->r : NULL, h->seq, false);
 	return 0;
+}
+
+void rgaps_sub_stop(struct rgaps_sub *s)
+{
+	__atomic_store_n(&s->r->stopped, 1, __ATOMIC_SEQ_CST);
+	/* Publishers asleep for room wait on our progress word: they look again now. */
+	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
+	rgaps_futex_wake_all(&s->r->progress);
 }
 
 void rgaps_sub_get_state(const struct rgaps_sub *s, struct rgaps_sub_state *st)

@@ -495,6 +495,7 @@ struct topic_sums {
 	uint64_t queue_used, pool_used, pool_blocks;
 	double fragmentation;
 	uint32_t streams, draining, bad;
+	uint32_t readers; /* subscribers that take messages (not stopped, holding only) */
 };
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
@@ -535,6 +536,7 @@ static void topic_sums(const struct rgapsd_topic *t, struct topic_sums *ts)
 		if (!t->subs[j])
 			continue;
 		rgaps_sub_snapshot(&t->lim, t->subs[j]->map, &s);
+		ts->readers += !s.stopped;
 		ts->sc.taken = sat_add(ts->sc.taken, s.c.taken);
 		ts->sc.released = sat_add(ts->sc.released, s.c.released);
 		ts->sc.drops = sat_add(ts->sc.drops, s.c.drops);
@@ -571,7 +573,8 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	topic_sums(t, &ts);
 	cJSON_AddStringToObject(o, "name", t->cfg.name);
 	cJSON_AddStringToObject(o, "memory", t->mem->name);
-	cJSON_AddNumberToObject(o, "subscribers", t->nsubs);
+	/* A stopped subscriber only keeps what it holds: it is no longer one (rgaps.h). */
+	cJSON_AddNumberToObject(o, "subscribers", ts.readers);
 	cJSON_AddNumberToObject(o, "publishers", t->npubs);
 	cJSON_AddNumberToObject(o, "published", (double)ts.pc.published);
 	cJSON_AddNumberToObject(o, "published_bytes", (double)ts.pc.published_bytes);
@@ -659,6 +662,8 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 		cJSON_AddNumberToObject(so, "taken", (double)s.c.taken);
 		cJSON_AddNumberToObject(so, "drops", (double)s.c.drops);
 		cJSON_AddNumberToObject(so, "holds", s.nholds);
+		if (s.stopped)
+			cJSON_AddBoolToObject(so, "stopped", true);
 		cJSON_AddNumberToObject(so, "bad_entries_seen", (double)s.c.errors);
 		add_latency(so, &s.latency, false);
 		cJSON_AddItemToArray(subs, so);

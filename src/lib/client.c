@@ -948,6 +948,9 @@ bool rgaps__alive(void *arg)
 	struct rgaps__attach *a = arg;
 	struct pollfd p = { .fd = a->fd, .events = POLLIN | POLLRDHUP };
 
+	/* rgaps_publisher_interrupt(): end the wait as if rgapsd were gone (the caller tells) */
+	if (__atomic_load_n(&a->interrupted, __ATOMIC_ACQUIRE))
+		return false;
 	/* rgapsd never writes unprompted: readable, hang-up or error means it is gone. */
 	return poll(&p, 1, 0) == 0;
 }
@@ -970,6 +973,8 @@ int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info)
 	out.queue_depth = a->lim.queue_depth;
 	out.handle_device = a->my_device;
 	out.gpu_path = a->gpu_path;
+	out.block_timeout_ms = (int)RGAPS_MIN(a->lim.block_timeout_ms, (uint32_t)INT32_MAX);
+	out.overflow = (int)a->lim.overflow;
 	if (a->role == RGAPS__ROLE_SUB)
 		out.drops = __atomic_load_n(&((struct rgaps_sub_region *)a->region)->c.drops,
 					    __ATOMIC_RELAXED);

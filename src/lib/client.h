@@ -86,6 +86,7 @@ struct rgaps__attach {
 	 */
 	pthread_mutex_t lock;
 	uint32_t view_gen;
+	uint32_t interrupted; /* rgaps_publisher_interrupt() (atomic: another thread sets it) */
 };
 
 /* Socket path: $RGAPS_SOCKET, else the default. */

@@ -58,6 +58,12 @@ static int effective_timeout(const rgaps_publisher_t *pub, int timeout_ms)
 	return timeout_ms < 0 ? (int)pub->a.lim.block_timeout_ms : timeout_ms;
 }
 
+/* rgaps_publisher_interrupt() was called: every wait ends, and no new one starts. */
+static bool interrupted(const rgaps_publisher_t *pub)
+{
+	return __atomic_load_n(&pub->a.interrupted, __ATOMIC_ACQUIRE);
+}
+
 /*
  * A loan or push of size bytes that failed with r, waiting at most timeout_ms:
  * the reason in words for rgaps_strerror() where the errno alone does not say
@@ -68,6 +74,9 @@ static int pub_failed(const rgaps_publisher_t *pub, int r, size_t size, int time
 	const struct rgaps_topic_limits *lim = &pub->a.lim;
 	char max[32], pool[32], when[64];
 
+	/* An interrupted wait looks to the core like a daemon gone (rgaps__alive()). */
+	if (r == -ENOTCONN && interrupted(pub))
+		r = -ECANCELED;
 	switch (r) {
 	case -EMSGSIZE:
 		rgaps_format_size(lim->max_message_size, max, sizeof(max));
@@ -95,6 +104,11 @@ static int pub_failed(const rgaps_publisher_t *pub, int r, size_t size, int time
 				"them, up to block_timeout_ms)" :
 				"still hold",
 			pub->a.topic);
+	case -ECANCELED:
+		return rgaps__reason_set(r,
+					 "publisher of topic '%s' interrupted "
+					 "(rgaps_publisher_interrupt): it waits no more",
+					 pub->a.topic);
 	case -ENOBUFS:
 		return rgaps__reason_set(r,
 					 "this publisher holds %u loans already (max_loans): commit "
@@ -129,6 +143,8 @@ RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int t
 		return -EINVAL;
 	rgaps__reason_clear();
 	timeout_ms = effective_timeout(pub, timeout_ms);
+	if (interrupted(pub))
+		return pub_failed(pub, -ECANCELED, size, timeout_ms);
 	r = rgaps_pub_loan(pub->a.pub, size, timeout_ms, &token, &off);
 	if (r)
 		return pub_failed(pub, r, size, timeout_ms);
@@ -173,6 +189,8 @@ RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t 
 	r = read_opts(opts, &o);
 	if (!r && size > loan->size)
 		r = -EINVAL;
+	if (!r && interrupted(pub))
+		r = pub_failed(pub, -ECANCELED, size, 0);
 	if (r) {
 		/* The caller's kernels may still write it: wait for them before it is freed. */
 		if (opts && opts->struct_size >= sizeof(*opts) && opts->stream)
@@ -351,6 +369,15 @@ RGAPS_EXPORT int rgaps_publisher_commit_async(rgaps_publisher_t *pub, rgaps_loan
 	if (!o.stream)
 		o.stream = (void *)(uintptr_t)1; /* cudaStreamLegacy */
 	return rgaps_publisher_commit_ex(pub, loan, size, &o);
+}
+
+RGAPS_EXPORT int rgaps_publisher_interrupt(rgaps_publisher_t *pub)
+{
+	if (!pub)
+		return -EINVAL;
+	/* Waits look at it each time they ask whether rgapsd is alive (about every 200 ms). */
+	__atomic_store_n(&pub->a.interrupted, 1, __ATOMIC_RELEASE);
+	return 0;
 }
 
 RGAPS_EXPORT int rgaps_publisher_info(rgaps_publisher_t *pub, rgaps_topic_info_t *info)

@@ -52,6 +52,10 @@ RGAPS_EXPORT const char *rgaps_strerror(int err)
 		return "unexpected reply from rgapsd";
 	case EINVAL:
 		return "invalid argument";
+	case ECANCELED:
+		return "the publisher was interrupted (rgaps_publisher_interrupt): it waits no more";
+	case ESHUTDOWN:
+		return "the subscriber was stopped (rgaps_subscriber_stop): it takes no more messages";
 	case ENFILE:
 		return "rgapsd is at a limit (max_connections or max_topics)";
 	case EDQUOT:

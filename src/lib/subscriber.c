@@ -515,6 +515,14 @@ RGAPS_EXPORT int rgaps_msg_info(rgaps_subscriber_t *sub, const rgaps_msg_t *msg,
 	return 0;
 }
 
+RGAPS_EXPORT int rgaps_subscriber_stop(rgaps_subscriber_t *sub)
+{
+	if (!sub)
+		return -EINVAL;
+	rgaps_sub_stop(sub->a.sub);
+	return 0;
+}
+
 RGAPS_EXPORT void *rgaps_subscriber_pull(rgaps_subscriber_t *sub)
 {
 	int r;

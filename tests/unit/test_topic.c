@@ -583,6 +583,46 @@ static void test_hold_protects_block(void **state)
 }
 
 /*
+ * A stopped subscriber (rgaps_sub_stop) gives up its place: the publisher no longer
+ * waits for its cursor, rgapsd sees it at the head, its takes fail; what it holds
+ * keeps its bytes while the pool is reused, and is freed once released.
+ */
+static void test_stopped_subscriber_keeps_holds_only(void **state)
+{
+	struct fixture *f = make(64 << 10, 4, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_sub_msg held, m;
+	struct rgaps_pub_state st;
+	uint8_t copy[8192];
+	uint64_t ctr;
+
+	assert_int_equal(publish(p, 8192), 0);
+	take_ok(s, &held);
+	memcpy(copy, held.data, sizeof(copy));
+	for (int n = 0; n < 4; n++)
+		assert_int_equal(publish(p, 100), 0);
+	assert_int_equal(publish(p, 100), -EAGAIN); /* its cursor holds the queue */
+	rgaps_sub_stop(s->sub);
+	for (int n = 0; n < 200; n++) /* ... no longer */
+		assert_int_equal(publish(p, 4096), 0);
+	rgaps_pub_get_state(p->pub, &st);
+	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, f->pubr[0]->gen, st.tail,
+					    st.head),
+			 st.head);
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -ESHUTDOWN);
+	assert_memory_equal(held.data, copy, sizeof(copy));
+	assert_true(rgaps_pattern_check(held.data, held.size, &ctr) < 0);
+	assert_int_equal(ctr, 0);
+	check_pub(p);
+	assert_int_equal(rgaps_sub_release(s->sub, held.token), 0);
+	rgaps_pub_reclaim(p->pub);
+	check_pub(p);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/*
  * Stream order: a block committed with a fence stays allocated until its fence
  * completes, even once nobody needs the message, and the slot comes back to
  * the caller only then; a fence slot out of range is refused.
@@ -1398,6 +1438,7 @@ int main(void)
 		cmocka_unit_test(test_blocked_subscriber_wakes),
 		cmocka_unit_test(test_blocked_publisher_wakes),
 		cmocka_unit_test(test_close_ends_waits),
+		cmocka_unit_test(test_stopped_subscriber_keeps_holds_only),
 		cmocka_unit_test(test_sigkill_subscribers_anywhere),
 		cmocka_unit_test(test_sigkill_publishers_anywhere),
 	};
