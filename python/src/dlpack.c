@@ -229,8 +229,8 @@ void rgpy_gpu_refusal(PyObject *exc, const char *what)
 
 PyObject *rgpy_no_array(const char *why, bool cuda, DLDataType t, const char *what)
 {
-	if (why)
-		PyErr_SetString(PyExc_TypeError, why);
+	if (why) /* released or committed: as the buffer protocol says it */
+		PyErr_SetString(PyExc_BufferError, why);
 	else if (cuda)
 		rgpy_gpu_refusal(PyExc_TypeError, what);
 	else

@@ -77,6 +77,7 @@ int rgpy_handle_init(rgpy_HandleObject *self, PyObject *args, PyObject *kw,
 	h->cuda = info.memory == RGAPS_MEMORY_CUDA;
 	h->device = info.device;
 	h->max_message_size = info.max_message_size;
+	h->block_timeout_ms = info.block_timeout_ms;
 	self->core = h;
 	return 0;
 }
@@ -108,7 +109,10 @@ void rgpy_handle_close(rgpy_HandleObject *self)
 	if (!h)
 		return;
 	self->core = NULL;
-	h->closed = true;
+	__atomic_store_n(&h->closed, true, __ATOMIC_RELEASE);
+	/* Waiters in other threads end now; what is still in use keeps the rest alive. */
+	if (h->role->close && rgpy_handle_ours(h))
+		h->role->close(h->c);
 	rgpy_handle_unref(h);
 }
 

@@ -258,7 +258,7 @@ static PyObject *msg_get_ptr(MessageObject *self, void *unused)
 	const char *why = unusable(self);
 
 	if (why) {
-		PyErr_SetString(PyExc_ValueError, why);
+		PyErr_SetString(PyExc_BufferError, why);
 		return NULL;
 	}
 	pin(self);
@@ -382,7 +382,7 @@ static PyObject *msg_raw(MessageObject *self, PyObject *unused)
 	PyObject *mv;
 
 	if (why) {
-		PyErr_SetString(PyExc_ValueError, why);
+		PyErr_SetString(PyExc_BufferError, why);
 		return NULL;
 	}
 	if (h->cuda) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rgpy.h"
 
@@ -67,6 +68,14 @@ PyObject *rgpy_raise_attach(int err, const char *role, const char *topic)
 		Py_DECREF(exc);
 	}
 	return NULL;
+}
+
+uint64_t rgpy_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---------------------------------------------------------------- fork guard */

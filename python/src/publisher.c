@@ -62,12 +62,23 @@ static void pub_destroy(void *c)
 	rgaps_publisher_destroy(c);
 }
 
+#ifdef RGPY_HAVE_CLOSE_WAKES
+/* close(): a publish waiting for room in another thread ends (-ECANCELED, within 200 ms). */
+static void pub_close(void *c)
+{
+	rgaps_publisher_interrupt(c);
+}
+#endif
+
 static const struct rgpy_role pub_role = {
 	.name = "Publisher",
 	.core_size = sizeof(struct rgpy_handle),
 	.attach = pub_attach,
 	.info = pub_info_of,
 	.destroy = pub_destroy,
+#ifdef RGPY_HAVE_CLOSE_WAKES
+	.close = pub_close,
+#endif
 };
 
 static rgaps_publisher_t *cpub(struct rgpy_handle *c)
@@ -77,6 +88,14 @@ static rgaps_publisher_t *cpub(struct rgpy_handle *c)
 
 static PyObject *raise_push(int r, struct rgpy_handle *c, const char *op, uint64_t size)
 {
+	if (r == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler raised (Ctrl-C: KeyboardInterrupt) */
+	if (r == -ECANCELED || __atomic_load_n(&c->closed, __ATOMIC_ACQUIRE)) {
+		PyErr_Format(PyExc_ValueError,
+			     "Publisher('%s').%s: the publisher was closed while it waited for room",
+			     c->topic, op);
+		return NULL;
+	}
 	if (r == -EMSGSIZE)
 		return rgpy_raise(r, "Publisher('%s').%s: %llu bytes, the topic's max_message_size is %zu",
 				  c->topic, op, (unsigned long long)size, c->max_message_size);
@@ -90,6 +109,57 @@ static PyObject *raise_push(int r, struct rgpy_handle *c, const char *op, uint64
 				     "max_loans loans already: commit or cancel some",
 				  c->topic, op);
 	return rgpy_raise(r, "Publisher('%s').%s", c->topic, op);
+}
+
+/* One wait of a publish, push or loan, run without the GIL under the handle's lock. */
+typedef int (*pub_op)(struct rgpy_handle *c, void *ctx, int timeout_ms);
+
+/*
+ * Run op until it is done or fails for good. A signal that interrupts its
+ * wait (-EINTR) goes to Python's handlers first, as take() does: Ctrl-C
+ * raises KeyboardInterrupt from here, at once; a handler that raises nothing
+ * lets the wait go on for what is left of timeout_ms (-1: the topic's
+ * block_timeout_ms). Returns 0 or op's error (-EINTR: with the exception set).
+ */
+static int pub_run(struct rgpy_handle *c, pub_op op, void *ctx, int ms)
+{
+	uint64_t deadline = 0;
+	int r;
+
+	if (ms < 0 && c->block_timeout_ms >= 0)
+		ms = c->block_timeout_ms;
+	if (ms > 0)
+		deadline = rgpy_now_ns() + (uint64_t)ms * 1000000ull;
+	for (;;) {
+		Py_BEGIN_ALLOW_THREADS
+		pthread_mutex_lock(&c->lock);
+		r = op(c, ctx, ms);
+		pthread_mutex_unlock(&c->lock);
+		Py_END_ALLOW_THREADS
+		if (r != -EINTR || PyErr_CheckSignals())
+			return r;
+		if (ms > 0) { /* what is left, rounded up */
+			uint64_t now = rgpy_now_ns();
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			ms = (int)((deadline - now + 999999) / 1000000);
+		}
+	}
+}
+
+struct push_args {
+	size_t size;
+	const void *data;
+	rgaps_pub_opts_t *o;
+};
+
+static int push_op(struct rgpy_handle *c, void *ctx, int timeout_ms)
+{
+	struct push_args *a = ctx;
+
+	a->o->timeout_ms = timeout_ms;
+	return rgaps_publisher_push_ex(cpub(c), a->size, a->data, a->o);
 }
 
 /* ---------------------------------------------------------------- Publisher */
@@ -162,6 +232,15 @@ static int set_strides(struct source *s, const Py_ssize_t *shape, const Py_ssize
 
 static int check_layout(struct source *s)
 {
+	for (unsigned i = 0; i < s->d.ndim; i++) {
+		if (s->d.shape[i] < 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "publish(): the %s has a negative shape (%lld in dimension %u): "
+				     "no array has that",
+				     s->what[0] ? s->what : "array", (long long)s->d.shape[i], i);
+			return -1;
+		}
+	}
 	rgpy_desc_normalise(&s->d);
 	if (rgpy_desc_check(&s->d, true)) {
 		PyErr_SetString(PyExc_ValueError,
@@ -399,22 +478,85 @@ out:
 	return r;
 }
 
+/*
+ * Whether obj has the array protocol name: 1, 0 (absent: AttributeError), or -1
+ * with the exception reading it raised (a property that fails), so that the
+ * caller reports that, not a missing protocol.
+ */
+static int has_protocol(PyObject *obj, const char *name)
+{
+	PyObject *v = PyObject_GetAttrString(obj, name);
+
+	if (v) {
+		Py_DECREF(v);
+		return 1;
+	}
+	if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+		return -1;
+	PyErr_Clear();
+	return 0;
+}
+
+/*
+ * The exception being raised, set aside while other attributes are looked at,
+ * then dropped or raised again. PyErr_Fetch is the 3.11 limited API's way
+ * (deprecated by 3.12's headers in favour of a call 3.11 lacks).
+ */
+struct saved_error {
+	PyObject *type, *value, *tb;
+};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void error_save(struct saved_error *e)
+{
+	PyErr_Fetch(&e->type, &e->value, &e->tb);
+}
+
+static void error_restore(struct saved_error *e)
+{
+	PyErr_Restore(e->type, e->value, e->tb);
+}
+#pragma GCC diagnostic pop
+
+static void error_drop(struct saved_error *e)
+{
+	Py_XDECREF(e->type);
+	Py_XDECREF(e->value);
+	Py_XDECREF(e->tb);
+}
+
 static int source_of(PyObject *obj, struct source *s, bool stream_given, uintptr_t stream)
 {
+	struct saved_error refused;
+	int dl, cai;
+
 	if (PyObject_CheckBuffer(obj)) {
 		if (!from_buffer(obj, s))
 			return 0;
-		/* A GPU array may have a buffer slot that refuses: try its other protocols. */
-		if (s->have_view || (!PyObject_HasAttrString(obj, "__dlpack__") &&
-				     !PyObject_HasAttrString(obj, "__cuda_array_interface__")))
+		if (s->have_view)
 			return -1;
-		PyErr_Clear();
+		/* A GPU array may have a buffer slot that refuses: try its other protocols. */
+		error_save(&refused);
+		dl = has_protocol(obj, "__dlpack__");
+		cai = dl ? 0 : has_protocol(obj, "__cuda_array_interface__");
+		if (dl <= 0 && cai <= 0) {
+			if (dl < 0 || cai < 0) {
+				error_drop(&refused); /* what the other protocol raised says more */
+			} else {
+				error_restore(&refused);
+			}
+			return -1;
+		}
+		error_drop(&refused);
 		memset(&s->d, 0, sizeof(s->d));
 	}
-	if (PyObject_HasAttrString(obj, "__dlpack__"))
-		return from_dlpack(obj, s, stream_given, stream);
-	if (PyObject_HasAttrString(obj, "__cuda_array_interface__"))
-		return from_cai(obj, s, stream_given, stream);
+	dl = has_protocol(obj, "__dlpack__");
+	if (dl)
+		return dl < 0 ? -1 : from_dlpack(obj, s, stream_given, stream);
+	cai = has_protocol(obj, "__cuda_array_interface__");
+	if (cai)
+		return cai < 0 ? -1 : from_cai(obj, s, stream_given, stream);
 	PyErr_Format(PyExc_TypeError,
 		     "publish() takes an array: an object with the buffer protocol (bytes, numpy), "
 		     "__dlpack__ (torch, CuPy, JAX) or __cuda_array_interface__ (Numba), not %S",
@@ -492,7 +634,6 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 	size = s.d.span ? s.d.span : 1; /* rgaps has no empty messages: one pad byte */
 	o.attrs = attrs;
 	o.attr_len = alen;
-	o.timeout_ms = ms;
 #ifdef RGPY_HAVE_ASYNC_PUB
 	/* Queue the copy on the producer's stream instead of waiting for it here. */
 	if (s.on_gpu && s.norder == 1) {
@@ -501,16 +642,17 @@ static PyObject *pub_publish(PublisherObject *self, PyObject *args, PyObject *kw
 	}
 #endif
 	rgpy_handle_ref(c);
-	Py_BEGIN_ALLOW_THREADS
 	r = 0;
-	for (int i = 0; !ordered && !cr && i < s.norder; i++)
-		cr = rgpy_cuda_sync(s.device >= 0 ? s.device : c->device, s.order[i], err, sizeof(err));
-	if (!cr) {
-		pthread_mutex_lock(&c->lock);
-		r = rgaps_publisher_push_ex(cpub(c), size, s.d.span ? s.ptr : zero_pad, &o);
-		pthread_mutex_unlock(&c->lock);
+	if (!ordered && s.norder) {
+		Py_BEGIN_ALLOW_THREADS
+		for (int i = 0; !cr && i < s.norder; i++)
+			cr = rgpy_cuda_sync(s.device >= 0 ? s.device : c->device, s.order[i], err,
+					    sizeof(err));
+		Py_END_ALLOW_THREADS
 	}
-	Py_END_ALLOW_THREADS
+	if (!cr)
+		r = pub_run(c, push_op,
+			    &(struct push_args){ size, s.d.span ? s.ptr : zero_pad, &o }, ms);
 	source_done(&s);
 	if (cr)
 		PyErr_Format(rgpy_Error, "Publisher('%s').publish: waiting for the producer's stream: %s",
@@ -550,15 +692,20 @@ static PyObject *pub_push(PublisherObject *self, PyObject *args, PyObject *kw)
 		PyBuffer_Release(&data);
 		return NULL;
 	}
+	if (!data.len) {
+		PyErr_Format(PyExc_ValueError,
+			     "Publisher('%s').push: an empty message: rgaps messages have at least "
+			     "one byte (publish() sends an empty array as one described pad byte)",
+			     c->topic);
+		if (a.buf)
+			PyBuffer_Release(&a);
+		PyBuffer_Release(&data);
+		return NULL;
+	}
 	o.attrs = a.buf;
 	o.attr_len = a.buf ? (size_t)a.len : 0;
-	o.timeout_ms = ms;
 	rgpy_handle_ref(c);
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&c->lock);
-	r = rgaps_publisher_push_ex(cpub(c), (size_t)data.len, data.buf, &o);
-	pthread_mutex_unlock(&c->lock);
-	Py_END_ALLOW_THREADS
+	r = pub_run(c, push_op, &(struct push_args){ (size_t)data.len, data.buf, &o }, ms);
 	if (a.buf)
 		PyBuffer_Release(&a);
 	PyBuffer_Release(&data);
@@ -588,6 +735,13 @@ static void loan_unref(struct rgpy_loan *l)
 	free(l);
 }
 
+static int loan_op(struct rgpy_handle *c, void *ctx, int timeout_ms)
+{
+	struct rgpy_loan *l = ctx;
+
+	return rgaps_publisher_loan(cpub(c), l->desc.span ? l->desc.span : 1, timeout_ms, &l->loan);
+}
+
 static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "shape", "dtype", "header", "timeout", NULL };
@@ -613,14 +767,18 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 		PyErr_Format(PyExc_TypeError, "loan(): dtype '%s' is not one rgaps describes", dtype);
 		goto err;
 	}
-	if (PyLong_Check(shape)) {
+	if (PyIndex_Check(shape)) { /* an int, numpy.int64, anything with __index__ */
 		n = 1;
 		l->desc.shape[0] = PyLong_AsLongLong(shape);
 	} else {
 		PyObject *t = PySequence_Tuple(shape);
 
-		if (!t)
+		if (!t) {
+			PyErr_Format(PyExc_TypeError,
+				     "loan(): shape must be an int or a sequence of ints, not %S",
+				     (PyObject *)Py_TYPE(shape));
 			goto err;
+		}
 		n = PyTuple_Size(t);
 		for (Py_ssize_t i = 0; i < n && i < RGPY_MAX_NDIM; i++)
 			l->desc.shape[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
@@ -657,11 +815,7 @@ static PyObject *pub_loan(PublisherObject *self, PyObject *args, PyObject *kw)
 		s *= (Py_ssize_t)l->desc.shape[i];
 	}
 	rgpy_handle_ref(c);
-	Py_BEGIN_ALLOW_THREADS
-	pthread_mutex_lock(&c->lock);
-	r = rgaps_publisher_loan(cpub(c), l->desc.span ? l->desc.span : 1, ms, &l->loan);
-	pthread_mutex_unlock(&c->lock);
-	Py_END_ALLOW_THREADS
+	r = pub_run(c, loan_op, l, ms);
 	if (r) {
 		raise_push(r, c, "loan", l->desc.span);
 		rgpy_handle_unref(c);
@@ -872,11 +1026,16 @@ static PyObject *loan_commit(LoanObject *self, PyObject *args, PyObject *kw)
 		r = rgaps_publisher_commit_ex(cpub(c), &l->loan, l->desc.span ? l->desc.span : 1, &o);
 	pthread_mutex_unlock(&c->lock);
 	Py_END_ALLOW_THREADS
+	if (r)
+		l->state = LOAN_CANCELLED; /* the library gave the block back */
 	if (err[0]) {
 		PyErr_Format(rgpy_Error, "Publisher('%s') loan: waiting for the GPU before commit: %s",
 			     c->topic, err);
 		return NULL;
 	}
+	/* A signal ended the wait for a queue entry: the loan is gone, its handler runs now. */
+	if (r == -EINTR && PyErr_CheckSignals())
+		return NULL;
 	if (r)
 		return raise_push(r, c, "loan commit", l->desc.span);
 	Py_RETURN_NONE;

@@ -89,6 +89,9 @@ PyObject *rgpy_raise(int err, const char *fmt, ...) __attribute__((format(printf
 /* The error of Publisher()/Subscriber(): as rgpy_raise, naming the socket when there is no daemon. */
 PyObject *rgpy_raise_attach(int err, const char *role, const char *topic);
 
+/* CLOCK_MONOTONIC in nanoseconds, for the deadlines of waits made in slices. */
+uint64_t rgpy_now_ns(void);
+
 /* ------------------------------------------------------------ fork safety */
 
 /* Bumped in every child after fork(): handles made before it belong to the parent. */
@@ -139,6 +142,12 @@ struct rgpy_role {
 	void *(*attach)(const char *topic); /* NULL with errno */
 	int (*info)(void *c, rgaps_topic_info_t *info);
 	void (*destroy)(void *c);
+	/*
+	 * close(), from any thread, while other threads may be in a call: what the C
+	 * handle must give up at once (its waits, its place in the queue) while what
+	 * is still in use keeps it alive.
+	 */
+	void (*close)(void *c);
 };
 
 /*
@@ -156,6 +165,7 @@ struct rgpy_handle {
 	bool cuda;
 	int device;
 	size_t max_message_size;
+	int block_timeout_ms; /* what a publish waits with timeout None */
 	char topic[64];
 };
 
@@ -265,7 +275,10 @@ int rgpy_view_fill(Py_buffer *view, PyObject *obj, void *buf, const struct rgpy_
 		   const char *what);
 /* Set @p exc: the @p what ("message", "loan") is in GPU memory, and how to reach it. */
 void rgpy_gpu_refusal(PyObject *exc, const char *what);
-/* __array__, reached only when the buffer protocol refused: TypeError saying why. */
+/*
+ * __array__, reached only when the buffer protocol refused: BufferError when released or
+ * committed (why), else TypeError, saying why.
+ */
 PyObject *rgpy_no_array(const char *why, bool cuda, DLDataType t, const char *what);
 /* The __cuda_array_interface__ (version 3) dict of an array at @p ptr. */
 PyObject *rgpy_cai_dict(const struct rgpy_desc *d, uintptr_t ptr, bool readonly, PyObject *stream);

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "rgpy.h"
 
@@ -42,6 +41,18 @@ static void sub_destroy(void *c)
 	rgaps_subscriber_destroy(c);
 }
 
+#ifdef RGPY_HAVE_CLOSE_WAKES
+/*
+ * close() with arrays still alive: they keep the C handle (their blocks must
+ * stay), but it takes nothing more, so no publisher waits for it and it no
+ * longer counts as a subscriber; a take() in another thread ends with -ESHUTDOWN.
+ */
+static void sub_close(void *c)
+{
+	rgaps_subscriber_stop(c);
+}
+#endif
+
 static const struct rgpy_role sub_role = {
 	.name = "Subscriber",
 	.core_size = sizeof(struct rgpy_subcore),
@@ -49,6 +60,9 @@ static const struct rgpy_role sub_role = {
 	.attach = sub_attach,
 	.info = sub_info_of,
 	.destroy = sub_destroy,
+#ifdef RGPY_HAVE_CLOSE_WAKES
+	.close = sub_close,
+#endif
 };
 
 /* ---------------------------------------------------------------- the core */
@@ -245,32 +259,28 @@ static void hold_describe(struct rgpy_hold *h)
 	}
 }
 
-static uint64_t mono_ns(void)
+/*
+ * The next message, waiting up to ms (-1: without limit) in slices; NULL with an
+ * exception, or - when iterating - NULL without one once the subscriber was
+ * closed (by another thread meanwhile): the end of `for msg in sub`.
+ */
+static PyObject *take_msg(SubscriberObject *self, int ms, bool iterating)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = { "timeout", NULL };
-	PyObject *timeout = Py_None, *out = NULL;
+	PyObject *out = NULL;
 	struct rgpy_subcore *c;
 	struct rgpy_hold *h = NULL;
 	uint64_t deadline = 0;
 	rgaps_msg_t m;
-	int ms, asked_ms, r;
+	int asked_ms = ms, r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:take", kwlist, &timeout) ||
-	    rgpy_timeout_ms(timeout, -1, &ms) || rgpy_handle_usable(self))
+	if (iterating && (!self->core || self->core->closed))
+		return NULL; /* StopIteration */
+	if (rgpy_handle_usable(self))
 		return NULL;
-	asked_ms = ms;
 	c = core_of(self);
 	core_ref(c); /* close() in another thread must not free it under us */
 	if (ms > 0) /* in ns: a deadline in whole ms could end a wait up to 1 ms early */
-		deadline = mono_ns() + (uint64_t)ms * 1000000ull;
+		deadline = rgpy_now_ns() + (uint64_t)ms * 1000000ull;
 	for (;;) {
 		int slice = ms < 0 || ms > TAKE_SLICE_MS ? TAKE_SLICE_MS : ms;
 
@@ -291,6 +301,12 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 		Py_END_ALLOW_THREADS
 		if (!r)
 			break;
+		if (r == -ESHUTDOWN || __atomic_load_n(&c->h.closed, __ATOMIC_ACQUIRE)) {
+			/* closed by another thread meanwhile: the loop ends, a take says so */
+			if (!iterating)
+				rgpy_handle_usable(self);
+			goto out;
+		}
 		if (r == -EINTR || r == -ETIMEDOUT || r == -EAGAIN) {
 			if (PyErr_CheckSignals())
 				goto out;
@@ -305,18 +321,16 @@ static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
 			rgpy_raise(r, "Subscriber('%s').take", c->h.topic);
 			goto out;
 		}
-		if (ms == 0 || (ms > 0 && mono_ns() >= deadline)) {
+		if (ms == 0 || (ms > 0 && rgpy_now_ns() >= deadline)) {
 			rgpy_raise(-ETIMEDOUT, "Subscriber('%s').take: no message within %g s",
 				   c->h.topic, asked_ms / 1000.0);
 			goto out;
 		}
 		if (ms > 0) { /* what is left, rounded up */
-			uint64_t now = mono_ns();
+			uint64_t now = rgpy_now_ns();
 
 			ms = now >= deadline ? 1 : (int)((deadline - now + 999999) / 1000000);
 		}
-		if (rgpy_handle_usable(self)) /* closed by another thread meanwhile */
-			goto out;
 	}
 	if (!h) {
 		PyErr_NoMemory();
@@ -329,18 +343,21 @@ out:
 	return out;
 }
 
+static PyObject *sub_take(SubscriberObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *timeout = Py_None;
+	int ms;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:take", kwlist, &timeout) ||
+	    rgpy_timeout_ms(timeout, -1, &ms))
+		return NULL;
+	return take_msg(self, ms, false);
+}
+
 static PyObject *sub_iternext(SubscriberObject *self)
 {
-	PyObject *args, *msg;
-
-	if (!self->core || self->core->closed)
-		return NULL; /* StopIteration */
-	args = PyTuple_New(0);
-	if (!args)
-		return NULL;
-	msg = sub_take(self, args, NULL);
-	Py_DECREF(args);
-	return msg;
+	return take_msg(self, -1, true);
 }
 
 static PyObject *sub_iter(PyObject *self)

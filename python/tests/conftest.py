@@ -27,6 +27,8 @@ TOPICS = {
     "holds": {"max_holds": 4},
     "loans": {"max_loans": 2},
     "small": {"pool_size": "64KiB", "max_message_size": "16KiB"},
+    # four entries and a long wait for room: publishes that block until something happens
+    "closing": {"overflow": "block", "queue_depth": 4, "block_timeout_ms": 30000},
 }
 DEFAULTS = {"memory": "host", "pool_size": "16MiB", "max_message_size": "4MiB", "queue_depth": 64}
 

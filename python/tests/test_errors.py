@@ -26,11 +26,20 @@ def test_no_daemon(monkeypatch, tmp_path):
         rgaps.topics()
 
 
-@pytest.mark.parametrize("name", ["", "bad name", "-x", "x" * 64, "a/b"])
-def test_bad_topic_name(daemon, name):
-    with pytest.raises(rgaps.Error) as e:
-        rgaps.Publisher(name)
-    assert e.value.errno == errno.EINVAL and repr(name)[1:-1] in str(e.value)
+RULE = ("a topic name is 1 to 63 characters of A-Z a-z 0-9 . _ -, not starting with '.' "
+        "or '-'")
+
+
+@pytest.mark.parametrize("name,what", [
+    ("", "it is empty"), ("bad name", "a space is not allowed"), ("-x", "it starts with '-'"),
+    (".dot", "it starts with '.'"), ("x" * 70, "it is 70 bytes long"),
+    ("a/b", "'/' is not allowed"), ("café", "byte 0xc3 is not allowed (only ASCII)")])
+def test_bad_topic_name(daemon, name, what):
+    for cls in (rgaps.Publisher, rgaps.Subscriber):
+        with pytest.raises(rgaps.Error) as e:
+            cls(name)
+        assert e.value.errno == errno.EINVAL
+        assert f"is not a topic name ({what}): {RULE}" in str(e.value), str(e.value)
 
 
 def test_message_too_large(daemon):

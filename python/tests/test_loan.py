@@ -46,7 +46,7 @@ def test_explicit_commit_cancel_and_reuse_refused(topic):
         loan.commit()
         with pytest.raises(ValueError, match="published already"):
             loan.commit()
-        with pytest.raises(TypeError, match="published already"):
+        with pytest.raises(BufferError, match="published already"):
             np.asarray(loan)
         with pytest.raises(ValueError, match="published already"):
             with loan:
