@@ -145,7 +145,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "rgapsd: configuration refused: %s: %s\n",
 				cfg.source[0] ? cfg.source : "configuration", err);
 		else
-			printf("configuration OK: %u topics\n", cfg.ntopics);
+			printf("configuration OK: %u topic%s\n", cfg.ntopics,
+			       cfg.ntopics == 1 ? "" : "s");
 		rgapsd_config_free(&cfg);
 		return r ? 1 : 0;
 	}

@@ -52,7 +52,7 @@ grep -q "cam.json" "$T/refuse.out" && grep -q "queue_depth" "$T/refuse.out" || f
 ok "bad topic file refused: $(tail -1 "$T/refuse.out" | sed 's/^rgapsd: //')"
 echo '{ "queue_depth": 16, "pool_size": "8MiB", "max_message_size": "1MiB" }' > "$T/td/cam.json"
 expect_exit 0 "$RGAPSD" --config "$T/ok.json" --check-config
-grep -q "OK: 1 topics" "$T/expect.out" || fail "--check-config: $(cat "$T/expect.out")"
+grep -qx "configuration OK: 1 topic" "$T/expect.out" || fail "--check-config: $(cat "$T/expect.out")"
 start_daemon --config "$T/ok.json"
 "$RGAPS" pub cam --count 1 --size 1KiB >/dev/null || fail "publish on configured topic"
 s=$(stat_json cam | flat)
