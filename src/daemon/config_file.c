@@ -482,6 +482,13 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	  .doc = "An accepted peer connection must deliver its first handshake frame (HELLO) "
 		 "whole within this time, else it is closed (peers.hello_timeouts); the whole "
 		 "handshake must be done 3 s after the connect." },
+	{ .name = "metrics_listen", .type = RGAPS_CFG_STRING, CFG_AT(D, metrics_listen),
+	  .def = "\"\"", .check = check_hostport_or_empty,
+	  .doc = "\"HOST:PORT\" where rgapsd serves its metrics over HTTP, in the Prometheus "
+		 "text format at /metrics (what `rgaps stats --prometheus` prints), e.g. "
+		 "\"127.0.0.1:9464\". At most 8 connections at once (4 from one address), "
+		 "requests of at most 16 KiB, each connection closed after 5 s without "
+		 "progress. \"\": off." },
 	{ .name = "transport_options", .type = RGAPS_CFG_PLUGIN_OPTIONS,
 	  CFG_AT(D, transport_options), .def = "{}",
 	  .doc = "Tunables of the transport plugins: { \"verbs\": { \"qps\": 4 }, \"tcp\": "

@@ -53,6 +53,7 @@ struct rgapsd_config {
 	uint32_t peer_hello_timeout_ms;	   /* an accepted peer connection's first frame */
 	char socket_mode[8];		   /* octal permission bits of the socket, e.g. "0660" */
 	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
+	char metrics_listen[RGAPS_PATH_MAX]; /* "HOST:PORT" of the Prometheus endpoint; "" off */
 	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
 	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
 	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
