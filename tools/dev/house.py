@@ -495,9 +495,11 @@ def cmd_prefixes(b):
 # the public API, which anyone linked with librgaps may call.
 DOORS = [
     ("tools/lib/", ("include/", "tools/lib/", "src/common/config.h", "src/common/futex.h",
-                    "src/common/util.h"), ("src/lib/", "tools/lib/", "src/common/config.c"),
+                    "src/common/util.h", "src/common/prometheus.h"),
+     ("src/lib/", "tools/lib/", "src/common/config.c", "src/common/prometheus.c"),
      "tools/lib is the tools' internal library: the public API, and src/common's sizes, "
-     "clocks and futexes, which tool.h hands on"),
+     "clocks, futexes and the Prometheus text rgapsd serves, which tool.h and stats.h "
+     "hand on"),
     ("tools/", ("include/", "tools/"), ("src/lib/", "tools/"),
      "a tool uses the public API and tools/lib"),
     ("plugins/", ("include/", "plugins/"), ("plugins/",),

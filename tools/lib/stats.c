@@ -1,38 +1,26 @@
 /*
- * Lookups in a stats reply (stats.h).
+ * Lookups in a stats reply, and its Prometheus text (stats.h): rgapsd's own
+ * (src/common/prometheus.c, also behind its /metrics), handed on.
  */
 #include "stats.h"
 
-#include <math.h>
 #include <string.h>
+
+#include "../../src/common/prometheus.h"
 
 double stats_num(const cJSON *o, const char *path)
 {
-	char key[64];
-
-	while (o && *path) {
-		const char *dot = strchr(path, '.');
-		size_t n = dot ? (size_t)(dot - path) : strlen(path);
-
-		if (n >= sizeof(key))
-			return NAN;
-		memcpy(key, path, n);
-		key[n] = '\0';
-		o = cJSON_GetObjectItemCaseSensitive(o, key);
-		path += n + (dot ? 1 : 0);
-	}
-	if (cJSON_IsNumber(o))
-		return o->valuedouble;
-	if (cJSON_IsBool(o))
-		return cJSON_IsTrue(o) ? 1 : 0;
-	return NAN;
+	return rgaps__json_num(o, path);
 }
 
 const char *stats_str(const cJSON *o, const char *key)
 {
-	const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+	return rgaps__json_str(o, key);
+}
 
-	return cJSON_IsString(v) ? v->valuestring : NULL;
+int tool_stats_prometheus(const cJSON *reply, FILE *out)
+{
+	return rgaps__stats_prometheus(reply, out);
 }
 
 const cJSON *stats_get(const cJSON *o, const char *key)

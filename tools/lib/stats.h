@@ -19,6 +19,8 @@
 #ifndef RGAPS_TOOLS_STATS_H
 #define RGAPS_TOOLS_STATS_H
 
+#include <stdio.h>
+
 #include <cjson/cJSON.h>
 
 /* The number at a dotted path below o (booleans read 0 or 1); NAN when absent. */
@@ -27,6 +29,11 @@ double stats_num(const cJSON *o, const char *path);
 const char *stats_str(const cJSON *o, const char *key);
 /* The member key of o, or NULL (o may be NULL). */
 const cJSON *stats_get(const cJSON *o, const char *key);
+/*
+ * The reply in the Prometheus text format, as rgapsd serves it at /metrics
+ * (metrics_listen). 0, or -1 (not a stats reply, or a write error).
+ */
+int tool_stats_prometheus(const cJSON *reply, FILE *out);
 /* The element of array arr whose string member key equals val, or NULL. */
 const cJSON *stats_find(const cJSON *arr, const char *key, const char *val);
 

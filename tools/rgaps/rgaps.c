@@ -18,8 +18,8 @@
 
 #include "paged.h"
 #include "pattern.h"
-#include "prometheus.h"
 #include "rgaps/rgaps.h"
+#include "stats.h"
 #include "tool.h"
 
 #define EXIT_USAGE 2
@@ -245,7 +245,7 @@ static int cmd_topics(int argc, char **argv, bool stats)
 	if (query(stats ? "stats" : "topics", topic, &reply))
 		return 1;
 	if (prom) {
-		int r = rgaps_stats_prometheus(reply, stdout);
+		int r = tool_stats_prometheus(reply, stdout);
 
 		cJSON_Delete(reply);
 		if (r)

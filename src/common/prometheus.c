@@ -1,13 +1,15 @@
 /*
- * `rgaps stats --prometheus`: a `stats` reply in the Prometheus text
- * exposition format (version 0.0.4), for node_exporter's textfile collector
- * or any scraper that runs a command (docs/ARCHITECTURE.md section 9).
+ * rgapsd's `stats` reply in the Prometheus text exposition format (version
+ * 0.0.4): what rgapsd serves at /metrics (metrics_listen, src/daemon/metrics.c)
+ * and `rgaps stats --prometheus` prints, from one renderer.
  *
  * Each metric is declared once, in a table per scope (daemon, topic,
  * subscriber slot, peer, data link): name, type, help, and where its value is
  * in the JSON. A family's samples must be contiguous, so the writer walks the
  * table first and the objects second. Values absent from a reply (an older
- * rgapsd, a link that is down) are left out, never written as 0.
+ * rgapsd, a link that is down) are left out, never written as 0. Every sample
+ * names the daemon with the label rgaps_instance (its shared-memory instance):
+ * "instance" is Prometheus's own label, the target it scraped.
  */
 #include "prometheus.h"
 
@@ -16,7 +18,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stats.h"
+double rgaps__json_num(const cJSON *o, const char *path)
+{
+	char key[64];
+
+	while (o && *path) {
+		const char *dot = strchr(path, '.');
+		size_t n = dot ? (size_t)(dot - path) : strlen(path);
+
+		if (n >= sizeof(key))
+			return NAN;
+		memcpy(key, path, n);
+		key[n] = '\0';
+		o = cJSON_GetObjectItemCaseSensitive(o, key);
+		path += n + (dot ? 1 : 0);
+	}
+	if (cJSON_IsNumber(o))
+		return o->valuedouble;
+	if (cJSON_IsBool(o))
+		return cJSON_IsTrue(o) ? 1 : 0;
+	return NAN;
+}
+
+const char *rgaps__json_str(const cJSON *o, const char *key)
+{
+	const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
 
 struct metric {
 	const char *name; /* without the rgaps_ prefix */
@@ -142,9 +171,9 @@ static const struct metric topic_metrics[] = {
 	  "counters.reclaimed_holds" },
 	{ "topic_reclaimed_loans_total", "counter", "Loans freed for dead publishers.",
 	  "counters.reclaimed_loans" },
-	{ "topic_journal_rollbacks_total", "counter",
-	  "Critical sections rolled back after a process died inside one.",
-	  "counters.journal_rollbacks" },
+	{ "topic_bad_regions_total", "counter",
+	  "Shared memory regions of clients refused as malformed (the client is disconnected).",
+	  "counters.bad_regions" },
 	{ "topic_pool_size_bytes", "gauge", "Size of the topic's shared pool.", "pool.size" },
 	{ "topic_pool_used_bytes", "gauge", "Bytes of the pool in use.", "pool.used_bytes" },
 	{ "topic_pool_largest_free_bytes", "gauge", "Largest free block of the pool.",
@@ -244,7 +273,7 @@ static void write_family(FILE *out, const struct metric *m, const struct labeled
 	bool header = false;
 
 	for (size_t i = 0; i < n; i++) {
-		double v = stats_num(objs[i].obj, m->path);
+		double v = rgaps__json_num(objs[i].obj, m->path);
 
 		if (isnan(v))
 			continue;
@@ -275,7 +304,7 @@ struct objs {
 	bool oom;
 };
 
-/* objs += obj, labelled instance="inst" and then each name, value pair of kv (NULL-ended). */
+/* objs += obj, labelled rgaps_instance="inst", then each name, value pair of kv (NULL-ended). */
 static void add_obj(struct objs *os, const cJSON *obj, const char *inst, const char *const *kv)
 {
 	struct labeled *o;
@@ -294,7 +323,7 @@ static void add_obj(struct objs *os, const cJSON *obj, const char *inst, const c
 	o = &os->v[os->n++];
 	o->obj = obj;
 	o->labels[0] = '\0';
-	add_label(o->labels, sizeof(o->labels), "instance", inst);
+	add_label(o->labels, sizeof(o->labels), "rgaps_instance", inst);
 	for (; kv[0] && kv[1]; kv += 2)
 		add_label(o->labels, sizeof(o->labels), kv[0], kv[1]);
 }
@@ -306,25 +335,27 @@ static void flush_scope(FILE *out, const struct metric *ms, size_t nms, struct o
 	os->n = 0;
 }
 
-int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
+int rgaps__stats_prometheus(const cJSON *reply, FILE *out)
 {
 	struct objs os = { 0 };
 	const cJSON *daemon = cJSON_GetObjectItemCaseSensitive(reply, "daemon");
 	const cJSON *topics = cJSON_GetObjectItemCaseSensitive(reply, "topics");
 	const cJSON *peers = cJSON_GetObjectItemCaseSensitive(reply, "peers");
 	const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(peers, "sessions");
-	const char *inst = stats_str(daemon, "instance") ? stats_str(daemon, "instance") : "";
+	const char *inst = rgaps__json_str(daemon, "instance");
 	const cJSON *t, *s;
 	int rc;
 
 	if (!cJSON_IsObject(daemon))
 		return -1;
+	if (!inst)
+		inst = "";
 	add_obj(&os, daemon, inst, (const char *const[]){ NULL });
 	flush_scope(out, daemon_metrics, sizeof(daemon_metrics) / sizeof(daemon_metrics[0]), &os);
 
 	cJSON_ArrayForEach(t, topics)
 	{
-		const char *name = stats_str(t, "name");
+		const char *name = rgaps__json_str(t, "name");
 
 		if (name)
 			add_obj(&os, t, inst, (const char *const[]){ "topic", name, NULL });
@@ -333,14 +364,14 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(t, topics)
 	{
-		const char *name = stats_str(t, "name");
+		const char *name = rgaps__json_str(t, "name");
 
 		cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "subscriber_slots"))
 		{
 			char slot[32], pid[32];
 
-			snprintf(slot, sizeof(slot), "%.0f", stats_num(s, "slot"));
-			snprintf(pid, sizeof(pid), "%.0f", stats_num(s, "pid"));
+			snprintf(slot, sizeof(slot), "%.0f", rgaps__json_num(s, "slot"));
+			snprintf(pid, sizeof(pid), "%.0f", rgaps__json_num(s, "pid"));
 			if (name)
 				add_obj(&os, s, inst,
 					(const char *const[]){ "topic", name, "slot", slot, "pid",
@@ -356,7 +387,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 	}
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const char *name = stats_str(s, "name");
+		const char *name = rgaps__json_str(s, "name");
 
 		if (name)
 			add_obj(&os, s, inst, (const char *const[]){ "peer", name, NULL });
@@ -365,7 +396,7 @@ int rgaps_stats_prometheus(const cJSON *reply, FILE *out)
 
 	cJSON_ArrayForEach(s, sessions)
 	{
-		const char *name = stats_str(s, "name");
+		const char *name = rgaps__json_str(s, "name");
 		const cJSON *l;
 
 		cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(s, "links"))
