@@ -37,7 +37,7 @@ say() { echo "== [$(( (SECONDS - T0) / 60 ))m$(( (SECONDS - T0) % 60 ))s] $*"; }
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
-      libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev procps iproute2
+      libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev libmicrohttpd-dev procps iproute2
       python3-dev python3-numpy"
 # The tests also lint the Prometheus text with promtool, build deb and rpm packages and
 # check their manual pages, build the fuzz targets with clang, and read meson's test

@@ -3,6 +3,7 @@
  * control server, signal handling. Everything here runs on the loop thread.
  */
 #include "daemon.h"
+#include "metrics.h"
 #include "rgaps_build_config.h"
 
 #include <errno.h>
@@ -132,10 +133,21 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		copts.set_group = true;
 	}
 	raise_fd_limit(cfg);
+	/* Scrapes are answered from the loop, so none is before rgapsd_init() returns. */
+	if (cfg->metrics_listen[0]) {
+		r = rgapsd_metrics_start(d, cfg->metrics_listen, &d->metrics, err, sizeof(err));
+		if (r) {
+			rgaps_error("%s", err);
+			rgapsd_registry_free(&d->reg);
+			return r;
+		}
+	}
 	/* The control socket's lock makes us the only daemon of this instance... */
 	r = rgapsd_control_start(loop, cfg->socket_path, &copts, &control_ops, d, &d->ctl);
 	if (r) {
 		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
+		rgapsd_metrics_stop(d->metrics);
+		d->metrics = NULL;
 		rgapsd_registry_free(&d->reg);
 		return r;
 	}
@@ -150,6 +162,8 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	r = rgapsd_remote_start(d);
 	if (r) {
 		rgapsd_looplag_stop(&d->lag);
+		rgapsd_metrics_stop(d->metrics);
+		d->metrics = NULL;
 		rgapsd_control_stop(d->ctl);
 		d->ctl = NULL;
 		rgapsd_registry_free(&d->reg);
@@ -175,6 +189,9 @@ void rgapsd_shutdown(struct rgapsd *d)
 		return;
 	d->stopping = true;
 	rgapsd_notify_stop(d);
+	/* Before the state a snapshot reads goes (the server's thread is joined here). */
+	rgapsd_metrics_stop(d->metrics);
+	d->metrics = NULL;
 	/* Clients first (each on_close detaches), then topics, then our own handles. */
 	rgapsd_control_stop(d->ctl);
 	d->ctl = NULL;

@@ -179,6 +179,7 @@ struct rgapsd {
 	struct rgapsd_notify *notify;	   /* systemd's notify socket (NULL: not under systemd) */
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
+	struct rgapsd_metrics *metrics;	   /* metrics_listen's HTTP server (NULL: off) */
 	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
 	bool sweep_started;
 	uint64_t idle_checked_ns;     /* the last look for idle topics (topics.c) */
@@ -193,6 +194,12 @@ void rgapsd_fini(struct rgapsd *d);
 /* Request handling (requests.c). */
 void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len);
 void rgapsd__on_close(void *ctx, struct rgapsd_conn *conn);
+/*
+ * The whole `stats` reply, every topic and peer, in one object (what the pages of a
+ * stats request merge to), as rgapsd's own user sees it: for metrics_listen. On the
+ * loop; NULL when out of memory.
+ */
+struct cJSON *rgapsd__stats_all(struct rgapsd *d);
 
 /* Topics (topics.c). */
 int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,

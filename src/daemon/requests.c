@@ -867,6 +867,33 @@ static const struct rgapsd_page_member topics_members[] = {
 	{ .name = "topics", .next = page_next_topic },
 };
 
+cJSON *rgapsd__stats_all(struct rgapsd *d)
+{
+	/* As rgapsd's own user sees it: every topic (metrics_listen is the operator's). */
+	struct page_ctx pc = { .d = d, .id = { .uid = geteuid(), .gid = getegid() }, .stats = true };
+	char key[RGAPSD_PAGE_KEY_MAX];
+	cJSON *o = cJSON_CreateObject(), *topics, *t;
+
+	if (!o)
+		return NULL;
+	cJSON_AddItemToObject(o, "daemon", page_daemon(&pc));
+	t = page_peers(&pc);
+	if (t)
+		cJSON_AddItemToObject(o, "peers", t);
+	topics = cJSON_AddArrayToObject(o, "topics");
+	for (t = page_next_topic(&pc, NULL, true, key); t && topics;
+	     t = page_next_topic(&pc, key, false, key))
+		cJSON_AddItemToArray(topics, t);
+	/* (the sorted list is made at the first topic: NULL then is out of memory too) */
+	if (!topics || !cJSON_GetObjectItemCaseSensitive(o, "daemon") || !pc.sorted) {
+		free(pc.sorted);
+		cJSON_Delete(o);
+		return NULL;
+	}
+	free(pc.sorted);
+	return o;
+}
+
 static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *req, bool stats)
 {
 	const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(req, "cursor");

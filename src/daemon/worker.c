@@ -51,6 +51,8 @@ static void mailbox_closed(uv_handle_t *h)
 	struct rgapsd_mailbox *mb = h->data;
 
 	pthread_mutex_destroy(&mb->lock);
+	if (mb->on_closed)
+		mb->on_closed(mb);
 }
 
 void rgapsd_mailbox_close(struct rgapsd_mailbox *mb)

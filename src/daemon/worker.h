@@ -31,6 +31,8 @@ struct rgapsd_mailbox {
 	pthread_mutex_t lock;
 	struct rgapsd_msg_q q;
 	bool closing;
+	/* Set by the owner, or NULL: called on the loop once closed (may free what holds mb). */
+	void (*on_closed)(struct rgapsd_mailbox *mb);
 };
 
 int rgapsd_mailbox_init(uv_loop_t *loop, struct rgapsd_mailbox *mb);

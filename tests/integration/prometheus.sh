@@ -1,16 +1,22 @@
 #!/bin/bash
-# `rgaps stats --prometheus`: two daemons as two hosts, a publisher on A and a
-# subscriber on B; each daemon's metrics are well-formed Prometheus text
-# (every family with HELP and TYPE before its samples, counters named
-# *_total, one family per name, numeric values; and `promtool check metrics`
-# where promtool is installed), and they say what happened: A published N
-# messages and sent records on its tcp link, B landed N from its peer, its
-# subscriber's N takes are in the latency histogram, the peers are up.
+# rgapsd's metrics as Prometheus reads them: two daemons as two hosts, a
+# publisher on A and a subscriber on B. `rgaps stats --prometheus` of each is
+# well-formed Prometheus text (every family with HELP and TYPE before its
+# samples, counters named *_total, one family per name, numeric values; and
+# `promtool check metrics` where promtool is installed), and it says what
+# happened: A published N messages and sent records on its tcp link, B landed
+# N from its peer, its subscriber's N takes are in the latency histogram, the
+# peers are up. Then Debian's Prometheus server scrapes A's metrics_listen on
+# loopback, and a query of its HTTP API returns A's rgaps series with the
+# published count, labelled by Prometheus (instance, job) and by rgaps
+# (rgaps_instance), nothing renamed to exported_instance.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 N=50
 host A 0; host B 1
-for h in A B; do start_host $h; done
+MPORT=$((BASE + 5)) PPORT=$((BASE + 6))
+DAEMON_EXTRA="\"metrics_listen\": \"127.0.0.1:$MPORT\"," start_host A
+start_host B
 wait_until 20 peer_up A B || fail "no session"
 bg sub env RGAPS_SOCKET=${SOCK[B]} "$RGAPS" sub prom --count $N --verify --timeout 30
 wait_until 20 knows_sub A B prom || fail "A did not learn B's subscription"
@@ -55,4 +61,42 @@ sent=$(val A rgaps_link_records_sent_total 'transport="tcp"')
 p50=$(val B rgaps_topic_latency_p50_seconds 'topic="prom"')
 awk -v v="$p50" 'BEGIN { exit !(v > 0 && v < 10) }' || fail "B: latency p50 '$p50' s"
 ok "A published $N and sent $sent records over tcp; B landed $N, latency p50 $p50 s, no gap"
+
+# Debian's Prometheus server scrapes A's metrics_listen every second.
+if ! command -v prometheus >/dev/null; then
+	skip_part "no prometheus server (Debian: prometheus): A's /metrics was not scraped by one"
+else
+	cat >"$T/prometheus.yml" <<-EOF
+	global: { scrape_interval: 1s, scrape_timeout: 1s }
+	scrape_configs:
+	  - job_name: rgapsd
+	    static_configs: [ { targets: ["127.0.0.1:$MPORT"] } ]
+	EOF
+	BG_TIMEOUT=120 bg promsrv prometheus --config.file="$T/prometheus.yml" \
+		--storage.tsdb.path="$T/tsdb" --web.listen-address="127.0.0.1:$PPORT" --log.level=warn
+	# query EXPR: the result of an instant query of its HTTP API, one series a line:
+	# "label=value,...  value" (none while it has not scraped yet)
+	query() {
+		python3 - "$PPORT" "$1" <<-'PY' 2>/dev/null
+		import json, sys, urllib.parse, urllib.request
+		url = f"http://127.0.0.1:{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
+		r = json.load(urllib.request.urlopen(url, timeout=5))
+		for s in r["data"]["result"]:
+		    print(",".join(f"{k}={v}" for k, v in sorted(s["metric"].items())), s["value"][1])
+		PY
+	}
+	scraped() { query "rgaps_topic_published_messages_total{topic=\"prom\"}" >"$T/query.out" &&
+		grep -q " $N$" "$T/query.out"; }
+	wait_until 60 scraped || fail "Prometheus never returned A's published count $N: $(cat "$T/query.out"; tail -n 5 "$T/promsrv.out")"
+	series=$(head -n 1 "$T/query.out")
+	for l in "__name__=rgaps_topic_published_messages_total" "instance=127.0.0.1:$MPORT" \
+		"job=rgapsd" "rgaps_instance=${INSTANCE}A" "topic=prom"; do
+		[[ ",${series% *}," == *",$l,"* ]] || fail "the series lacks $l: $series"
+	done
+	[[ "$series" == *exported_instance* ]] && fail "a label was renamed exported_instance: $series"
+	n=$(query '{__name__=~"rgaps_.+"}' | wc -l)
+	[ "$n" -gt 20 ] || fail "Prometheus holds only $n rgaps series"
+	ok "Prometheus $(prometheus --version 2>&1 | sed -n '1s/prometheus, version \([^ ]*\).*/\1/p') scraped A: $n rgaps series, $series"
+	end_bg promsrv
+fi
 for h in A B; do stop_host $h; done

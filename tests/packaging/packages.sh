@@ -203,6 +203,10 @@ grep -q "systemd-sysusers.*rgaps.conf" "$T/postinst" || fail "rgapsd's postinst 
 grep -q "deb-systemd-helper.*rgapsd.service" "$T/postinst" || fail "rgapsd's postinst does not enable the unit"
 dpkg-deb -f "$RGAPSD_DEB" Depends | grep -q "librgaps0 (= $VERSION" ||
 	fail "rgapsd does not depend on librgaps0 of its version (the memory plugins): $(dpkg-deb -f "$RGAPSD_DEB" Depends)"
+# metrics_listen's HTTP server is libmicrohttpd: the daemon's package pulls it in, the library's not.
+dpkg-deb -f "$RGAPSD_DEB" Depends | grep -q "libmicrohttpd" ||
+	fail "rgapsd does not depend on libmicrohttpd (metrics_listen): $(dpkg-deb -f "$RGAPSD_DEB" Depends)"
+dpkg-deb -f "$LIB_DEB" Depends | grep -q "libmicrohttpd" && fail "librgaps0 depends on libmicrohttpd"
 ok "rgapsd: daemon, transport plugins, unit, sysusers, conffile, postinst, rgapsd(8), rgapsd.json(5); depends on librgaps0"
 
 has "$LIB_DEB" "/usr/lib/$MA/librgaps.so.0" "/usr/lib/$MA/librgaps.so.$VERSION" "$PLUG/memory-host.so"
