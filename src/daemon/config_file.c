@@ -26,15 +26,14 @@
 #include "../common/errors.h"
 #include "../common/util.h"
 #include "hostport.h"
+#include "rgaps_build_config.h"
 
-#ifdef RGAPS_SYSCONFDIR
-#define CFG_DEFAULT_FILE RGAPS_SYSCONFDIR "/rgapsd.json"
-#else
-#define CFG_DEFAULT_FILE RGAPS_DEFAULT_CONFIG
-#endif
-
-/* The file rgapsd_config_load(NULL, ...) reads; tests point it elsewhere. */
-const char *rgaps__config_default_path = CFG_DEFAULT_FILE;
+/*
+ * The file rgapsd_config_load(NULL, ...) reads: the build's sysconfdir, where
+ * `meson install` puts the file and the unit points (/etc/rgaps for /usr,
+ * /usr/local/etc/rgaps for /usr/local). Tests point it elsewhere.
+ */
+const char *rgaps__config_default_path = RGAPS_SYSCONFDIR "/rgapsd.json";
 
 #define CFG_FILE_MAX (1u << 20) /* a config file larger than this is a mistake */
 #define CFG_WHY_MAX 320
@@ -1139,6 +1138,39 @@ void rgapsd_config_defaults(struct rgapsd_config *cfg)
 /* ------------------------------------------------------------------------ */
 /* Documents                                                                */
 
+/*
+ * "WHAT: invalid JSON at line L, column C: near 'TEXT'" for the parse that stopped at
+ * byte at of json (lines and columns from 1, columns in bytes), or "...: the text
+ * ends there" when it stopped at the end (a brace or bracket not closed).
+ */
+static void cfg_json_error(const char *json, size_t len, size_t at, const char *what, char *err,
+			   size_t errlen)
+{
+	size_t line = 1, col = 1, n = 0, rest = at;
+	char near[24];
+
+	for (size_t i = 0; i < at && i < len; i++) {
+		if (json[i] == '\n') {
+			line++;
+			col = 1;
+		} else {
+			col++;
+		}
+	}
+	for (size_t i = at; i < len && json[i] != '\n' && n + 1 < sizeof(near); i++)
+		near[n++] = (json[i] >= 0x20 && json[i] < 0x7f) ? json[i] : '?';
+	near[n] = '\0';
+	while (rest < len && strchr(" \t\r\n", json[rest]))
+		rest++;
+	if (rest >= len)
+		cfg_fail(err, errlen, "%s: invalid JSON at line %zu, column %zu: the text ends there "
+			 "(a brace or bracket not closed, or nothing at all?)",
+			 what, line, col);
+	else
+		cfg_fail(err, errlen, "%s: invalid JSON at line %zu, column %zu: near '%s'", what,
+			 line, col, near);
+}
+
 static cJSON *cfg_parse_json(const char *what, const char *json, size_t len, char *err,
 			     size_t errlen)
 {
@@ -1164,7 +1196,7 @@ static cJSON *cfg_parse_json(const char *what, const char *json, size_t len, cha
 		at++;
 	if (!root || at < len) {
 		cJSON_Delete(root);
-		cfg_fail(err, errlen, "%s: invalid JSON near byte %zu", what, at);
+		cfg_json_error(json, len, at, what, err, errlen);
 		return NULL;
 	}
 	if (!cJSON_IsObject(root)) {

@@ -17,8 +17,6 @@
 #include "../common/config.h"
 
 #define RGAPS_CFG_MAX_PEERS 16
-#define RGAPS_SYSCONFDIR_DEFAULT "/etc/rgaps"
-#define RGAPS_DEFAULT_CONFIG RGAPS_SYSCONFDIR_DEFAULT "/rgapsd.json"
 
 enum rgapsd_create_topics {
 	RGAPSD_CREATE_ANY = 0,	      /* a client's attach creates any topic it names */
@@ -61,6 +59,9 @@ struct rgapsd_config {
 	char source[RGAPS_PATH_MAX]; /* the file loaded ("" = none), for messages */
 };
 
+/* The daemon file read without -c: <sysconfdir>/rgaps/rgapsd.json of the build. */
+extern const char *rgaps__config_default_path;
+
 /* Fill defaults (what runs with no file at all). */
 void rgapsd_config_defaults(struct rgapsd_config *cfg);
 
@@ -68,7 +69,7 @@ void rgapsd_config_defaults(struct rgapsd_config *cfg);
  * Load the daemon configuration from path (JSON object), then every .json
  * file in <topics_dir> (one topic object per file; "name" defaults to the file
  * name without .json); topic files start from the daemon's "defaults" object.
- * path NULL: use RGAPS_DEFAULT_CONFIG if it exists, else only defaults.
+ * path NULL: use rgaps__config_default_path if it exists, else only defaults.
  * On error returns -EINVAL (or -errno for I/O), and err holds
  * "FILE: key 'KEY': REASON". cfg is always safe to pass to rgapsd_config_free.
  */

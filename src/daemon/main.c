@@ -27,7 +27,7 @@ static void usage(FILE *f)
 		"      --help-config      list every configuration key\n"
 		"  -V, --version          print the version\n"
 		"  -h, --help             this text\n",
-		RGAPS_DEFAULT_CONFIG);
+		rgaps__config_default_path);
 }
 
 int main(int argc, char **argv)

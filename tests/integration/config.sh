@@ -1,6 +1,8 @@
 #!/bin/bash
 # Configuration: no file runs on defaults; bad files are refused at start with
-# the file, the key and the reason; topics.d settings reach the topic.
+# the file, the key and the reason (a JSON mistake by line and column); topics.d
+# settings reach the topic; without -c rgapsd reads the file of the build's
+# sysconfdir, where `meson install` puts it.
 . "$(dirname "$0")/lib.sh"
 # rgapsd CONFIG [args...]: a daemon that must refuse its configuration and exit 1 (a
 # bounded wait: one that accepted it would serve until killed); output in $T/refuse.out
@@ -22,7 +24,8 @@ refuse "wrong type" '{ "log_level": 3 }' "log_level"
 refuse "impossible size" '{ "defaults": { "pool_size": "12 parsecs" } }' "pool_size"
 refuse "message larger than pool" '{ "defaults": { "pool_size": "1MiB", "max_message_size": "2MiB" } }' "max_message_size"
 refuse "bad overflow policy" '{ "defaults": { "overflow": "explode" } }' "overflow"
-refuse "invalid JSON" '{ "socket": ' "invalid JSON"
+refuse "invalid JSON" '{ "socket": ' "invalid JSON at line 1, column 13: the text ends there"
+refuse "invalid JSON, line 3" $'{\n  "socket": "/tmp/x",\n  "log_level": info\n}' "invalid JSON at line 3, column 16: near 'info'"
 # Transport options: names and bounds are the plugins' own, checked when they load.
 KEYF="$T/psk"; head -c 48 /dev/urandom > "$KEYF"; chmod 600 "$KEYF"
 NET="\"listen\": \"127.0.0.1:$((20000 + RANDOM % 20000))\", \"key_file\": \"$KEYF\""
@@ -74,3 +77,10 @@ there=$(env -u RGAPS_PLUGIN_DIR "$T/rgapsd-elsewhere" --help-config | grep -o 'a
 	fail "rgapsd in the build tree: $here"
 case "$there" in *"$RGAPS_BUILD"*|*"$(cd "$RGAPS_BUILD" && pwd -P)"*) fail "a copy outside the build tree looks in it: $there";; esac
 ok "plugin directory: build tree for the build's rgapsd, ${there#as the plugins in } for a copy elsewhere"
+sysconf=$(sed -n 's/^#define RGAPS_SYSCONFDIR "\(.*\)"$/\1/p' "$RGAPS_BUILD/rgaps_build_config.h")
+[ -n "$sysconf" ] || fail "no RGAPS_SYSCONFDIR in the build's rgaps_build_config.h"
+"$RGAPSD" --help | grep -qF "(default $sysconf/rgapsd.json if it exists)" ||
+	fail "rgapsd without -c does not read $sysconf/rgapsd.json: $("$RGAPSD" --help | grep -- --config)"
+"$RGAPSD" --help-config | head -n 1 | grep -qF "Daemon keys ($sysconf/rgapsd.json)" ||
+	fail "--help-config names another file: $("$RGAPSD" --help-config | head -n 1)"
+ok "without -c: $sysconf/rgapsd.json, the build's sysconfdir"
