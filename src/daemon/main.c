@@ -2,11 +2,13 @@
  * rgapsd entry point: command line, configuration, then the one libuv loop.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/log.h"
 #include "../common/plugin_loader.h"
@@ -23,11 +25,57 @@ static void usage(FILE *f)
 		"  -l, --log-level LEVEL  error, warn, info, debug, trace\n"
 		"  -i, --instance NAME    shared-memory instance name (default: from the socket)\n"
 		"  -p, --plugin-dir DIR   where plugins are\n"
+		"  -b, --background       return once the socket serves (rgapsd goes on in the\n"
+		"                         background; exit 1, saying why, if it does not start)\n"
 		"      --check-config     load and validate the configuration, then exit\n"
 		"      --help-config      list every configuration key\n"
 		"  -V, --version          print the version\n"
 		"  -h, --help             this text\n",
 		rgaps__config_default_path);
+}
+
+/*
+ * --background: fork before anything starts. The parent waits for a byte on a pipe
+ * that the child writes once it serves, then says where and exits 0; it exits 1
+ * if the child could not start (the child said why on the stderr they share) or
+ * died. The child leaves the terminal's session and returns the pipe's write end.
+ */
+static int go_background(const char *socket_path)
+{
+	ssize_t n;
+	pid_t pid;
+	int p[2], nul;
+	char c = 0;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		fprintf(stderr, "rgapsd: --background: pipe: %s\n", strerror(errno));
+		exit(1);
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "rgapsd: --background: fork: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (pid > 0) {
+		close(p[1]);
+		do
+			n = read(p[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1 || c != 'R') {
+			fprintf(stderr, "rgapsd: did not start (pid %d)\n", (int)pid);
+			exit(1);
+		}
+		printf("rgapsd: serving %s in the background, pid %d\n", socket_path, (int)pid);
+		exit(0);
+	}
+	close(p[0]);
+	setsid();
+	nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, STDIN_FILENO);
+		close(nul);
+	}
+	return p[1];
 }
 
 int main(int argc, char **argv)
@@ -38,6 +86,7 @@ int main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "instance", required_argument, NULL, 'i' },
 		{ "plugin-dir", required_argument, NULL, 'p' },
+		{ "background", no_argument, NULL, 'b' },
 		{ "check-config", no_argument, NULL, 'C' },
 		{ "help-config", no_argument, NULL, 'H' },
 		{ "version", no_argument, NULL, 'V' },
@@ -47,13 +96,13 @@ int main(int argc, char **argv)
 	const char *config = NULL, *sock = NULL, *level = NULL, *instance = NULL, *pdir = NULL;
 	struct rgapsd_config cfg;
 	static struct rgapsd d;
-	bool check = false;
+	bool check = false, background = false;
+	int c, r, ready_fd = -1;
 	char err[1024];
 	uv_loop_t loop;
-	int c, r;
 
 	rgaps__log_set_prefix("rgapsd");
-	while ((c = getopt_long(argc, argv, "c:s:l:i:p:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:s:l:i:p:bVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			config = optarg;
@@ -72,6 +121,9 @@ int main(int argc, char **argv)
 			break;
 		case 'C':
 			check = true;
+			break;
+		case 'b':
+			background = true;
 			break;
 		case 'H': {
 			struct rgapsd_registry reg;
@@ -151,9 +203,18 @@ int main(int argc, char **argv)
 		return r ? 1 : 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	/* Before any thread exists: the parent waits here until the child serves. */
+	if (background)
+		ready_fd = go_background(cfg.socket_path);
 
 	uv_loop_init(&loop);
 	r = rgapsd_init(&d, &loop, &cfg);
+	if (ready_fd >= 0) {
+		/* Serving (the parent exits 0), or not (EOF: it exits 1; the reason is on stderr). */
+		if (r == 0 && write(ready_fd, "R", 1) != 1)
+			rgaps_warn("--background: cannot tell the parent: %s", strerror(errno));
+		close(ready_fd);
+	}
 	if (r == 0) {
 		uv_run(&loop, UV_RUN_DEFAULT);
 		rgapsd_fini(&d);

@@ -84,3 +84,18 @@ sysconf=$(sed -n 's/^#define RGAPS_SYSCONFDIR "\(.*\)"$/\1/p' "$RGAPS_BUILD/rgap
 "$RGAPSD" --help-config | head -n 1 | grep -qF "Daemon keys ($sysconf/rgapsd.json)" ||
 	fail "--help-config names another file: $("$RGAPSD" --help-config | head -n 1)"
 ok "without -c: $sysconf/rgapsd.json, the build's sysconfdir"
+
+# --background returns once the socket serves (the next command finds it), or exits 1.
+"$RGAPSD" --background --socket "$T/bg.sock" --instance "${INSTANCE}bg" >"$T/bg.out" 2>>"$T/bg.log" ||
+	fail "rgapsd --background: $(cat "$T/bg.out" "$T/bg.log")"
+bgpid=$(sed -n 's/^rgapsd: serving .* in the background, pid \([0-9]*\)$/\1/p' "$T/bg.out")
+[ -n "$bgpid" ] || fail "rgapsd --background did not say its pid: $(cat "$T/bg.out")"
+PIDS+=("$bgpid")
+RGAPS_SOCKET=$T/bg.sock "$RGAPS" topics >/dev/null || fail "rgapsd --background returned before it served"
+stop_pid "$bgpid" "rgapsd --background" || fail "the background rgapsd did not stop on SIGTERM"
+forget_pid "$bgpid"
+touch "$T/plain"
+expect_exit 1 "$RGAPSD" --background --socket "$T/plain/x.sock" --instance "${INSTANCE}bg2"
+grep -q "did not start" "$T/expect.out" && grep -q "$T/plain" "$T/expect.out" ||
+	fail "rgapsd --background that cannot serve: $(cat "$T/expect.out")"
+ok "--background: returned serving (pid $bgpid), or exit 1 with the reason"
