@@ -36,9 +36,13 @@ say() { echo "== [$(( (SECONDS - T0) / 60 ))m$(( (SECONDS - T0) % 60 ))s] $*"; }
 
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
-PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev libcmocka-dev
+# What the build needs: README.md's "Installing from source" names the same list
+# (the unit test docs-blocks holds them equal).
+PKGS="meson ninja-build pkg-config gcc libc6-dev libuv1-dev liburing-dev libcjson-dev
       libibverbs-dev librdmacm-dev libsodium-dev libncurses-dev libmicrohttpd-dev procps iproute2
       python3-dev python3-numpy"
+# The tests (cmocka), built by build and test, not by the demo.
+[ "$what" != demo ] && PKGS="$PKGS libcmocka-dev"
 # The tests also lint the Prometheus text with promtool, build deb and rpm packages and
 # check their manual pages, build the fuzz targets with clang, and read meson's test
 # log with python3.
@@ -58,19 +62,36 @@ fi
 # CUDA is optional: the cuda plugin and the gpu programs are built when nvcc is there.
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
-build() { # build DIR [meson options...]
+build() { # build DIR [meson options...]: everything, the tests included
 	local dir=$1
 	shift
 	[ -f "$dir/build.ninja" ] || meson setup "$dir" -Dwerror=true "$@"
+	# (the demo's build/ leaves them out)
+	meson configure "$dir" | grep -qE '^ *tests +true' || meson configure "$dir" -Dtests=true
 	ninja -C "$dir"
 }
 
-# ---- skipped tests: collected from meson's log after each run, printed at the end
-SKIPS=$(mktemp /tmp/rgaps-skips.XXXXXX)
+# What the demo runs, and nothing else: rgapsd, rgaps and the plugins (meson's targets
+# defined in plugins/), not the tests, benchmarks and the Python package.
+build_demo() {
+	local targets
+	[ -f build/build.ninja ] || meson setup build -Dwerror=true -Dtests=false
+	mapfile -t targets < <(meson introspect build --targets | python3 -c '
+import json, os, sys
+for t in json.load(sys.stdin):
+    if t["name"] in ("rgapsd", "rgaps") or "/plugins/" in t["defined_in"]:
+        for f in t["filename"]:
+            print(os.path.relpath(f, os.path.abspath("build")))')
+	[ ${#targets[@]} -ge 3 ] || { echo "quickstart: no demo targets in build/" >&2; exit 1; }
+	ninja -C build "${targets[@]}"
+}
+
+# ---- skipped tests (test only): collected from meson's log after each run, printed at the end
+SKIPS=
 HOGS=()
 finish() {
 	stop_load
-	rm -f "$SKIPS"
+	[ -z "$SKIPS" ] || rm -f "$SKIPS"
 }
 trap finish EXIT
 
@@ -115,12 +136,20 @@ stop_load() {
 	HOGS=()
 }
 
-say "building"
-build build
 case "$what" in
-build) ;;
-demo) exec tools/demo.sh build ;;
+build)
+	say "building"
+	build build
+	;;
+demo)
+	say "building rgapsd, rgaps and the plugins"
+	build_demo
+	exec tools/demo.sh build
+	;;
 test)
+	say "building"
+	build build
+	SKIPS=$(mktemp /tmp/rgaps-skips.XXXXXX)
 	say "unit, integration, transport, packaging and gpu suites"
 	# The integration suite beside the busy loops (it must pass on a loaded machine),
 	# then the other suites without them.
