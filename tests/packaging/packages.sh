@@ -119,28 +119,14 @@ done
 MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 VERSION=$(sed -n 's/^Version:[[:space:]]*//p' "$SRC/packaging/rpm/rgaps.spec")
 
-# The clean root of part 5 is made while the packages build (mostly waiting on
-# the mirror and the disk), in the test's process group, so that a timeout's
-# signal to the group reaches it too. ROOT_WHY: why there is none.
+# The clean root of part 5 is unpacked (made, the first time) while the packages build
+# (mostly waiting on the mirror and the disk), in the test's process group, so that a
+# timeout's signal to the group reaches it too: Debian's essential set, apt, and what a
+# client build needs (tests/packaging/clean_root.sh).
 CR="$T/clean"
-ROOT_WHY=
-ROOT_SUITE=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-ROOT_MIRROR=${RGAPS_PKG_MIRROR:-$(sed -n 's/^URIs:[[:space:]]*\([^ ]*\).*/\1/p' \
-	/etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)}
-ROOT_MIRROR=${ROOT_MIRROR:-http://deb.debian.org/debian}
-if ! is_root; then
-	ROOT_WHY="needs root for mmdebstrap and chroot"
-elif ! command -v mmdebstrap >/dev/null; then
-	ROOT_WHY="no mmdebstrap"
-elif [ -z "$ROOT_SUITE" ]; then
-	ROOT_WHY="no VERSION_CODENAME in /etc/os-release"
-else
-	# Debian's essential set, apt, and what a client build needs; the lists are
-	# kept so that apt in the root can fetch librgaps0's dependencies.
-	bounded 600 mmdebstrap --variant=apt --include=gcc,libc6-dev,pkgconf \
-		--skip=cleanup/apt/lists "$ROOT_SUITE" "$CR" "$ROOT_MIRROR" >"$T/mmdebstrap.log" 2>&1 &
-	ROOT_PID=$!
-fi
+. "$SRC/tests/packaging/clean_root.sh"
+ROOT_LOG="$T/mmdebstrap.log" root_make "$CR" gcc libc6-dev pkgconf &
+ROOT_PID=$!
 
 # ------------------------------------------------------------------ 1. build, lint
 phase "building the debs (DEB_BUILD_OPTIONS=nocheck parallel=$JOBS)"
@@ -387,14 +373,14 @@ fi
 chroot_run() { bounded 300 chroot "$CR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 	DEBIAN_FRONTEND=noninteractive "$@" </dev/null; }
 clean_root() {
-	[ -z "$ROOT_WHY" ] || { not_checked "install into a clean root ($ROOT_WHY)"; return; }
 	wait "$ROOT_PID"; local rc=$?
 	ROOT_PID=
 	if [ $rc -ne 0 ]; then
-		not_checked "install into a clean root: mmdebstrap $ROOT_SUITE from $ROOT_MIRROR failed ($rc): $(grep -E '^E: ' "$T/mmdebstrap.log" | tail -n 1)"
+		is_root || { not_checked "install into a clean root (needs root for mmdebstrap and chroot)"; return; }
+		not_checked "install into a clean root: no $ROOT_SUITE root from $ROOT_MIRROR: $(grep -E '^E: ' "$T/mmdebstrap.log" | tail -n 1; command -v mmdebstrap >/dev/null || echo no mmdebstrap)"
 		return
 	fi
-	ok "clean $ROOT_SUITE root from $ROOT_MIRROR (mmdebstrap --variant=apt, gcc, libc6-dev, pkgconf), made while the packages built"
+	ok "clean $ROOT_SUITE root from $ROOT_MIRROR (mmdebstrap --variant=apt, gcc, libc6-dev, pkgconf; $ROOT_CACHE), unpacked while the packages built"
 	# A local repository of every deb built, as a site would publish them.
 	mkdir -p "$CR/srv/rgaps"
 	cp "$T"/deb/*.deb "$CR/srv/rgaps/"
