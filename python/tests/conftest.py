@@ -137,6 +137,30 @@ def pool_used(name):
     return None
 
 
+def close_ends(handle, call):
+    """Run call() in a thread, close handle from this one, and return what call raised
+    (None if nothing): the call must end within 10 s of the close."""
+    import threading
+
+    errors, started = [], threading.Event()
+
+    def run():
+        started.set()
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    started.wait(5)
+    time.sleep(0.1)  # into its wait (if not, close() comes first: the same end)
+    handle.close()
+    t.join(10)
+    assert not t.is_alive(), "close() from another thread did not end the call"
+    return errors[0] if errors else None
+
+
 def wait_until(pred, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while not pred():

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import rgaps
-from conftest import Daemon
+from conftest import Daemon, close_ends
 
 np = pytest.importorskip("numpy")
 
@@ -132,21 +132,8 @@ def test_handles_do_not_cross_fork(topic):
 
 def test_close_from_another_thread_ends_a_blocking_take(topic):
     sub = rgaps.Subscriber(topic)
-    errors = []
-
-    def taker():
-        try:
-            sub.take()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=taker)
-    t.start()
-    time.sleep(0.1)
-    sub.close()
-    t.join(10)
-    assert not t.is_alive()
-    assert errors and isinstance(errors[0], ValueError) and "closed" in str(errors[0])
+    e = close_ends(sub, sub.take)
+    assert isinstance(e, ValueError) and "closed" in str(e), e
 
 
 def test_ctrl_c_interrupts_a_blocking_take(topic):

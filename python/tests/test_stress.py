@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import rgaps
+from conftest import close_ends
 
 np = pytest.importorskip("numpy")
 
@@ -51,23 +52,9 @@ def test_close_wakes_a_publish_waiting_in_another_thread(daemon):
     pub, sub = rgaps.Publisher(TOPIC), rgaps.Subscriber(TOPIC)
     try:
         fill_queue(pub, sub, 0)
-        errors, started = [], threading.Event()
-
-        def publisher():
-            started.set()
-            try:
-                pub.publish(np.zeros(8, np.int64), timeout=20)
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-        t = threading.Thread(target=publisher)
-        t.start()
-        started.wait(5)
-        pub.close()
-        t.join(10)  # the publish waits 20 s unless close() ends it
-        assert not t.is_alive(), "close() did not end the publish waiting for room"
-        assert errors and isinstance(errors[0], ValueError), errors
-        assert "closed while it waited for room" in str(errors[0])
+        # the publish waits 20 s for room unless close() ends it
+        e = close_ends(pub, lambda: pub.publish(np.zeros(8, np.int64), timeout=20))
+        assert isinstance(e, ValueError) and "closed while it waited for room" in str(e), e
     finally:
         pub.close()
         sub.close()
