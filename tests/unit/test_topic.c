@@ -552,6 +552,15 @@ static void test_drop_oldest_counts_gaps(void **state)
 	destroy(f);
 }
 
+/* Publish one message of sizeof(copy) bytes, take and hold it, keep a copy of its bytes. */
+static void hold_one(struct client *p, struct client *s, struct rgaps_sub_msg *held,
+		     uint8_t (*copy)[8192])
+{
+	assert_int_equal(publish(p, sizeof(*copy)), 0);
+	take_ok(s, held);
+	memcpy(*copy, held->data, sizeof(*copy));
+}
+
 /* A held message keeps its bytes while drop_oldest retires it and reuses the pool. */
 static void test_hold_protects_block(void **state)
 {
@@ -561,9 +570,7 @@ static void test_hold_protects_block(void **state)
 	uint8_t copy[8192];
 	uint64_t ctr;
 
-	assert_int_equal(publish(p, 8192), 0);
-	take_ok(s, &held);
-	memcpy(copy, held.data, sizeof(copy));
+	hold_one(p, s, &held, &copy);
 	for (int n = 0; n < 200; n++)
 		assert_int_equal(publish(p, 8192), 0);
 	assert_memory_equal(held.data, copy, sizeof(copy));
@@ -596,9 +603,7 @@ static void test_stopped_subscriber_keeps_holds_only(void **state)
 	uint8_t copy[8192];
 	uint64_t ctr;
 
-	assert_int_equal(publish(p, 8192), 0);
-	take_ok(s, &held);
-	memcpy(copy, held.data, sizeof(copy));
+	hold_one(p, s, &held, &copy);
 	for (int n = 0; n < 4; n++)
 		assert_int_equal(publish(p, 100), 0);
 	assert_int_equal(publish(p, 100), -EAGAIN); /* its cursor holds the queue */
