@@ -169,6 +169,11 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		rgapsd_registry_free(&d->reg);
 		return r;
 	}
+	/* Without it, freed members' memory is released on the loop (logged). */
+	r = rgapsd_worker_start(&d->reaper, NULL, "rgapsd-reap", 1);
+	if (r)
+		rgaps_warn("no reaper thread (%s): freed pools are released on the loop",
+			   strerror(-r));
 	rgapsd__members_start(d);
 	uv_signal_init(loop, &d->sig_term);
 	uv_signal_init(loop, &d->sig_int);

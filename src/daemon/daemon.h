@@ -22,6 +22,7 @@
 #include "control.h"
 #include "looplag.h"
 #include "registry.h"
+#include "worker.h"
 
 #define RGAPSD_MAX_MEMORY_PLUGINS 4
 #define RGAPSD_MAX_TRANSPORTS 4
@@ -181,6 +182,7 @@ struct rgapsd {
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 	struct rgapsd_metrics *metrics;	   /* metrics_listen's HTTP server (NULL: off) */
 	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
+	struct rgapsd_worker reaper; /* releases freed members' memory, off the loop */
 	bool sweep_started;
 	uint64_t idle_checked_ns;     /* the last look for idle topics (topics.c) */
 	uint64_t topics_removed_idle; /* topic_idle_s */

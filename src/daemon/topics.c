@@ -646,6 +646,7 @@ void rgapsd__topics_destroy(struct rgapsd *d)
 		topic_free(t);
 	}
 	d->ntopics = 0;
+	rgapsd_worker_stop(&d->reaper); /* the members' memory goes before their plugins */
 	for (uint32_t i = 0; i < d->nmem_plugins; i++) {
 		d->mem_plugins[i]->ops.memory.fini(d->mem_plugins[i]->ctx);
 		rgaps__plugin_unload(d->mem_plugins[i]);

@@ -5,7 +5,11 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#include "../common/util.h"
 
 static void on_async(uv_async_t *a)
 {
@@ -139,4 +143,32 @@ void rgapsd_worker_stop(struct rgapsd_worker *w)
 	pthread_mutex_unlock(&w->lock);
 	while (w->nthreads)
 		pthread_join(w->threads[--w->nthreads], NULL);
+}
+
+struct unmap_job {
+	struct rgapsd_job job;
+	void *addr;
+	size_t len;
+};
+
+static void unmap_run(struct rgapsd_job *job)
+{
+	struct unmap_job *u = RGAPS_CONTAINER_OF(job, struct unmap_job, job);
+
+	munmap(u->addr, u->len);
+	free(u);
+}
+
+void rgapsd_worker_unmap(struct rgapsd_worker *w, void *addr, size_t len)
+{
+	struct unmap_job *u = w->nthreads ? malloc(sizeof(*u)) : NULL;
+
+	if (!u) {
+		munmap(addr, len);
+		return;
+	}
+	*u = (struct unmap_job){ .job = { .run = unmap_run, .manual = true },
+				 .addr = addr,
+				 .len = len };
+	rgapsd_worker_submit(w, &u->job);
 }

@@ -66,5 +66,11 @@ int rgapsd_worker_start(struct rgapsd_worker *w, struct rgapsd_mailbox *mb, cons
 void rgapsd_worker_submit(struct rgapsd_worker *w, struct rgapsd_job *job);
 /* Finish the queued jobs (their completions are posted), then join. */
 void rgapsd_worker_stop(struct rgapsd_worker *w);
+/*
+ * munmap() on the worker (freeing a large mapping that was written takes
+ * milliseconds per 64 MiB): nothing is posted back. Here when w is not running
+ * or out of memory.
+ */
+void rgapsd_worker_unmap(struct rgapsd_worker *w, void *addr, size_t len);
 
 #endif

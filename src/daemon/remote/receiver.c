@@ -510,8 +510,8 @@ void rt_in_free(struct rt_in *in)
 	rt_local_pub_close(&in->pub);
 	if (in->pinned)
 		in->topic->mem->ops.memory.host_unregister(in->topic->mem->ctx, in->mem);
-	if (in->mem)
-		munmap(in->mem, in->size);
+	if (in->mem) /* the reaper: a ring may be as large as 64 GiB */
+		rgapsd_worker_unmap(&rt->d->reaper, in->mem, in->size);
 	free(in);
 }
 
