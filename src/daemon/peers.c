@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,6 +62,9 @@
  * 1.45 runs a 0 ms timer started in a timer callback in the same pass, before any poll. */
 #define PEERS_KA_RECHECK_MS 1
 #define PEERS_RXBUF (64 * 1024)
+/* A discovered peer that refuses us as unknown this soon after we learned of it has most
+ * likely not learned of us yet: it is asked again at the least back-off, not a growing one. */
+#define PEERS_YOUNG_MS 3000
 
 enum conn_state {
 	CONN_CONNECTING, /* ours: TCP connect in flight */
@@ -118,6 +122,7 @@ struct peer_conn {
 
 struct rgapsd_peer {
 	struct rgapsd_peers *pm;
+	TAILQ_ENTRY(rgapsd_peer) link; /* pm->peers, until forgotten */
 	char name[PEERS_NAME_MAX + 1];
 	char host[PEERS_NAME_MAX + 1];
 	uint16_t port;
@@ -140,7 +145,16 @@ struct rgapsd_peer {
 	char down_why[PEERS_REASON_MAX + 64];
 	uint32_t backoff_ms;
 	uint64_t next_attempt_ms; /* loop time */
+	uint64_t id;		  /* rgapsd_peers_name_id(name) */
+	unsigned sources;	  /* RGAPSD_PEER_STATIC | RGAPSD_PEER_DISCOVERED */
+	bool dial;		  /* we connect to it; else we wait for it to connect */
+	uint64_t added_ms;	  /* loop time it became known */
+	/* No source left: out of pm->peers, and freed once its timer has closed and its
+	 * resolver request (if any) has ended: holds counts the two. */
+	bool forgotten;
+	unsigned holds;
 };
+TAILQ_HEAD(peer_list, rgapsd_peer);
 
 struct rgapsd_peers {
 	uv_loop_t *loop;
@@ -151,8 +165,9 @@ struct rgapsd_peers {
 	size_t keylen;
 	uint32_t keepalive_ms;
 	uv_tcp_t listener;
-	struct rgapsd_peer *peers;
+	struct peer_list peers; /* known peers, in the order they became known */
 	uint32_t npeers;
+	uint64_t id;
 	struct peer_conn *conns;
 	unsigned npending;
 	unsigned max_pending, max_pending_src; /* rgapsd_peers_config, defaults applied */
@@ -170,6 +185,7 @@ struct rgapsd_peers {
 static void conn_end(struct peer_conn *conn, uint8_t final_type, uint16_t code, bool notify,
 		     const char *why);
 static void peer_schedule(struct rgapsd_peer *p);
+static void peer_on_timer_closed(uv_handle_t *h);
 static void peer_connect(struct rgapsd_peer *p);
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -196,16 +212,25 @@ static void pm_put(struct rgapsd_peers *pm)
 		    (unsigned long long)pm->entered[CONN_CLOSED]);
 	if (pm->key)
 		sodium_free(pm->key);
-	free(pm->peers);
 	free(pm);
 }
 
 static struct rgapsd_peer *pm_find(struct rgapsd_peers *pm, const char *name)
 {
-	for (uint32_t i = 0; i < pm->npeers; i++)
-		if (strcmp(pm->peers[i].name, name) == 0)
-			return &pm->peers[i];
+	struct rgapsd_peer *p;
+
+	TAILQ_FOREACH(p, &pm->peers, link)
+		if (strcmp(p->name, name) == 0)
+			return p;
 	return NULL;
+}
+
+/* The peer's memory goes with its last hold (its timer, a resolver request). */
+static void peer_put(struct rgapsd_peer *p)
+{
+	rgaps_require(p->holds > 0);
+	if (--p->holds == 0)
+		free(p);
 }
 
 /* ---- HOST:PORT and the key file ---------------------------------------------------------- */
@@ -852,7 +877,8 @@ static void on_hello(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 	conn->peer = pm_find(pm, name);
 	if (!conn->peer) {
 		conn_refuse(conn, PE_UNKNOWN_PEER, &pm->st.unknown_peers,
-			    "unknown peer %s (not in the peers list of %s)", name, pm->name);
+			    "unknown peer %s (not in the peers list of %s, nor in its membership)",
+			    name, pm->name);
 		return;
 	}
 	conn_set_state(conn, CONN_AUTH);
@@ -893,6 +919,13 @@ static void on_auth(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 		conn_accept_session(conn);
 }
 
+/* A peer only discovered, and only lately: it may not have learned of us yet. */
+static bool peer_young(const struct rgapsd_peer *p)
+{
+	return p && p->sources == RGAPSD_PEER_DISCOVERED &&
+	       uv_now(p->pm->loop) - p->added_ms < PEERS_YOUNG_MS;
+}
+
 static void on_error_frame(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 {
 	struct rgapsd_peers *pm = conn->pm;
@@ -917,6 +950,13 @@ static void on_error_frame(struct peer_conn *conn, const uint8_t *b, uint32_t le
 	(*counter)++;
 	snprintf(why, sizeof(why), "%s by the other side: %s (code %u)",
 		 conn->state == CONN_UP ? "error reported" : "refused", reason, code);
+	if (code == PE_UNKNOWN_PEER && conn->initiator && peer_young(conn->peer)) {
+		/* It learns of us from the same membership, a moment later: ask again soon. */
+		rgaps_debug("peers: %s does not know us yet; asking again", conn->peer->name);
+		conn->peer->backoff_ms = PEERS_BACKOFF_MIN_MS;
+		conn_end(conn, 0, 0, true, why);
+		return;
+	}
 	if (code == PE_DUPLICATE)
 		rgaps_debug("peers: connection %s %s (%s) %s", conn->initiator ? "to" : "from",
 			    conn->peer ? conn->peer->name : "an unidentified peer", conn->addr,
@@ -1243,9 +1283,9 @@ static struct peer_conn *conn_new(struct rgapsd_peers *pm)
 /* Is sa the address of a configured peer (numeric, resolved, or seen on its session)? */
 static bool pm_src_configured(const struct rgapsd_peers *pm, const struct sockaddr *sa)
 {
-	for (uint32_t i = 0; i < pm->npeers; i++) {
-		const struct rgapsd_peer *p = &pm->peers[i];
+	const struct rgapsd_peer *p;
 
+	TAILQ_FOREACH(p, &pm->peers, link) {
 		if ((p->numeric && addr_same_ip((const struct sockaddr *)&p->addr, sa)) ||
 		    (p->have_seen && addr_same_ip((const struct sockaddr *)&p->seen, sa)))
 			return true;
@@ -1459,7 +1499,9 @@ static void peer_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo 
 	struct rgapsd_peers *pm = p->pm;
 
 	p->resolving = false;
-	if (pm->stopping || p->session || status < 0 || !res) {
+	if (p->forgotten) {
+		/* nothing to do: the peer is gone */
+	} else if (pm->stopping || p->session || status < 0 || !res) {
 		if (!pm->stopping && !p->session) {
 			if (!p->failing && status != UV_EAI_CANCELED)
 				rgaps_info("peers: cannot resolve %s: %s; retrying with back-off",
@@ -1478,6 +1520,7 @@ static void peer_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo 
 	}
 	if (res)
 		uv_freeaddrinfo(res);
+	peer_put(p);
 	pm_put(pm);
 }
 
@@ -1506,6 +1549,7 @@ static void peer_connect(struct rgapsd_peer *p)
 		return;
 	}
 	p->resolving = true;
+	p->holds++;
 	pm->refs++;
 }
 
@@ -1515,9 +1559,10 @@ static void peer_on_timer(uv_timer_t *t)
 	struct rgapsd_peers *pm = p->pm;
 
 	peer_flush_down(p);
-	if (pm->stopping)
+	if (pm->stopping || p->forgotten)
 		return;
-	if (!p->session && !p->out && !p->resolving && uv_now(pm->loop) >= p->next_attempt_ms)
+	if (p->dial && !p->session && !p->out && !p->resolving &&
+	    uv_now(pm->loop) >= p->next_attempt_ms)
 		peer_connect(p);
 	peer_schedule(p);
 }
@@ -1528,19 +1573,150 @@ static void peer_schedule(struct rgapsd_peer *p)
 	struct rgapsd_peers *pm = p->pm;
 	uint64_t now;
 
-	if (pm->stopping)
+	if (pm->stopping || p->forgotten)
 		return;
 	if (p->down_pending) {
 		uv_timer_start(&p->timer, peer_on_timer, 0, 0);
 		return;
 	}
-	if (p->session || p->out || p->resolving) {
+	if (!p->dial || p->session || p->out || p->resolving) {
 		uv_timer_stop(&p->timer);
 		return;
 	}
 	now = uv_now(pm->loop);
 	uv_timer_start(&p->timer, peer_on_timer,
 		       p->next_attempt_ms > now ? p->next_attempt_ms - now : 0, 0);
+}
+
+/* ---- the set of peers ------------------------------------------------------------------------ */
+
+static const char *sources_name(unsigned sources)
+{
+	switch (sources & (RGAPSD_PEER_STATIC | RGAPSD_PEER_DISCOVERED)) {
+	case RGAPSD_PEER_STATIC:
+		return "configured";
+	case RGAPSD_PEER_DISCOVERED:
+		return "discovered";
+	case RGAPSD_PEER_STATIC | RGAPSD_PEER_DISCOVERED:
+		return "configured and discovered";
+	default:
+		return "no source";
+	}
+}
+
+/* A known peer, in pm->peers (name: HOST:PORT, checked by the caller). NULL: no memory. */
+static struct rgapsd_peer *peer_new(struct rgapsd_peers *pm, const char *name, unsigned sources,
+				    bool dial)
+{
+	struct rgapsd_peer *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->pm = pm;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	rgaps_require(rgaps_hostport_parse(p->name, p->host, sizeof(p->host), &p->port, NULL, 0) ==
+		      0);
+	p->numeric = addr_numeric(p->host, p->port, &p->addr);
+	p->backoff_ms = PEERS_BACKOFF_MIN_MS;
+	p->id = rgapsd_peers_name_id(p->name);
+	p->sources = sources;
+	p->dial = dial;
+	TAILQ_INSERT_TAIL(&pm->peers, p, link);
+	pm->npeers++;
+	return p;
+}
+
+/* Its timer (a hold on it and on the manager), and its first attempt from the loop. */
+static void peer_start(struct rgapsd_peer *p)
+{
+	struct rgapsd_peers *pm = p->pm;
+
+	rgaps_require(uv_timer_init(pm->loop, &p->timer) == 0);
+	p->timer.data = p;
+	p->holds++;
+	pm->refs++;
+	p->added_ms = p->next_attempt_ms = uv_now(pm->loop);
+	peer_schedule(p);
+}
+
+/*
+ * No source knows the peer any more: its connections end (a session with BYE: peer_down
+ * first), the core lets go of it (peer_gone), and its memory goes once its timer has
+ * closed and a resolver request of it has ended.
+ */
+static void peer_forget(struct rgapsd_peer *p, const char *why)
+{
+	struct rgapsd_peers *pm = p->pm;
+	char reason[PEERS_REASON_MAX + 1];
+	struct peer_conn *c, *next;
+
+	snprintf(reason, sizeof(reason), "%s", why && why[0] ? why : "no longer a peer");
+	TAILQ_REMOVE(&pm->peers, p, link);
+	pm->npeers--;
+	p->forgotten = true; /* from here peer_schedule() does nothing */
+	rgaps_info("peers: %s is no longer a peer: %s", p->name, reason);
+	if (p->resolving)
+		uv_cancel((uv_req_t *)&p->gai); /* its callback sees forgotten */
+	for (c = pm->conns; c; c = next) {
+		next = c->next; /* conn_end() unlinks nothing: a connection goes with its handles */
+		if (c->peer != p)
+			continue;
+		if (c->state < CONN_CLOSING)
+			conn_end(c, c->state == CONN_UP ? PF_BYE : PF_ERROR, PE_UNKNOWN_PEER, true,
+				 reason);
+		c->peer = NULL; /* closing connections never look at their peer again */
+	}
+	peer_flush_down(p);
+	if (pm->ops->peer_gone)
+		pm->ops->peer_gone(pm->ctx, p);
+	uv_close((uv_handle_t *)&p->timer, peer_on_timer_closed);
+}
+
+int rgapsd_peers_add(struct rgapsd_peers *pm, const char *name, unsigned source, bool dial)
+{
+	struct rgapsd_peer *p;
+	char why[128];
+
+	if (!pm || !name || !source || (source & ~RGAPSD_PEER_DISCOVERED))
+		return -EINVAL;
+	if (pm->stopping)
+		return -ECANCELED;
+	if (strlen(name) > PEERS_NAME_MAX ||
+	    rgaps_hostport_parse(name, NULL, 0, NULL, why, sizeof(why)) != 0)
+		return -EINVAL;
+	if (strcmp(name, pm->name) == 0)
+		return -EEXIST;
+	p = pm_find(pm, name);
+	if (p) {
+		p->sources |= source;
+		if (dial && !p->dial) {
+			p->dial = true;
+			peer_schedule(p);
+		}
+		return 0;
+	}
+	p = peer_new(pm, name, source, dial);
+	if (!p)
+		return -ENOMEM;
+	peer_start(p);
+	rgaps_info("peers: %s is a peer (%s): %s", p->name, sources_name(source),
+		   dial ? "we connect to it" : "it connects to us");
+	return 0;
+}
+
+int rgapsd_peers_drop(struct rgapsd_peers *pm, const char *name, unsigned source, const char *why)
+{
+	struct rgapsd_peer *p;
+
+	if (!pm || !name || !source || (source & ~RGAPSD_PEER_DISCOVERED))
+		return -EINVAL;
+	p = pm->stopping ? NULL : pm_find(pm, name);
+	if (!p || !(p->sources & source))
+		return -ENOENT;
+	p->sources &= ~source;
+	if (!p->sources)
+		peer_forget(p, why);
+	return 0;
 }
 
 /* ---- start / stop ---------------------------------------------------------------------------- */
@@ -1553,8 +1729,10 @@ static void pm_on_handle_closed(uv_handle_t *h)
 static void peer_on_timer_closed(uv_handle_t *h)
 {
 	struct rgapsd_peer *p = h->data;
+	struct rgapsd_peers *pm = p->pm;
 
-	pm_put(p->pm);
+	peer_put(p);
+	pm_put(pm);
 }
 
 /* The listening socket, bound here so that a busy address fails start() with no handle made. */
@@ -1645,6 +1823,7 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 		       const struct rgapsd_peers_ops *ops, void *ctx, struct rgapsd_peers **pm_p)
 {
 	struct rgapsd_peers *pm;
+	struct rgapsd_peer *p;
 	char host[PEERS_NAME_MAX + 1];
 	uint16_t port;
 	int err, fd;
@@ -1672,9 +1851,10 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	pm->lag = cfg->lag;
 	pm->hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms
 					     : RGAPSD_PEERS_HELLO_TIMEOUT_DEFAULT_MS;
+	pm->id = rgapsd_peers_name_id(pm->name);
+	TAILQ_INIT(&pm->peers);
 	pm->key = sodium_malloc(cfg->keylen);
-	pm->peers = calloc(cfg->npeers ? cfg->npeers : 1, sizeof(*pm->peers));
-	if (!pm->key || !pm->peers) {
+	if (!pm->key) {
 		err = -ENOMEM;
 		goto err_free;
 	}
@@ -1682,8 +1862,6 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	pm->keylen = cfg->keylen;
 
 	for (uint32_t i = 0; i < cfg->npeers; i++) {
-		struct rgapsd_peer *p = &pm->peers[pm->npeers];
-
 		if (strcmp(cfg->peers[i], pm->name) == 0) {
 			rgaps_debug("peers: %s is this daemon; not a peer", cfg->peers[i]);
 			continue;
@@ -1692,13 +1870,10 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 			rgaps_warn("peers: %s is listed twice; once is enough", cfg->peers[i]);
 			continue;
 		}
-		p->pm = pm;
-		snprintf(p->name, sizeof(p->name), "%s", cfg->peers[i]);
-		rgaps_require(rgaps_hostport_parse(p->name, p->host, sizeof(p->host), &p->port, NULL,
-						   0) == 0);
-		p->numeric = addr_numeric(p->host, p->port, &p->addr);
-		p->backoff_ms = PEERS_BACKOFF_MIN_MS;
-		pm->npeers++;
+		if (!peer_new(pm, cfg->peers[i], RGAPSD_PEER_STATIC, true)) {
+			err = -ENOMEM;
+			goto err_free;
+		}
 	}
 
 	rgaps_require(rgaps_hostport_parse(pm->name, host, sizeof(host), &port, NULL, 0) == 0);
@@ -1724,38 +1899,35 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	}
 
 	/* First attempts from the loop, so that daemons started together see each other listen. */
-	for (uint32_t i = 0; i < pm->npeers; i++) {
-		struct rgapsd_peer *p = &pm->peers[i];
-
-		rgaps_require(uv_timer_init(loop, &p->timer) == 0);
-		p->timer.data = p;
-		pm->refs++;
-		p->next_attempt_ms = uv_now(loop);
-		peer_schedule(p);
-	}
+	TAILQ_FOREACH(p, &pm->peers, link)
+		peer_start(p);
 	rgaps_info("peers: listening on %s, %u peer(s), keepalive %u ms", pm->name, pm->npeers,
 		   pm->keepalive_ms);
 	*pm_p = pm;
 	return 0;
 
 err_free:
+	/* No handle exists yet: the peers go with the manager. */
+	while ((p = TAILQ_FIRST(&pm->peers))) {
+		TAILQ_REMOVE(&pm->peers, p, link);
+		free(p);
+	}
 	if (pm->key)
 		sodium_free(pm->key);
-	free(pm->peers);
 	free(pm);
 	return err;
 }
 
 void rgapsd_peers_stop(struct rgapsd_peers *pm)
 {
+	struct rgapsd_peer *p;
+
 	if (!pm || pm->stopping)
 		return;
 	pm->stopping = true;
 	rgaps_info("peers: stopping (%s)", pm->name);
 	uv_close((uv_handle_t *)&pm->listener, pm_on_handle_closed);
-	for (uint32_t i = 0; i < pm->npeers; i++) {
-		struct rgapsd_peer *p = &pm->peers[i];
-
+	TAILQ_FOREACH(p, &pm->peers, link) {
 		uv_timer_stop(&p->timer);
 		if (p->resolving)
 			uv_cancel((uv_req_t *)&p->gai);
@@ -1767,8 +1939,9 @@ void rgapsd_peers_stop(struct rgapsd_peers *pm)
 	for (struct peer_conn *c = pm->conns; c; c = c->next)
 		if (c->state < CONN_CLOSING)
 			conn_end(c, 0, 0, true, "shutting down");
-	for (uint32_t i = 0; i < pm->npeers; i++)
-		uv_close((uv_handle_t *)&pm->peers[i].timer, peer_on_timer_closed);
+	/* Each peer goes in its timer's close callback: the list is not walked again. */
+	TAILQ_FOREACH(p, &pm->peers, link)
+		uv_close((uv_handle_t *)&p->timer, peer_on_timer_closed);
 }
 
 /* ---- the core's calls ------------------------------------------------------------------------ */
@@ -1843,7 +2016,46 @@ void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_s
 
 struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev)
 {
-	size_t i = prev ? (size_t)(prev - pm->peers) + 1 : 0;
+	return prev ? TAILQ_NEXT(prev, link) : TAILQ_FIRST(&pm->peers);
+}
 
-	return i < pm->npeers ? &pm->peers[i] : NULL;
+uint64_t rgapsd_peer_id(const struct rgapsd_peer *p)
+{
+	return p->id;
+}
+
+unsigned rgapsd_peer_sources(const struct rgapsd_peer *p)
+{
+	return p->sources;
+}
+
+bool rgapsd_peer_dials(const struct rgapsd_peer *p)
+{
+	return p->dial;
+}
+
+const char *rgapsd_peers_name(const struct rgapsd_peers *pm)
+{
+	return pm->name;
+}
+
+uint64_t rgapsd_peers_id(const struct rgapsd_peers *pm)
+{
+	return pm->id;
+}
+
+uint32_t rgapsd_peers_count(const struct rgapsd_peers *pm)
+{
+	return pm->npeers;
+}
+
+uint64_t rgapsd_peers_name_id(const char *name)
+{
+	uint8_t h[crypto_generichash_BYTES_MIN];
+	uint64_t id = 0;
+
+	crypto_generichash(h, sizeof(h), (const uint8_t *)name, strlen(name), NULL, 0);
+	for (int i = 7; i >= 0; i--)
+		id = id << 8 | h[i];
+	return id;
 }

@@ -8,15 +8,25 @@
  * data-link tokens). It knows nothing of topics.
  *
  * Identity: a daemon is named by its listen address "HOST:PORT" as written in
- * the others' "peers" lists. A session is accepted only from a daemon that
- * proves the key and whose name is in our peers list; between two daemons
- * that list each other only one session survives (the one initiated by the
- * smaller name).
+ * the others' "peers" lists and in the membership (src/daemon/membership/).
+ * A session is accepted only from a daemon that proves the key and that is a
+ * known peer; between two daemons that know each other only one session
+ * survives (the one initiated by the smaller name).
+ *
+ * The set of peers: the configured ones (RGAPSD_PEER_STATIC, for the life of
+ * the manager; we connect to each and each connects to us), and those a
+ * membership source adds and drops at run time (RGAPSD_PEER_DISCOVERED; of
+ * two such daemons only the smaller name connects, so a pair makes one
+ * connection, not two that the duplicate rule then sorts out). Every peer has
+ * an id that every host computes alike from its name (rgapsd_peers_name_id),
+ * so that what is derived from the set (relay topologies) is the same
+ * everywhere whatever source named the peer.
  *
  * Lifecycle: rgapsd_peers_start() -> peer_up / peer_msg / peer_down (any
- * number of times per peer: a peer that returns comes up again) ->
- * rgapsd_peers_stop() (peer_down for each live session, then handles close
- * asynchronously; memory freed when the loop has closed them).
+ * number of times per peer: a peer that returns comes up again; a dropped
+ * peer's last peer_down comes before its peer_gone) -> rgapsd_peers_stop()
+ * (peer_down for each live session, then handles close asynchronously;
+ * memory freed when the loop has closed them).
  */
 #ifndef RGAPSD_PEERS_H
 #define RGAPSD_PEERS_H
@@ -34,6 +44,10 @@ struct rgapsd_peers;
 struct rgapsd_peer;
 struct rgapsd_looplag;
 
+/* Where the manager learned of a peer (a peer may be known from both). */
+#define RGAPSD_PEER_STATIC 0x1u	    /* the configuration's "peers" */
+#define RGAPSD_PEER_DISCOVERED 0x2u /* a membership source (etcd) */
+
 struct rgapsd_peers_ops {
 	/* Authenticated session established. initiator: we connected. */
 	void (*peer_up)(void *ctx, struct rgapsd_peer *p, bool initiator);
@@ -42,6 +56,9 @@ struct rgapsd_peers_ops {
 	void (*peer_down)(void *ctx, struct rgapsd_peer *p, const char *why);
 	/* One control message (JSON text, not NUL-terminated) from an up peer. */
 	void (*peer_msg)(void *ctx, struct rgapsd_peer *p, const char *json, size_t len);
+	/* Optional. The peer is forgotten (rgapsd_peers_drop took its last source): the core
+	 * lets go of p and of its data; p is freed once this returns and the loop ran. */
+	void (*peer_gone)(void *ctx, struct rgapsd_peer *p);
 };
 
 struct rgapsd_peers_config {
@@ -106,6 +123,26 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 		       const struct rgapsd_peers_ops *ops, void *ctx, struct rgapsd_peers **pm_p);
 void rgapsd_peers_stop(struct rgapsd_peers *pm);
 
+/*
+ * A peer a membership source learned of (source RGAPSD_PEER_DISCOVERED), or that
+ * source added to a known peer. dial: we connect to it (else we only accept its
+ * connections). 0; -EINVAL (not HOST:PORT); -EEXIST (our own name); -ECANCELED
+ * (stopping); -ENOMEM. Not from inside a callback of the manager.
+ */
+int rgapsd_peers_add(struct rgapsd_peers *pm, const char *name, unsigned source, bool dial);
+/*
+ * The source no longer knows the peer. A peer left with no source is forgotten:
+ * its session ends (peer_down with why), then peer_gone. 0, or -ENOENT when the
+ * source did not know it. Not from inside a callback of the manager.
+ */
+int rgapsd_peers_drop(struct rgapsd_peers *pm, const char *name, unsigned source,
+		      const char *why);
+/* A peer's id: the first 8 bytes of BLAKE2b-128 of its name, little-endian. */
+uint64_t rgapsd_peers_name_id(const char *name);
+const char *rgapsd_peers_name(const struct rgapsd_peers *pm); /* ours: the listen address */
+uint64_t rgapsd_peers_id(const struct rgapsd_peers *pm);      /* ours */
+uint32_t rgapsd_peers_count(const struct rgapsd_peers *pm);   /* known peers */
+
 /* Queue one control message to an up peer (copied). 0, -ENOTCONN, -EMSGSIZE, -ENOMEM. */
 int rgapsd_peer_send(struct rgapsd_peer *p, const char *json, size_t len);
 /* Drop the session (e.g. the core found the peer hostile); peer_down follows. */
@@ -114,11 +151,18 @@ void rgapsd_peer_disconnect(struct rgapsd_peer *p, const char *why);
 const char *rgapsd_peer_name(const struct rgapsd_peer *p); /* "HOST:PORT" */
 const char *rgapsd_peer_host(const struct rgapsd_peer *p); /* HOST, for data links */
 bool rgapsd_peer_is_up(const struct rgapsd_peer *p);
+uint64_t rgapsd_peer_id(const struct rgapsd_peer *p);
+unsigned rgapsd_peer_sources(const struct rgapsd_peer *p); /* RGAPSD_PEER_* bits */
+bool rgapsd_peer_dials(const struct rgapsd_peer *p);	   /* we connect to it */
 void rgapsd_peer_set_data(struct rgapsd_peer *p, void *data);
 void *rgapsd_peer_get_data(const struct rgapsd_peer *p);
 void rgapsd_peer_get_stats(const struct rgapsd_peer *p, struct rgapsd_peer_stats *st);
 void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_stats *st);
-/* Iterate over every known peer (configured or accepted). */
+/*
+ * Iterate over every known peer, configured or discovered, in the order they became
+ * known (the membership view: a peer that is down is still known). The walk must not
+ * span a rgapsd_peers_drop().
+ */
 struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev);
 
 #endif

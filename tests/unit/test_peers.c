@@ -78,6 +78,7 @@ struct side {
 	uint32_t next_seq;
 	bool order_bad;
 	unsigned bigs;
+	unsigned gones; /* peer_gone */
 	size_t last_len;
 	bool in_api;	  /* the test is inside a call: a peer_down now would re-enter it */
 	bool stop_on_msg; /* stop the manager from inside peer_msg */
@@ -233,10 +234,22 @@ static void t_msg(void *ctx, struct rgapsd_peer *p, const char *json, size_t len
 		assert_int_equal(rgapsd_peer_send(p, json, len), 0);
 }
 
+static void t_gone(void *ctx, struct rgapsd_peer *p)
+{
+	struct side *s = ctx;
+
+	if (s->up && s->peer == p)
+		fail_msg("%s: peer_gone for %s before its peer_down", s->label, rgapsd_peer_name(p));
+	s->gones++;
+	if (s->peer == p)
+		s->peer = NULL;
+}
+
 static const struct rgapsd_peers_ops t_ops = {
 	.peer_up = t_up,
 	.peer_down = t_down,
 	.peer_msg = t_msg,
+	.peer_gone = t_gone,
 };
 
 /* ---- fixture ------------------------------------------------------------------------------- */
@@ -953,6 +966,119 @@ static void test_pair_exchange(void **state)
 	fx_finish(&fx);
 	assert_int_equal(fx.a.downs, 1);
 	assert_int_equal(fx.b.downs, 1);
+}
+
+static bool a_up(struct fx *fx)
+{
+	return fx->a.up;
+}
+
+static bool a_saw_down(struct fx *fx)
+{
+	return fx->a.downs >= 1;
+}
+
+static bool small_refused(struct fx *fx)
+{
+	return side_stats(&fx->a).unknown_peers + side_stats(&fx->b).unknown_peers >= 2;
+}
+
+/*
+ * Peers a membership source adds and drops at run time: of two discovered daemons only
+ * the smaller name connects (one connection, no duplicate); a refusal because the other
+ * has not learned of us yet is asked again at once; a dropped peer's session ends
+ * (peer_down, then peer_gone) and the other side, which does not dial, stays down; the
+ * peer can be added again.
+ */
+static void test_discovered_peers(void **state)
+{
+	struct fx fx;
+	struct side *small, *big;
+	struct rgapsd_peer *p;
+
+	fx_init(&fx);
+	fx.a.npeers = fx.b.npeers = 0;
+	side_start(&fx.a);
+	side_start(&fx.b);
+	small = strcmp(fx.a.name, fx.b.name) < 0 ? &fx.a : &fx.b;
+	big = small == &fx.a ? &fx.b : &fx.a;
+	assert_int_equal(rgapsd_peers_count(small->pm), 0);
+	assert_int_equal(rgapsd_peers_add(small->pm, small->name, RGAPSD_PEER_DISCOVERED, true),
+			 -EEXIST);
+	assert_int_equal(rgapsd_peers_add(small->pm, "nohost", RGAPSD_PEER_DISCOVERED, true),
+			 -EINVAL);
+	assert_int_equal(rgapsd_peers_add(small->pm, big->name, RGAPSD_PEER_STATIC, true), -EINVAL);
+	assert_int_equal(rgapsd_peers_drop(small->pm, big->name, RGAPSD_PEER_DISCOVERED, "x"),
+			 -ENOENT);
+
+	/* The smaller learns of the bigger first and is refused: unknown there. */
+	assert_int_equal(rgapsd_peers_add(small->pm, big->name, RGAPSD_PEER_DISCOVERED, true), 0);
+	if (!run_until(&fx, small_refused, 5000))
+		fail_msg("the smaller daemon was never refused as unknown");
+	assert_int_equal(rgapsd_peers_add(big->pm, small->name, RGAPSD_PEER_DISCOVERED, false), 0);
+	assert_int_equal(rgapsd_peers_add(big->pm, small->name, RGAPSD_PEER_DISCOVERED, false), 0);
+	if (!run_until(&fx, both_up, 5000))
+		fail_msg("the discovered peers did not come up");
+	assert_true(small->last_initiator);
+	assert_false(big->last_initiator);
+	assert_int_equal(side_stats(small).duplicates_closed + side_stats(big).duplicates_closed, 0);
+	p = side_peer(small);
+	assert_int_equal(rgapsd_peers_count(small->pm), 1);
+	assert_int_equal(rgapsd_peer_sources(p), RGAPSD_PEER_DISCOVERED);
+	assert_true(rgapsd_peer_dials(p));
+	assert_false(rgapsd_peer_dials(side_peer(big)));
+	assert_true(rgapsd_peer_id(p) == rgapsd_peers_id(big->pm));
+	assert_true(rgapsd_peer_id(side_peer(big)) == rgapsd_peers_name_id(small->name));
+	assert_true(rgapsd_peers_id(small->pm) != rgapsd_peers_id(big->pm));
+	assert_string_equal(rgapsd_peers_name(small->pm), small->name);
+
+	/* Dropped by the smaller: peer_down, then peer_gone; the bigger does not dial. */
+	assert_int_equal(rgapsd_peers_drop(small->pm, big->name, RGAPSD_PEER_DISCOVERED,
+					   "its key is gone"), 0);
+	assert_int_equal(small->downs, 1);
+	assert_int_equal(small->gones, 1);
+	assert_string_equal(small->down_why, "its key is gone");
+	assert_int_equal(rgapsd_peers_count(small->pm), 0);
+	assert_null(side_peer(small));
+	assert_int_equal(rgapsd_peers_drop(small->pm, big->name, RGAPSD_PEER_DISCOVERED, "x"),
+			 -ENOENT);
+	if (!run_until(&fx, small == &fx.a ? b_down : a_saw_down, 3000))
+		fail_msg("the bigger daemon did not see the session end");
+	assert_non_null(strstr(big->down_why, "its key is gone"));
+	run_for(&fx, 500);
+	assert_int_equal(big->ups, 1);
+	assert_int_equal(peer_stats(big).reconnects, 0);
+
+	/* Known again: up again. */
+	assert_int_equal(rgapsd_peers_add(small->pm, big->name, RGAPSD_PEER_DISCOVERED, true), 0);
+	if (!run_until(&fx, both_up, 5000))
+		fail_msg("the peers did not come up again");
+	assert_int_equal(small->ups, 2);
+	assert_int_equal(big->ups, 2);
+	fx_finish(&fx);
+	assert_int_equal(big->gones, 0);
+}
+
+/* A peer dropped while we connect to it (its handshake in flight) goes cleanly. */
+static void test_drop_while_connecting(void **state)
+{
+	struct fx fx;
+
+	fx_init(&fx);
+	fx.a.npeers = fx.b.npeers = 0;
+	side_start(&fx.a);
+	side_start(&fx.b);
+	fx.frozen = true; /* B accepts in the kernel but never answers */
+	assert_int_equal(rgapsd_peers_add(fx.a.pm, fx.b.name, RGAPSD_PEER_DISCOVERED, true), 0);
+	run_for(&fx, 200);
+	assert_int_equal(rgapsd_peers_drop(fx.a.pm, fx.b.name, RGAPSD_PEER_DISCOVERED, "gone"), 0);
+	assert_int_equal(fx.a.downs, 0);
+	assert_int_equal(fx.a.gones, 1); /* never up: no peer_down, but peer_gone all the same */
+	run_for(&fx, 200);
+	fx.frozen = false;
+	run_for(&fx, 200);
+	assert_false(a_up(&fx));
+	fx_finish(&fx);
 }
 
 static bool auth_failed_both(struct fx *fx)
@@ -1743,6 +1869,8 @@ int main(void)
 		cmocka_unit_test(test_hostile_initiators),
 		cmocka_unit_test(test_hostile_responder),
 		cmocka_unit_test(test_pending_limit),
+		cmocka_unit_test(test_discovered_peers),
+		cmocka_unit_test(test_drop_while_connecting),
 	};
 	const char *lvl = getenv("RGAPS_LOG_LEVEL");
 

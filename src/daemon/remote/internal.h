@@ -406,6 +406,7 @@ struct rt_in {
 	struct rt_stages *stages;
 	struct rt_imsg *landing_im; /* the message now landing (stages only) */
 	struct rt_rec *checking;    /* the record whose after-landing stages run (one at a time) */
+	bool lingering; /* dead with work in flight: counted in p->lingering until freed */
 	bool have_next;	       /* the sender's sequence number the next message should have */
 	uint64_t next_msg_seq; /* (a jump is a loss) */
 	/* processing */
@@ -460,6 +461,10 @@ struct rt_peer {
 	uint64_t resetup_at_ns;
 	uint32_t resetup_ms;
 	uint64_t hostile, link_downs, setup_refusals, setups_deferred, duplicates;
+	/* The peer manager forgot the peer (peer_gone): out of rt->peers, peer NULL, freed
+	 * once the last of its dead in rings with work in flight (lingering) is. */
+	bool gone;
+	uint32_t lingering;
 };
 
 struct rt_waiter {
@@ -549,6 +554,10 @@ struct rgapsd_remote {
 
 /* The core's state for peer (created on first use; NULL when out of memory). */
 struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer);
+/* The peer manager forgot p's peer (its session went down before): p leaves rt->peers. */
+void rt_peer_forget(struct rt_peer *p);
+/* A lingering in ring of p was freed: p goes too if it was the last and p is forgotten. */
+void rt_peer_unlinger(struct rt_peer *p);
 /* The peer whose data link of transport tr is link, or NULL. */
 struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link);
 bool rt_peer_subscribes(const struct rt_peer *p, const char *topic);

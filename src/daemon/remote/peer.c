@@ -30,6 +30,34 @@ struct rt_peer *rt_peer_of(struct rgapsd_remote *rt, struct rgapsd_peer *peer)
 	return p;
 }
 
+void rt_peer_forget(struct rt_peer *p)
+{
+	struct rgapsd_remote *rt = p->rt;
+
+	/* peer_down came first: its links, and the rings over them, are gone. */
+	for (uint32_t i = 0; i < RT_RINGS; i++)
+		rgaps_require(!p->out[i] && !p->in[i]);
+	SLIST_REMOVE(&rt->peers, p, rt_peer, link);
+	for (int i = 0; i < rt->ntr; i++)
+		rt_deferred_drop(p, i);
+	free(p->subs);
+	free(p->seen);
+	p->subs = NULL;
+	p->seen = NULL;
+	p->nsubs = p->nseen = 0;
+	p->peer = NULL;
+	p->gone = true;
+	if (!p->lingering)
+		free(p);
+}
+
+void rt_peer_unlinger(struct rt_peer *p)
+{
+	rgaps_require(p->lingering > 0);
+	if (--p->lingering == 0 && p->gone)
+		free(p);
+}
+
 struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link)
 {
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))

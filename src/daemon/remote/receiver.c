@@ -493,8 +493,13 @@ void rt_in_free(struct rt_in *in)
 	in->dead = true;
 	if (in->p->in[in->id] == in)
 		in->p->in[in->id] = NULL;
-	if (in->jobs)
-		return; /* copy_done finishes the job */
+	if (in->jobs) {
+		/* copy_done finishes the job; the peer may be forgotten meanwhile, not freed */
+		if (!in->lingering)
+			in->p->lingering++;
+		in->lingering = true;
+		return;
+	}
 	while ((r = STAILQ_FIRST(&in->recs))) {
 		STAILQ_REMOVE_HEAD(&in->recs, link);
 		/* The last record of an unpublished message owns its loan: give it back once. */
@@ -512,6 +517,8 @@ void rt_in_free(struct rt_in *in)
 		in->topic->mem->ops.memory.host_unregister(in->topic->mem->ctx, in->mem);
 	if (in->mem) /* the reaper: a ring may be as large as 64 GiB */
 		rgapsd_worker_unmap(&rt->d->reaper, in->mem, in->size);
+	if (in->lingering)
+		rt_peer_unlinger(in->p);
 	free(in);
 }
 

@@ -80,6 +80,16 @@ static void on_peer_down(void *ctx, struct rgapsd_peer *peer, const char *why)
 	rt_reconcile_all(rt);
 }
 
+static void on_peer_gone(void *ctx, struct rgapsd_peer *peer)
+{
+	struct rt_peer *p = rgapsd_peer_get_data(peer);
+
+	if (!p)
+		return;
+	rgapsd_peer_set_data(peer, NULL);
+	rt_peer_forget(p);
+}
+
 static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, size_t len)
 {
 	struct rgapsd_remote *rt = ctx;
@@ -137,6 +147,7 @@ const struct rgapsd_peers_ops rt_peer_ops = {
 	.peer_up = on_peer_up,
 	.peer_down = on_peer_down,
 	.peer_msg = on_peer_msg,
+	.peer_gone = on_peer_gone,
 };
 
 void rt_on_tick(uv_timer_t *t)

@@ -82,6 +82,21 @@ static cJSON *ring_new(cJSON *arr, const struct rgapsd_topic *t, const char *dir
 	return ro;
 }
 
+/* Where the peer is known from, its id (the same on every host) and who connects. */
+static void peer_identity(cJSON *po, const struct rgapsd_peer *peer)
+{
+	unsigned src = rgapsd_peer_sources(peer);
+	char id[24];
+
+	snprintf(id, sizeof(id), "%016llx", (unsigned long long)rgapsd_peer_id(peer));
+	cJSON_AddStringToObject(po, "id", id);
+	cJSON_AddStringToObject(po, "source",
+				src == (RGAPSD_PEER_STATIC | RGAPSD_PEER_DISCOVERED) ? "both"
+				: src == RGAPSD_PEER_DISCOVERED			   ? "discovered"
+										   : "configured");
+	cJSON_AddBoolToObject(po, "dials", rgapsd_peer_dials(peer));
+}
+
 void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filter)
 {
 	struct rgapsd_remote *rt = d->remote;
@@ -122,6 +137,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		rgapsd_peer_get_stats(p->peer, &st);
 		cJSON_AddStringToObject(po, "name", rgapsd_peer_name(p->peer));
 		cJSON_AddBoolToObject(po, "up", st.up);
+		peer_identity(po, p->peer);
 		cJSON_AddNumberToObject(po, "sessions", (double)st.sessions);
 		cJSON_AddNumberToObject(po, "reconnects", (double)st.reconnects);
 		cJSON_AddNumberToObject(po, "rtt_ms", st.rtt_ms);
