@@ -1,9 +1,10 @@
 /*
  * Build-time generator of rgapsd.json(5) (man/meson.build): copies the mdoc
- * template and replaces its three marker lines with the keys as rgapsd itself
+ * template and replaces its four marker lines with the keys as rgapsd itself
  * knows them, so the manual cannot drift from the configuration:
  *
- *   .\" @DAEMON_KEYS@       the daemon table of src/common/config.c
+ *   .\" @DAEMON_KEYS@       the daemon table of src/daemon/config_file.c
+ *   .\" @DISCOVERY_KEYS@    the table of its "discovery" object
  *   .\" @TOPIC_KEYS@        the topic table
  *   .\" @TRANSPORT_OPTIONS@ the options each transport plugin given on the
  *                           command line declares (struct rgaps_plugin_option)
@@ -188,6 +189,9 @@ int main(int argc, char **argv)
 		if (strcmp(line, ".\\\" @DAEMON_KEYS@\n") == 0) {
 			put_keys(stdout, RGAPS_CONFIG_DAEMON);
 			seen |= 1;
+		} else if (strcmp(line, ".\\\" @DISCOVERY_KEYS@\n") == 0) {
+			put_keys(stdout, RGAPS_CONFIG_DISCOVERY);
+			seen |= 8;
 		} else if (strcmp(line, ".\\\" @TOPIC_KEYS@\n") == 0) {
 			put_keys(stdout, RGAPS_CONFIG_TOPIC);
 			seen |= 2;
@@ -208,9 +212,9 @@ int main(int argc, char **argv)
 	fclose(in);
 	if (r)
 		return 1;
-	if (seen != 7) {
+	if (seen != 15) {
 		fprintf(stderr, "gen-config-man: %s lacks a marker line (@DAEMON_KEYS@, "
-				"@TOPIC_KEYS@, @TRANSPORT_OPTIONS@)\n", argv[1]);
+				"@DISCOVERY_KEYS@, @TOPIC_KEYS@, @TRANSPORT_OPTIONS@)\n", argv[1]);
 		return 1;
 	}
 	if (fflush(stdout) != 0 || ferror(stdout)) {

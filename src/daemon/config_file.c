@@ -10,6 +10,7 @@
  */
 #include "config_file.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -216,6 +217,59 @@ static bool check_hostport_or_empty(const char *s, char *why, size_t len)
 	return !s[0] || check_hostport(s, why, len);
 }
 
+/* An etcd member's client URL: "http://HOST:PORT" or "https://HOST:PORT", nothing more. */
+static bool check_endpoint(const char *s, char *why, size_t len)
+{
+	const char *hp = NULL;
+	char shown[80], hwhy[CFG_WHY_MAX];
+
+	if (strncmp(s, "http://", 7) == 0)
+		hp = s + 7;
+	else if (strncmp(s, "https://", 8) == 0)
+		hp = s + 8;
+	if (!hp) {
+		snprintf(why, len, "'%s' is not an etcd client URL (\"http://HOST:PORT\" or "
+			 "\"https://HOST:PORT\")", cfg_show(s, shown, sizeof(shown)));
+		return false;
+	}
+	if (rgaps_hostport_parse(hp, NULL, 0, NULL, hwhy, sizeof(hwhy)) != 0) {
+		snprintf(why, len, "'%s': %s", cfg_show(s, shown, sizeof(shown)), hwhy);
+		return false;
+	}
+	return true;
+}
+
+/* A key prefix: "/" then path parts of printable ASCII without spaces, no trailing "/". */
+static bool check_prefix(const char *s, char *why, size_t len)
+{
+	char shown[80];
+	size_t n = strlen(s);
+	bool ok = n >= 2 && s[0] == '/' && s[n - 1] != '/' && !strstr(s, "//");
+
+	for (size_t i = 0; ok && i < n; i++)
+		ok = s[i] > 0x20 && s[i] < 0x7f;
+	if (!ok)
+		snprintf(why, len, "'%s' is not a key prefix: \"/\" and then printable characters "
+			 "without spaces, no \"//\", not ending in \"/\" (e.g. \"/rgaps/prod\")",
+			 cfg_show(s, shown, sizeof(shown)));
+	return ok;
+}
+
+/* An etcd user name: printable ASCII without spaces, or "" for none. */
+static bool check_printable(const char *s, char *why, size_t len)
+{
+	char shown[80];
+
+	for (size_t i = 0; s[i]; i++) {
+		if (s[i] <= 0x20 || s[i] >= 0x7f) {
+			snprintf(why, len, "'%s' may only hold printable characters, no spaces",
+				 cfg_show(s, shown, sizeof(shown)));
+			return false;
+		}
+	}
+	return true;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The tables                                                               */
 
@@ -354,6 +408,54 @@ static const struct rgaps_cfg_field topic_fields[] = {
 #undef T
 
 static const struct rgaps_cfg_table topic_table = { topic_fields, RGAPS_ARRAY_SIZE(topic_fields) };
+
+#define E struct rgapsd_discovery_config
+static const struct rgaps_cfg_field discovery_fields[] = {
+	{ .name = "endpoints", .type = RGAPS_CFG_STRINGS, CFG_ARRAY_AT(E, endpoints, nendpoints),
+	  .def = "[]", .check = check_endpoint, .flags = RGAPS_CFG_F_UNIQUE,
+	  .doc = "Client URLs of the etcd members, \"http://HOST:PORT\" or "
+		 "\"https://HOST:PORT\" (etcd v3, its JSON gateway). A request that a member "
+		 "does not answer goes to the next. Empty: no discovery, the \"peers\" list "
+		 "only. With endpoints, \"listen\" (the address the other daemons dial, so "
+		 "not a wildcard) and \"key_file\" are needed, and \"peers\" are added to "
+		 "what etcd says." },
+	{ .name = "prefix", .type = RGAPS_CFG_STRING, CFG_AT(E, prefix), .def = "\"/rgaps\"",
+	  .check = check_prefix,
+	  .doc = "Where in etcd the cluster's keys live: each daemon registers "
+		 "PREFIX/hosts/HOST:PORT and watches PREFIX/hosts/. One cluster per prefix: "
+		 "daemons under different prefixes never see each other." },
+	{ .name = "lease_ttl_s", .type = RGAPS_CFG_UINT, CFG_AT(E, lease_ttl_s), .def = "10",
+	  .min = 2, .max = 3600,
+	  .doc = "Seconds the daemon's registration outlives the daemon: it is renewed every "
+		 "third of this, and a daemon that dies is forgotten by the others (its "
+		 "sessions dropped, its losses reported) at most this long after. Shorter: "
+		 "faster to notice, more renewals (docs/SCALING.md)." },
+	{ .name = "timeout_ms", .type = RGAPS_CFG_UINT, CFG_AT(E, timeout_ms), .def = "2000",
+	  .min = 100, .max = 60000,
+	  .doc = "One request to one etcd member: a member that does not answer within it "
+		 "is left for the next one." },
+	{ .name = "tls_ca", .type = RGAPS_CFG_STRING, CFG_AT(E, tls_ca), .def = "\"\"",
+	  .doc = "PEM file of the CA that signed the etcd members' certificates (https "
+		 "endpoints). \"\": the system's CAs." },
+	{ .name = "tls_cert", .type = RGAPS_CFG_STRING, CFG_AT(E, tls_cert), .def = "\"\"",
+	  .doc = "PEM file of this daemon's client certificate, for etcd members that ask for "
+		 "one (etcd --client-cert-auth). Needs tls_key." },
+	{ .name = "tls_key", .type = RGAPS_CFG_STRING, CFG_AT(E, tls_key), .def = "\"\"",
+	  .doc = "PEM file of the private key of tls_cert; rgapsd refuses it when group or "
+		 "others may read it." },
+	{ .name = "username", .type = RGAPS_CFG_STRING, CFG_AT(E, username), .def = "\"\"",
+	  .check = check_printable,
+	  .doc = "etcd user, where etcd authentication is on. \"\": none. Needs "
+		 "password_file." },
+	{ .name = "password_file", .type = RGAPS_CFG_STRING, CFG_AT(E, password_file),
+	  .def = "\"\"",
+	  .doc = "File holding the etcd user's password (its first line); refused when group "
+		 "or others may read it." },
+};
+#undef E
+
+static const struct rgaps_cfg_table discovery_table = { discovery_fields,
+							RGAPS_ARRAY_SIZE(discovery_fields) };
 
 #define D struct rgapsd_config
 static const struct rgaps_cfg_field daemon_fields[] = {
@@ -494,6 +596,10 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 		 "{ \"sndbuf\": 4194304 } }. Each plugin declares its options, with bounds "
 		 "and defaults (docs/CONFIG.md); unknown names and values out of range are "
 		 "refused at start." },
+	{ .name = "discovery", .type = RGAPS_CFG_OBJECT, CFG_AT(D, discovery), .def = NULL,
+	  .def_doc = "no discovery", .sub = &discovery_table,
+	  .doc = "Membership kept in etcd, so that daemons find each other without a peers "
+		 "list: an object of the discovery keys (below)." },
 	{ .name = "defaults", .type = RGAPS_CFG_OBJECT, CFG_AT(D, topic_defaults), .def = NULL,
 	  .def_doc = "every topic key's own default", .sub = &topic_table,
 	  .doc = "Defaults for every topic: an object of topic keys (below), \"name\" excepted. "
@@ -1088,7 +1194,8 @@ static int cfg_apply(const struct cfg_ctx *c, const struct rgaps_cfg_table *t, c
 						    why);
 			}
 			snprintf(subprefix, sizeof(subprefix), "%s%s.", prefix, f->name);
-			rc = cfg_apply(c, f->sub, item, (char *)base + f->offset, subprefix, true);
+			rc = cfg_apply(c, f->sub, item, (char *)base + f->offset, subprefix,
+				       f->sub == &topic_table);
 			if (rc)
 				return rc;
 			continue;
@@ -1533,6 +1640,50 @@ static int cfg_resolve_topics_dir(struct rgapsd_config *cfg, const char *path, b
 /* ------------------------------------------------------------------------ */
 /* The daemon                                                               */
 
+/* HOST of a "HOST:PORT" is 0.0.0.0 or :: (any address of the host). */
+static bool cfg_wildcard(const char *hostport)
+{
+	char host[RGAPS_PATH_MAX];
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (rgaps_hostport_parse(hostport, host, sizeof(host), NULL, NULL, 0) != 0)
+		return false;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return a4.s_addr == 0;
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&a6);
+}
+
+/* Rules between the daemon's keys: what "discovery" needs of the rest. */
+static int daemon_validate(const struct rgapsd_config *cfg, const char *what, char *err,
+			   size_t errlen)
+{
+	const struct rgapsd_discovery_config *dc = &cfg->discovery;
+
+	if (!!dc->tls_cert[0] != !!dc->tls_key[0])
+		return cfg_fail_key(err, errlen, what, "discovery.", dc->tls_cert[0] ? "tls_cert" :
+			"tls_key", "tls_cert and tls_key go together (a client certificate and its key)");
+	if (!!dc->username[0] != !!dc->password_file[0])
+		return cfg_fail_key(err, errlen, what, "discovery.", dc->username[0] ? "username" :
+			"password_file", "username and password_file go together");
+	if (!dc->nendpoints)
+		return 0;
+	if (!cfg->listen[0])
+		return cfg_fail_key(err, errlen, what, "discovery.", "endpoints",
+				    "needs \"listen\": the address this daemon registers, where "
+				    "the others connect");
+	if (!cfg->key_file[0])
+		return cfg_fail_key(err, errlen, what, "discovery.", "endpoints",
+				    "needs \"key_file\": the key still authenticates every "
+				    "session (etcd says where a daemon is, the key that it is one "
+				    "of ours)");
+	if (cfg_wildcard(cfg->listen))
+		return cfg_fail_key(err, errlen, what, "", "listen",
+				    "with discovery, the others dial the address this daemon "
+				    "registers: name one they reach, not a wildcard");
+	return 0;
+}
+
 int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, size_t errlen)
 {
 	struct cfg_ctx c = { .err = err, .errlen = errlen };
@@ -1564,6 +1715,9 @@ int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, s
 	if (rc)
 		goto fail;
 	rc = topic_validate(&cfg->topic_defaults, path, "defaults.", true, err, errlen);
+	if (rc)
+		goto fail;
+	rc = daemon_validate(cfg, path, err, errlen);
 	if (rc)
 		goto fail;
 	rc = cfg_resolve_topics_dir(cfg, path, &required, err, errlen);
@@ -1754,7 +1908,9 @@ static void cfg_print_table(FILE *out, const struct rgaps_cfg_table *t)
 bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
 			  struct rgaps_config_key_doc *kd)
 {
-	const struct rgaps_cfg_table *t = table == RGAPS_CONFIG_TOPIC ? &topic_table : &daemon_table;
+	const struct rgaps_cfg_table *t = table == RGAPS_CONFIG_TOPIC	  ? &topic_table :
+					  table == RGAPS_CONFIG_DISCOVERY ? &discovery_table :
+									    &daemon_table;
 	const struct rgaps_cfg_field *f;
 
 	if (i >= t->nfields)
@@ -1772,6 +1928,9 @@ void rgaps_config_print_help(FILE *f)
 {
 	fprintf(f, "Daemon keys (%s):\n\n", rgaps__config_default_path);
 	cfg_print_table(f, &daemon_table);
+	fprintf(f, "Discovery keys (the \"discovery\" object of the daemon file: membership in\n"
+		   "etcd, docs/CONFIG.md \"Several hosts\"):\n\n");
+	cfg_print_table(f, &discovery_table);
 	fprintf(f, "Topic keys (one object per topics.d/*.json file; all but \"name\" also in\n"
 		   "the daemon's \"defaults\" object):\n\n");
 	cfg_print_table(f, &topic_table);

@@ -17,10 +17,29 @@
 #include "../common/config.h"
 
 #define RGAPS_CFG_MAX_PEERS 16
+#define RGAPS_CFG_MAX_ENDPOINTS 8 /* etcd members named in "discovery" */
+#define RGAPS_CFG_PREFIX_MAX 128
 
 enum rgapsd_create_topics {
 	RGAPSD_CREATE_ANY = 0,	      /* a client's attach creates any topic it names */
 	RGAPSD_CREATE_CONFIGURED = 1, /* only topics of topics.d exist */
+};
+
+/*
+ * The "discovery" object: membership kept in etcd (src/daemon/membership/). No
+ * endpoints: none, the configured "peers" only.
+ */
+struct rgapsd_discovery_config {
+	char endpoints[RGAPS_CFG_MAX_ENDPOINTS][RGAPS_PATH_MAX]; /* "http(s)://HOST:PORT" */
+	uint32_t nendpoints;
+	char prefix[RGAPS_CFG_PREFIX_MAX]; /* one cluster's keys: "/rgaps/prod" */
+	uint32_t lease_ttl_s;		   /* a daemon gone is forgotten after this */
+	uint32_t timeout_ms;		   /* one request to etcd */
+	char tls_ca[RGAPS_PATH_MAX];	   /* "": the system's CAs (https endpoints) */
+	char tls_cert[RGAPS_PATH_MAX];	   /* client certificate, with tls_key */
+	char tls_key[RGAPS_PATH_MAX];
+	char username[RGAPS_CFG_PREFIX_MAX]; /* etcd authentication ("": none) */
+	char password_file[RGAPS_PATH_MAX];
 };
 
 struct rgapsd_config {
@@ -53,6 +72,7 @@ struct rgapsd_config {
 	char socket_group[RGAPS_CFG_NAME_MAX]; /* group of the socket (name or number); "" */
 	char metrics_listen[RGAPS_PATH_MAX]; /* "HOST:PORT" of the Prometheus endpoint; "" off */
 	char transport_options[2048]; /* JSON: { "<transport>": { "<option>": N } } */
+	struct rgapsd_discovery_config discovery;
 	struct rgaps_topic_config topic_defaults; /* the "defaults" object */
 	struct rgaps_topic_config *topics;	  /* from topics.d, malloc'd */
 	uint32_t ntopics;
@@ -92,8 +112,9 @@ void rgaps_config_print_help(FILE *f);
 
 /* The tables rgaps_config_key_doc() walks. */
 enum rgaps_config_table_id {
-	RGAPS_CONFIG_DAEMON, /* rgapsd.json */
-	RGAPS_CONFIG_TOPIC,  /* topics.d/NAME.json and the daemon's "defaults" object */
+	RGAPS_CONFIG_DAEMON,	/* rgapsd.json */
+	RGAPS_CONFIG_TOPIC,	/* topics.d/NAME.json and the daemon's "defaults" object */
+	RGAPS_CONFIG_DISCOVERY, /* the daemon's "discovery" object */
 };
 
 /* One key as --help-config shows it, for the rgapsd.json(5) generator (man/). */

@@ -3,8 +3,9 @@
 
   config_examples.py RGAPSD SRCROOT
 
-- config/rgapsd.json spells out every daemon key, and in "defaults" every topic
-  key but "name", each at the default --help-config shows, and nothing else;
+- config/rgapsd.json spells out every daemon key, in "discovery" every
+  discovery key, and in "defaults" every topic key but "name", each at the
+  default --help-config shows, and nothing else;
 - config/topics.d/example.json sets every topic key (its values are its own);
 - the key list in docs/CONFIG.md ("## Keys") is the text --help-config prints
   for the daemon and topic keys (the transport options that follow depend on
@@ -19,11 +20,13 @@ import sys
 
 
 def parse_help(text):
-    """{section: {key: default text}} for "Daemon keys" and "Topic keys"."""
+    """{section: {key: default text}} for "Daemon keys", "Discovery keys", "Topic keys"."""
     keys, section, key = {}, None, None
     for line in text.splitlines():
         if line.startswith("Daemon keys"):
             section = "daemon"
+        elif line.startswith("Discovery keys"):
+            section = "discovery"
         elif line.startswith("Topic keys"):
             section = "topic"
         elif line.startswith("Transport options"):
@@ -70,6 +73,8 @@ def main():
     topic_keys = {k: v for k, v in keys["topic"].items() if k != "name"}
     check_keys("config/rgapsd.json \"defaults\"", daemon.get("defaults", {}), topic_keys, True,
                problems)
+    check_keys("config/rgapsd.json \"discovery\"", daemon.get("discovery", {}),
+               keys.get("discovery", {}), True, problems)
     example = json.load(open(os.path.join(src, "config", "topics.d", "example.json")))
     check_keys("config/topics.d/example.json", example, keys["topic"], False, problems)
 

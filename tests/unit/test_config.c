@@ -621,6 +621,37 @@ static const struct reject rejects[] = {
 	  "must be less than queue_depth (64), got 64" },
 	{ "{\"defaults\": {\"pool_size\": \"16MiB\"}}", NULL, NULL, "defaults.max_message_size",
 	  "64MiB is larger than pool_size (16MiB)" },
+	/* the "discovery" object and what it needs of the rest */
+#define DISC_OK "\"listen\": \"10.0.0.1:7000\", \"key_file\": \"/k\", "
+	{ "{" DISC_OK "\"discovery\": {\"endpoint\": []}}", NULL, NULL, "discovery.endpoint",
+	  "unknown key (did you mean 'endpoints'?)" },
+	{ "{" DISC_OK "\"discovery\": {\"endpoints\": [\"127.0.0.1:2379\"]}}", NULL, NULL,
+	  "discovery.endpoints", "is not an etcd client URL" },
+	{ "{" DISC_OK "\"discovery\": {\"endpoints\": [\"http://h\"]}}", NULL, NULL,
+	  "discovery.endpoints", "'http://h': " },
+	{ "{" DISC_OK "\"discovery\": {\"endpoints\": [\"http://h:1\", \"http://h:1\"]}}",
+	  NULL, NULL, "discovery.endpoints", "entry 1 repeats entry 0" },
+	{ "{" DISC_OK "\"discovery\": {\"prefix\": \"rgaps\"}}", NULL, NULL,
+	  "discovery.prefix", "is not a key prefix" },
+	{ "{" DISC_OK "\"discovery\": {\"prefix\": \"/a/\"}}", NULL, NULL, "discovery.prefix",
+	  "is not a key prefix" },
+	{ "{" DISC_OK "\"discovery\": {\"prefix\": \"/a b\"}}", NULL, NULL, "discovery.prefix",
+	  "is not a key prefix" },
+	{ "{" DISC_OK "\"discovery\": {\"lease_ttl_s\": 1}}", NULL, NULL,
+	  "discovery.lease_ttl_s", "must be between 2 and 3600 (got 1)" },
+	{ "{" DISC_OK "\"discovery\": {\"tls_cert\": \"/c.pem\"}}", NULL, NULL,
+	  "discovery.tls_cert", "tls_cert and tls_key go together" },
+	{ "{" DISC_OK "\"discovery\": {\"password_file\": \"/p\"}}", NULL, NULL,
+	  "discovery.password_file", "username and password_file go together" },
+	{ "{\"key_file\": \"/k\", \"discovery\": {\"endpoints\": [\"http://e:2379\"]}}", NULL,
+	  NULL, "discovery.endpoints", "needs \"listen\"" },
+	{ "{\"listen\": \"10.0.0.1:7000\", \"discovery\": {\"endpoints\": [\"http://e:2379\"]}}",
+	  NULL, NULL, "discovery.endpoints", "needs \"key_file\"" },
+	{ "{\"listen\": \"0.0.0.0:7000\", \"key_file\": \"/k\", \"discovery\": "
+	  "{\"endpoints\": [\"http://e:2379\"]}}", NULL, NULL, "listen", "not a wildcard" },
+	{ "{\"listen\": \"[::]:7000\", \"key_file\": \"/k\", \"discovery\": "
+	  "{\"endpoints\": [\"http://e:2379\"]}}", NULL, NULL, "listen", "not a wildcard" },
+#undef DISC_OK
 	/* defaults that a topic file repairs are still refused: they must stand alone */
 	{ "{\"defaults\": {\"ring_size\": \"6MiB\"}}", NULL, "{\"chunk_size\": \"1MiB\"}",
 	  "defaults.chunk_size", "16MiB is more than half of ring_size (6MiB)" },
@@ -663,6 +694,46 @@ static void test_rejects(void **state)
 		}
 		rgapsd_config_free(&cfg);
 	}
+}
+
+/* A whole "discovery" object is read into its struct; without one, there is none. */
+static void test_discovery(void **state)
+{
+	struct fx *fx = *state;
+	const struct rgapsd_discovery_config *dc;
+	struct rgapsd_config cfg;
+	char path[512];
+
+	put(fx->dir, "rgapsd.json", "{}", path, sizeof(path));
+	assert_int_equal(rgapsd_config_load(path, &cfg, fx->err, sizeof(fx->err)), 0);
+	assert_int_equal(cfg.discovery.nendpoints, 0);
+	assert_string_equal(cfg.discovery.prefix, "/rgaps");
+	assert_int_equal(cfg.discovery.lease_ttl_s, 10);
+	assert_int_equal(cfg.discovery.timeout_ms, 2000);
+	rgapsd_config_free(&cfg);
+
+	put(fx->dir, "rgapsd.json",
+	    "{\"listen\": \"[fd00::1]:7000\", \"key_file\": \"/k\", \"discovery\": {"
+	    "\"endpoints\": [\"https://10.0.0.5:2379\", \"http://etcd-b:2379\"], "
+	    "\"prefix\": \"/rgaps/prod\", \"lease_ttl_s\": 5, \"timeout_ms\": 500, "
+	    "\"tls_ca\": \"/ca.pem\", \"tls_cert\": \"/c.pem\", \"tls_key\": \"/c.key\", "
+	    "\"username\": \"rgaps\", \"password_file\": \"/pw\"}}",
+	    path, sizeof(path));
+	if (rgapsd_config_load(path, &cfg, fx->err, sizeof(fx->err)) != 0)
+		fail_msg("refused: %s", fx->err);
+	dc = &cfg.discovery;
+	assert_int_equal(dc->nendpoints, 2);
+	assert_string_equal(dc->endpoints[0], "https://10.0.0.5:2379");
+	assert_string_equal(dc->endpoints[1], "http://etcd-b:2379");
+	assert_string_equal(dc->prefix, "/rgaps/prod");
+	assert_int_equal(dc->lease_ttl_s, 5);
+	assert_int_equal(dc->timeout_ms, 500);
+	assert_string_equal(dc->tls_ca, "/ca.pem");
+	assert_string_equal(dc->tls_cert, "/c.pem");
+	assert_string_equal(dc->tls_key, "/c.key");
+	assert_string_equal(dc->username, "rgaps");
+	assert_string_equal(dc->password_file, "/pw");
+	rgapsd_config_free(&cfg);
 }
 
 /* Arrays too long to write out in the table. */
@@ -1262,6 +1333,7 @@ int main(void)
 		T(test_to_json),
 		T(test_gpu_keys),
 		T(test_print_help),
+		T(test_discovery),
 		T(test_parse_size),
 		T(test_format_size),
 		T(test_topic_names),
