@@ -29,7 +29,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -38,7 +37,6 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "errors.h"
@@ -46,6 +44,7 @@
 #include "log.h"
 #include "looplag.h"
 #include "peer_wire.h"
+#include "secret.h"
 #include "util.h"
 
 #define PEERS_SMALL_MAX 512	 /* any frame before authentication, and all but MSG after */
@@ -235,92 +234,11 @@ static void peer_put(struct rgapsd_peer *p)
 
 /* ---- HOST:PORT and the key file ---------------------------------------------------------- */
 
-#define set_err(err, errlen, ...) ((void)rgaps__fail(0, err, errlen, __VA_ARGS__))
-
 int rgapsd_peers_load_key(const char *path, uint8_t *key, size_t keymax, char *err,
 			  size_t errlen)
 {
-	struct stat st;
-	size_t want, got = 0;
-	int fd, rc;
-
-	if (!path || !path[0] || !key) {
-		set_err(err, errlen, "no key file given");
-		return -EINVAL;
-	}
-	/* O_NONBLOCK: a FIFO planted at the path must not block the open; it is refused below. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0) {
-		rc = -errno;
-		set_err(err, errlen, "key file %s: %s", path, strerror(errno));
-		return rc;
-	}
-	/* Checked on the open file, not the path: nothing can be swapped in between. */
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		set_err(err, errlen, "key file %s: fstat: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-		set_err(err, errlen, "key file %s is not a regular file", path);
-		goto out;
-	}
-	if (st.st_uid != geteuid()) {
-		rc = -EPERM;
-		set_err(err, errlen,
-			"key file %s belongs to uid %u, not to this daemon's user (uid %u): "
-			"another user could replace the key (chown %u %s)", path,
-			(unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(), path);
-		goto out;
-	}
-	if (st.st_mode & 077) {
-		rc = -EPERM;
-		set_err(err, errlen,
-			"key file %s has mode %04o: it must not be accessible by group or others "
-			"(chmod 600 %s)", path, (unsigned)(st.st_mode & 07777), path);
-		goto out;
-	}
-	if (st.st_size < RGAPSD_PEER_KEY_MIN) {
-		rc = -EINVAL;
-		set_err(err, errlen, "key file %s holds %lld bytes: at least %d are needed", path,
-			(long long)st.st_size, RGAPSD_PEER_KEY_MIN);
-		goto out;
-	}
-	if ((uint64_t)st.st_size > RGAPS_MIN(keymax, (size_t)RGAPSD_PEER_KEY_MAX)) {
-		rc = -EFBIG;
-		set_err(err, errlen, "key file %s holds %lld bytes: at most %zu are accepted", path,
-			(long long)st.st_size, RGAPS_MIN(keymax, (size_t)RGAPSD_PEER_KEY_MAX));
-		goto out;
-	}
-	want = (size_t)st.st_size;
-	while (got < want) {
-		ssize_t n = read(fd, key + got, want - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			set_err(err, errlen, "key file %s: read: %s", path, strerror(errno));
-			goto out_wipe;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	if (got != want) {
-		rc = -EIO;
-		set_err(err, errlen, "key file %s changed size while being read", path);
-		goto out_wipe;
-	}
-	rc = (int)got;
-	goto out;
-
-out_wipe:
-	sodium_memzero(key, want);
-out:
-	close(fd);
-	return rc;
+	return rgapsd_secret_read(path, "key file", key, RGAPSD_PEER_KEY_MIN,
+				  RGAPS_MIN(keymax, (size_t)RGAPSD_PEER_KEY_MAX), err, errlen);
 }
 
 /* Numeric HOST into ss (a v6 zone allowed); false for a name. */
