@@ -1617,8 +1617,8 @@ int rgapsd_peers_add(struct rgapsd_peers *pm, const char *name, unsigned source,
 	if (!p)
 		return -ENOMEM;
 	peer_start(p);
-	rgaps_info("peers: %s is a peer (%s): %s", p->name, sources_name(source),
-		   dial ? "we connect to it" : "it connects to us");
+	rgaps_debug("peers: %s is a peer (%s): %s", p->name, sources_name(source),
+		    dial ? "we connect to it" : "it connects to us");
 	return 0;
 }
 
@@ -1935,6 +1935,11 @@ void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_s
 struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev)
 {
 	return prev ? TAILQ_NEXT(prev, link) : TAILQ_FIRST(&pm->peers);
+}
+
+struct rgapsd_peer *rgapsd_peers_find(struct rgapsd_peers *pm, const char *name)
+{
+	return pm->stopping ? NULL : pm_find(pm, name);
 }
 
 uint64_t rgapsd_peer_id(const struct rgapsd_peer *p)

@@ -137,6 +137,8 @@ int rgapsd_peers_add(struct rgapsd_peers *pm, const char *name, unsigned source,
  */
 int rgapsd_peers_drop(struct rgapsd_peers *pm, const char *name, unsigned source,
 		      const char *why);
+/* The known peer of that name, or NULL. */
+struct rgapsd_peer *rgapsd_peers_find(struct rgapsd_peers *pm, const char *name);
 /* A peer's id: the first 8 bytes of BLAKE2b-128 of its name, little-endian. */
 uint64_t rgapsd_peers_name_id(const char *name);
 const char *rgapsd_peers_name(const struct rgapsd_peers *pm); /* ours: the listen address */

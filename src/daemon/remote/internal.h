@@ -5,7 +5,8 @@
  *
  * Files, each calling only the ones below it (no circle):
  *
- *   remote.c      start, stop and the daemon's hooks (../remote.h)
+ *   remote.c      start, stop and the daemon's hooks (../remote.h); what this daemon
+ *                 says of itself in the membership (../membership.h)
  *   stats.c       the "peers" section of `rgaps stats`
  *   transports.c  the transport plugins: load, options, listen; routes their callbacks
  *   session.c     peer sessions: up/down, control-message dispatch, the tick
@@ -515,9 +516,12 @@ struct rt_topic {
 	uint64_t from_copy; /* chunks of live messages posted from their copy in the window */
 };
 
+struct rgapsd_membership;
+
 struct rgapsd_remote {
 	struct rgapsd *d;
 	struct rgapsd_peers *pm;
+	struct rgapsd_membership *ms; /* with "discovery": the hosts etcd knows */
 	struct rt_transport tr[RT_TR_MAX];
 	int ntr;
 	SLIST_HEAD(, rt_peer) peers;

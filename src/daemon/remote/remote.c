@@ -12,7 +12,87 @@
 #include <sodium.h>
 
 #include "../../common/log.h"
+#include "../membership.h"
 #include "internal.h"
+#include "rgaps_build_config.h"
+
+/* ================================================================ the membership */
+
+/*
+ * What this daemon says of itself under the prefix (docs/PROTOCOL.md section 5): its
+ * name, its data ports, the GPUs of the memory plugins loaded so far, the topics it
+ * has subscribers for. 0 or -ENOMEM (r freed).
+ */
+static int self_record(struct rgapsd_remote *rt, struct ms_record *r)
+{
+	struct rgapsd *d = rt->d;
+	uint16_t port = 0;
+	uint32_t n = 0;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", d->cfg.listen);
+	snprintf(r->version, sizeof(r->version), "%s", RGAPS_VERSION);
+	if (gethostname(r->hostname, sizeof(r->hostname) - 1) != 0)
+		r->hostname[0] = '\0';
+	r->pid = (uint32_t)getpid();
+	rgaps_hostport_parse(d->cfg.listen, NULL, 0, &port, NULL, 0);
+	for (int i = 0; i < rt->ntr && r->ntransports < MS_TRANSPORTS_MAX; i++) {
+		struct ms_transport *t = &r->transports[r->ntransports];
+
+		if (!rt->tr[i].usable)
+			continue;
+		snprintf(t->name, sizeof(t->name), "%s", rt->tr[i].name);
+		t->port = (uint16_t)(port + rt->tr[i].port_offset);
+		r->ntransports++;
+	}
+	for (uint32_t i = 0; i < d->nmem_plugins; i++) {
+		struct rgaps_mem_topology topo = { .struct_size = sizeof(topo) };
+		struct rgaps_loaded_plugin *lp = d->mem_plugins[i];
+
+		if (lp->ops.memory.topology(lp->ctx, &topo) != 0)
+			continue;
+		for (uint32_t g = 0; g < topo.ndevices && g < RGAPS_MEM_MAX_DEVICES &&
+				     r->ngpus < MS_GPUS_MAX; g++)
+			if (topo.pci[g][0])
+				snprintf(r->gpus[r->ngpus++], sizeof(r->gpus[0]), "%.15s",
+					 topo.pci[g]);
+	}
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next)
+		n += t->local_subs > 0;
+	n = RGAPS_MIN(n, (uint32_t)MS_TOPICS_MAX);
+	r->topics = calloc(n + 1, sizeof(*r->topics));
+	if (!r->topics)
+		return -ENOMEM;
+	for (struct rgapsd_topic *t = d->topics; t && r->ntopics < n; t = t->next)
+		if (t->local_subs)
+			snprintf(r->topics[r->ntopics++], sizeof(r->topics[0]), "%s", t->cfg.name);
+	return 0;
+}
+
+static int membership_start(struct rgapsd_remote *rt)
+{
+	struct ms_record self;
+	int e;
+
+	if (!rt->d->cfg.discovery.nendpoints)
+		return 0;
+	e = self_record(rt, &self);
+	if (!e)
+		e = rgapsd_membership_start(rt->d->loop, &rt->d->cfg.discovery, rt->pm, &self,
+					    &rt->ms);
+	ms_record_free(&self);
+	return e;
+}
+
+static void membership_update(struct rgapsd_remote *rt)
+{
+	struct ms_record self;
+
+	if (!rt->ms || self_record(rt, &self) != 0)
+		return;
+	rgapsd_membership_update(rt->ms, &self);
+	ms_record_free(&self);
+}
 
 /* ================================================================ daemon hooks */
 
@@ -25,6 +105,7 @@ void rgapsd_remote_subscribers_changed(struct rgapsd *d, struct rgapsd_topic *t)
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		if (rgapsd_peer_is_up(p->peer))
 			rt_send_subs(p);
+	membership_update(rt);
 }
 
 bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
@@ -207,12 +288,21 @@ int rgapsd_remote_start(struct rgapsd *d)
 		d->remote = NULL;
 		goto err_worker;
 	}
+	e = membership_start(rt);
+	if (e) {
+		rgaps_error("cannot keep the membership in etcd: %s", strerror(-e));
+		rgapsd_peers_stop(rt->pm);
+		rt->pm = NULL;
+		d->remote = NULL;
+		goto err_worker;
+	}
 	uv_timer_init(d->loop, &rt->tick);
 	uv_timer_init(d->loop, &rt->retry);
 	rt_copies_init(rt, d->loop, d->cfg.copy_spin_us);
 	rt->tick.data = rt->retry.data = rt;
 	uv_timer_start(&rt->tick, rt_on_tick, RT_TICK_MS, RT_TICK_MS);
-	rgaps_info("peers: listening on %s, %u configured", d->cfg.listen, d->cfg.npeers);
+	rgaps_info("peers: listening on %s, %u configured%s", d->cfg.listen, d->cfg.npeers,
+		   rt->ms ? ", the others from etcd" : "");
 	return 0;
 
 err_worker:
@@ -241,6 +331,8 @@ void rgapsd_remote_stop(struct rgapsd *d)
 	rgapsd_worker_stop(&rt->stage_pool);
 	rgapsd_worker_stop(&rt->worker);
 	rgapsd_mailbox_close(&rt->mb); /* runs what the forwarders and the workers posted */
+	rgapsd_membership_stop(rt->ms); /* the lease goes: the others drop us at once */
+	rt->ms = NULL;
 	rgapsd_peers_stop(rt->pm);     /* peer_down for each: rings and links go */
 	while (!SLIST_EMPTY(&rt->topics))
 		rgapsd_remote_topic_gone(d, SLIST_FIRST(&rt->topics)->t);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../membership.h"
 #include "internal.h"
 
 static cJSON *transitions(const uint64_t *m, int n, const char *const *names)
@@ -118,11 +119,23 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	}
 	rgapsd_peers_get_stats(rt->pm, &ps);
 	peers = cJSON_AddObjectToObject(reply, "peers");
+	/* Where the hosts come from: etcd, or the configured list only. */
+	{
+		cJSON *mo = cJSON_AddObjectToObject(peers, "membership");
+
+		if (rt->ms) {
+			rgapsd_membership_stats(rt->ms, mo);
+		} else {
+			cJSON_AddStringToObject(mo, "source", "static");
+			cJSON_AddNumberToObject(mo, "hosts", rgapsd_peers_count(rt->pm));
+		}
+	}
 	cJSON_AddStringToObject(peers, "listen", d->cfg.listen);
 	cJSON_AddNumberToObject(peers, "accepted", (double)ps.accepted);
 	cJSON_AddNumberToObject(peers, "auth_failures", (double)ps.auth_failures);
 	cJSON_AddNumberToObject(peers, "unknown_peers", (double)ps.unknown_peers);
 	cJSON_AddNumberToObject(peers, "protocol_errors", (double)ps.protocol_errors);
+	cJSON_AddNumberToObject(peers, "duplicates_closed", (double)ps.duplicates_closed);
 	cJSON_AddNumberToObject(peers, "pending_refused", (double)ps.pending_refused);
 	cJSON_AddNumberToObject(peers, "pending_refused_source", (double)ps.pending_refused_source);
 	cJSON_AddNumberToObject(peers, "pending_evicted", (double)ps.pending_evicted);
