@@ -144,6 +144,35 @@ static const struct metric listener_metrics[] = {
 	  "Peer deadlines moved because this daemon's own loop stood still.", "stall_excused" },
 };
 
+/* Where the hosts come from (the "membership" object of "peers"), labelled by source. */
+static const struct metric membership_metrics[] = {
+	{ "membership_hosts", "gauge",
+	  "Hosts known: registered under the etcd prefix, or the configured peers.", "hosts" },
+	{ "membership_hosts_missing", "gauge",
+	  "Hosts whose etcd key went while their session is up (waiting to register again).",
+	  "hosts_missing" },
+	{ "membership_live", "gauge", "1 while etcd is watched and the lease renewed.", "live" },
+	{ "membership_unreachable_seconds", "gauge",
+	  "Seconds since etcd stopped answering (0 while it answers).", "unreachable_s" },
+	{ "membership_joined_total", "counter", "Hosts that appeared in etcd.", "joined" },
+	{ "membership_left_total", "counter", "Hosts dropped: their key went.", "left" },
+	{ "membership_outages_total", "counter", "Times etcd stopped answering.", "outages" },
+	{ "membership_records_refused_total", "counter",
+	  "Keys under the prefix refused (not a host record).", "records_refused" },
+	{ "membership_etcd_requests_total", "counter", "Requests to etcd members (each try).",
+	  "etcd.requests" },
+	{ "membership_etcd_failures_total", "counter", "Tries no etcd member answered.",
+	  "etcd.failures" },
+	{ "membership_etcd_refusals_total", "counter", "Requests etcd answered with an error.",
+	  "etcd.refusals" },
+	{ "membership_etcd_watch_events_total", "counter", "Changes seen by the watch.",
+	  "etcd.watch_events" },
+	{ "membership_etcd_rtt_seconds", "gauge", "Round trip of the last answered request.",
+	  "etcd.rtt_ms", 1e-3 },
+	{ "membership_etcd_rtt_max_seconds", "gauge", "Longest round trip since start.",
+	  "etcd.rtt_ms_max", 1e-3 },
+};
+
 static const struct metric topic_metrics[] = {
 	{ "topic_subscribers", "gauge", "Subscribers attached on this host.", "subscribers" },
 	{ "topic_publishers", "gauge", "Publishers attached on this host.", "publishers" },
@@ -381,9 +410,16 @@ int rgaps__stats_prometheus(const cJSON *reply, FILE *out)
 	flush_scope(out, sub_metrics, sizeof(sub_metrics) / sizeof(sub_metrics[0]), &os);
 
 	if (cJSON_IsObject(peers)) {
+		const cJSON *ms = cJSON_GetObjectItemCaseSensitive(peers, "membership");
+
 		add_obj(&os, peers, inst, (const char *const[]){ NULL });
 		flush_scope(out, listener_metrics,
 			    sizeof(listener_metrics) / sizeof(listener_metrics[0]), &os);
+		if (cJSON_IsObject(ms) && rgaps__json_str(ms, "source"))
+			add_obj(&os, ms, inst,
+				(const char *const[]){ "source", rgaps__json_str(ms, "source"), NULL });
+		flush_scope(out, membership_metrics,
+			    sizeof(membership_metrics) / sizeof(membership_metrics[0]), &os);
 	}
 	cJSON_ArrayForEach(s, sessions)
 	{

@@ -427,6 +427,43 @@ static void test_legend_covers_columns(void **state)
 	top_frame_clear(&f);
 }
 
+static void test_membership(void **state)
+{
+	const char *live =
+		"{" DAEMON(1) ",\"topics\":[],\"peers\":{\"listen\":\"127.0.0.1:1\","
+		"\"membership\":{\"source\":\"etcd\",\"state\":\"live\",\"prefix\":\"/rgaps\","
+		"\"endpoint\":\"http://e:2379\",\"lease\":\"held\",\"lease_ttl_s\":10,"
+		"\"hosts\":11,\"hosts_missing\":0,\"joined\":12,\"left\":1,"
+		"\"etcd\":{\"requests\":40,\"failures\":0,\"watch_events\":13,\"rtt_ms\":1.5,"
+		"\"rtt_ms_avg\":2,\"rtt_ms_max\":9}},\"sessions\":[]}}";
+	const char *away =
+		"{" DAEMON(2) ",\"topics\":[],\"peers\":{\"listen\":\"127.0.0.1:1\","
+		"\"membership\":{\"source\":\"etcd\",\"state\":\"unreachable\","
+		"\"unreachable_s\":75,\"last_error\":\"listing the hosts: no etcd member "
+		"answered\"},\"sessions\":[]}}";
+	const char *fixed = "{" DAEMON(1) ",\"topics\":[],\"peers\":{\"listen\":\"127.0.0.1:1\","
+			    "\"membership\":{\"source\":\"static\",\"hosts\":3},"
+			    "\"sessions\":[]}}";
+	char *out = render(NULL, live, 1.0, TOP_SECTION_PEERS, TOP_SORT_NAME);
+
+	assert_string_equal(line_of(out, "MEMBERSHIP"),
+			    "MEMBERSHIP  etcd live  http://e:2379  prefix /rgaps  lease held (10 s)  "
+			    "hosts 11 (0 missing)  joined 12  left 1");
+	assert_string_equal(line_of(out, "etcd: rtt"),
+			    "etcd: rtt 1.500 ms (avg 2.000, max 9.000)  requests 40  failures 0  "
+			    "watch events 13");
+	assert_null(strstr(out, "UNREACHABLE"));
+	free(out);
+	out = render(NULL, away, 1.0, TOP_SECTION_PEERS, TOP_SORT_NAME);
+	assert_string_equal(line_of(out, "etcd UNREACHABLE"),
+			    "etcd UNREACHABLE for 1m15s: every session and topic is kept; listing "
+			    "the hosts: no etcd member answered");
+	free(out);
+	out = render(NULL, fixed, 1.0, TOP_SECTION_PEERS, TOP_SORT_NAME);
+	assert_string_equal(line_of(out, "MEMBERSHIP"), "MEMBERSHIP  static  hosts 3");
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -437,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_sort),
 		cmocka_unit_test(test_missing_fields),
 		cmocka_unit_test(test_peers),
+		cmocka_unit_test(test_membership),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_topics_fit_120),
 		cmocka_unit_test(test_first_column_frozen),

@@ -1107,6 +1107,50 @@ static void render_machine(struct top_frame *f, const cJSON *m, const cJSON *pm,
 	table_emit(f, &tb);
 }
 
+/*
+ * Where the hosts come from: "static" (the peers list), or etcd with its state, lease,
+ * hosts and round trips; an etcd that does not answer is an alert (everything is kept).
+ */
+static void render_membership(struct top_frame *f, const cJSON *m)
+{
+	const char *src = stats_str(m, "source"), *state = stats_str(m, "state");
+	const char *err = stats_str(m, "last_error");
+	char h[24], mi[24], j[24], l[24], rq[24], fl[24], ev[24], dur[24];
+
+	if (!m)
+		return;
+	if (!src || strcmp(src, "etcd") != 0) {
+		top_frame_printf(f, TOP_ATTR_NONE, "MEMBERSHIP  %s  hosts %s", src ? src : "-",
+				 top_fmt_count(h, sizeof(h), stats_num(m, "hosts")));
+		return;
+	}
+	top_frame_printf(f, TOP_ATTR_NONE,
+			 "MEMBERSHIP  etcd %s  %s  prefix %s  lease %s (%s s)  hosts %s (%s "
+			 "missing)  joined %s  left %s",
+			 state ? state : "-",
+			 stats_str(m, "endpoint") ? stats_str(m, "endpoint") : "-",
+			 stats_str(m, "prefix") ? stats_str(m, "prefix") : "-",
+			 stats_str(m, "lease") ? stats_str(m, "lease") : "-",
+			 top_fmt_count(dur, sizeof(dur), stats_num(m, "lease_ttl_s")),
+			 top_fmt_count(h, sizeof(h), stats_num(m, "hosts")),
+			 top_fmt_count(mi, sizeof(mi), stats_num(m, "hosts_missing")),
+			 top_fmt_count(j, sizeof(j), stats_num(m, "joined")),
+			 top_fmt_count(l, sizeof(l), stats_num(m, "left")));
+	top_frame_printf(f, TOP_ATTR_NONE,
+			 "etcd: rtt %.3f ms (avg %.3f, max %.3f)  requests %s  failures "
+			 "%s  watch events %s",
+			 stats_num(m, "etcd.rtt_ms"), stats_num(m, "etcd.rtt_ms_avg"),
+			 stats_num(m, "etcd.rtt_ms_max"),
+			 top_fmt_count(rq, sizeof(rq), stats_num(m, "etcd.requests")),
+			 top_fmt_count(fl, sizeof(fl), stats_num(m, "etcd.failures")),
+			 top_fmt_count(ev, sizeof(ev), stats_num(m, "etcd.watch_events")));
+	if (state && strcmp(state, "unreachable") == 0)
+		top_frame_printf(f, TOP_ATTR_ALERT,
+				 "etcd UNREACHABLE for %s: every session and topic is kept; %s",
+				 top_fmt_duration(dur, sizeof(dur), stats_num(m, "unreachable_s")),
+				 err && err[0] ? err : "no reason given");
+}
+
 static void render_peers(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
 			 const struct top_sample *cur)
 {
@@ -1155,6 +1199,7 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 			 top_fmt_count(c1, sizeof(c1), stats_num(peers, "unknown_peers")),
 			 top_fmt_count(d, sizeof(d), stats_num(peers, "protocol_errors")),
 			 top_fmt_count(e, sizeof(e), stats_num(peers, "unknown_link_tokens")));
+	render_membership(f, stats_get(peers, "membership"));
 
 	cap = (size_t)cJSON_GetArraySize(stats_get(peers, "sessions"));
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
