@@ -56,6 +56,7 @@ val() { grep -F "$2{" "$T/$1.prom" | grep -F "$3" | head -1 | awk '{ print $2 }'
 [ "$(val B rgaps_topic_latency_samples_total 'topic="prom"')" = $N ] || fail "B: latency samples"
 [ "$(val B rgaps_topic_remote_gaps_total 'topic="prom"')" = 0 ] || fail "B: gaps"
 [ "$(val A rgaps_peer_up "peer=\"${ADDR[B]}:${PORT[B]}\"")" = 1 ] || fail "A: peer B not up"
+[ "$(val A rgaps_membership_hosts 'source="static"')" = 1 ] || fail "A: membership hosts $(val A rgaps_membership_hosts 'source="static"')"
 sent=$(val A rgaps_link_records_sent_total 'transport="tcp"')
 [ "${sent:-0}" -ge $N ] || fail "A: tcp link records_sent ${sent:-none}"
 p50=$(val B rgaps_topic_latency_p50_seconds 'topic="prom"')

@@ -3,8 +3,9 @@
 # own, e.g. the Soft-RoCE addresses in tests/rdma/e2e_verbs.sh). Sourced after lib.sh.
 KEY="$T/psk"
 head -c 48 /dev/urandom > "$KEY"; chmod 600 "$KEY"
-# Ports BASE..BASE+59: a range no TCP socket of this machine uses (other tests, other
-# builds run beside this one), so that a daemon's listen does not fail by bad luck.
+# Ports BASE..BASE+PORT_SPAN-1 (60 unless the test sets more): a range no TCP socket of this
+# machine uses (other tests, other builds run beside this one), so that a daemon's listen
+# does not fail by bad luck.
 ports_free() { # FIRST COUNT
 	local used p
 	used=$(ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }') || return 0
@@ -14,7 +15,7 @@ ports_free() { # FIRST COUNT
 }
 for _ in $(seq 50); do
 	BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
-	! ports_free $BASE 60 || break
+	! ports_free $BASE "${PORT_SPAN:-60}" || break
 done
 declare -A DPID SOCK PORT ADDR
 
@@ -25,13 +26,14 @@ host() {
 }
 
 # start_host NAME [extra JSON for the topic defaults]: start its daemon with every other host as peer
+# (none with NO_PEERS=1: they find each other in etcd, etcd_lib.sh)
 # ($DAEMON_EXTRA, if set, is more daemon keys, each followed by a comma). Keepalive: rgapsd's
 # default 2 s unless KEEPALIVE_MS says otherwise; a loaded 2-core machine can leave a daemon
 # unscheduled for 0.6 s, so only the tests about stalled peers ask for 200 ms.
 start_host() {
 	local name=$1 defaults=${2:-} peers=""
 	for h in "${!PORT[@]}"; do
-		[ "$h" = "$name" ] && continue
+		[ "$h" = "$name" ] || [ -n "${NO_PEERS:-}" ] && continue
 		peers="$peers${peers:+, }\"${ADDR[$h]}:${PORT[$h]}\""
 	done
 	cat > "$T/$name.json" <<JSON
@@ -48,6 +50,7 @@ JSON
 	PIDS+=(${DPID[$name]})
 	# Bounded by the clock: under TCG (the rdma VM) or a loaded machine one poll takes
 	# far longer than its 50 ms sleep.
+	[ -n "${NO_WAIT:-}" ] && return 0
 	wait_until "${START_TIMEOUT:-20}" host_answers "$name" ||
 		fail "$name did not come up in ${START_TIMEOUT:-20} s: $(tail -n 5 "$T/$name.log")"
 }
