@@ -578,6 +578,25 @@ static void deliver(struct rgapsd_etcd_req *r)
 	cJSON_Delete(msg);
 }
 
+/*
+ * What curl says went wrong: its code's text and the first detail it wrote down. A
+ * member that wants a client certificate drops the connection of a client without one
+ * at its first read, which curl reports as a broken connection: say what to look at.
+ */
+static void curl_why(const struct rgapsd_etcd_req *r, CURLcode res, char *why, size_t len)
+{
+	const struct rgapsd_etcd *e = r->e;
+	bool tls_hint = !e->cert && strncmp(e->endpoints[r->member], "https:", 6) == 0 &&
+			(res == CURLE_RECV_ERROR || res == CURLE_SEND_ERROR ||
+			 res == CURLE_GOT_NOTHING || res == CURLE_SSL_CONNECT_ERROR);
+
+	snprintf(why, len, "%s%s%s%s", curl_easy_strerror(res), r->errbuf[0] ? " (" : "", r->errbuf,
+		 r->errbuf[0] ? ")" : "");
+	if (tls_hint && strlen(why) + 120 < len)
+		strcat(why, "; a member that asks for a client certificate drops a client "
+			    "without one (discovery.tls_cert)");
+}
+
 static void finished_watch(struct rgapsd_etcd_req *r, CURLcode res, long http)
 {
 	char why[320];
@@ -585,8 +604,7 @@ static void finished_watch(struct rgapsd_etcd_req *r, CURLcode res, long http)
 	if (r->broken)
 		snprintf(why, sizeof(why), "%s", r->broken_why);
 	else if (res != CURLE_OK)
-		snprintf(why, sizeof(why), "%s",
-			 r->errbuf[0] ? r->errbuf : curl_easy_strerror(res));
+		curl_why(r, res, why, sizeof(why));
 	else if (http != 200)
 		snprintf(why, sizeof(why), "HTTP status %ld", http);
 	else
@@ -610,8 +628,7 @@ static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 		return;
 	}
 	if (res != CURLE_OK) {
-		snprintf(why, sizeof(why), "%s",
-			 r->errbuf[0] ? r->errbuf : curl_easy_strerror(res));
+		curl_why(r, res, why, sizeof(why));
 		member = r->member;
 		e->st.failures++;
 		member_failed(e, member, why);
@@ -869,6 +886,16 @@ void rgapsd_etcd_cancel(struct rgapsd_etcd_req *r)
 {
 	if (r)
 		req_free(r);
+}
+
+void rgapsd_etcd_next_member(struct rgapsd_etcd *e, const char *why)
+{
+	member_failed(e, e->cur, why);
+}
+
+uint32_t rgapsd_etcd_members(const struct rgapsd_etcd *e)
+{
+	return e->n;
 }
 
 void rgapsd_etcd_get_stats(const struct rgapsd_etcd *e, struct rgapsd_etcd_stats *st)

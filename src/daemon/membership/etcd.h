@@ -90,6 +90,10 @@ int rgapsd_etcd_watch(struct rgapsd_etcd *e, const char *body, rgapsd_etcd_msg_f
 /* Drop a request: its callbacks are not called. */
 void rgapsd_etcd_cancel(struct rgapsd_etcd_req *r);
 
+/* The caller found the current member unfit (a watch said it has no leader): the next one. */
+void rgapsd_etcd_next_member(struct rgapsd_etcd *e, const char *why);
+uint32_t rgapsd_etcd_members(const struct rgapsd_etcd *e);
+
 void rgapsd_etcd_get_stats(const struct rgapsd_etcd *e, struct rgapsd_etcd_stats *st);
 /* The member requests go to now ("http://HOST:PORT"). */
 const char *rgapsd_etcd_member(const struct rgapsd_etcd *e);

@@ -84,9 +84,11 @@ struct rgapsd_membership {
 	struct rgapsd_etcd_req *watch; /* MS_WATCH, MS_LIVE */
 	struct rgapsd_etcd_req *renew; /* MS_LIVE */
 	struct rgapsd_etcd_req *put;   /* MS_LIVE: our record again */
-	bool put_again;		       /* it changed while a put was in flight */
-	uv_timer_t timer;	       /* back-off; renewals; the stop's bound */
-	uv_timer_t put_timer;	       /* MS_PUT_DELAY_MS after a change */
+	uint32_t watch_ends;	       /* watches that ended in a row, none created */
+	uint32_t timeout_ms;
+	bool put_again;	      /* it changed while a put was in flight */
+	uv_timer_t timer;     /* back-off; renewals; the stop's bound */
+	uv_timer_t put_timer; /* MS_PUT_DELAY_MS after a change */
 	unsigned handles;
 	uint32_t backoff_ms;
 	/* what happened, for stats and the log */
@@ -101,6 +103,7 @@ struct rgapsd_membership {
 };
 
 static void ms_enter(struct rgapsd_membership *m, enum ms_state s);
+static void watch_again(struct rgapsd_membership *m, const char *why);
 static void ms_failed(struct rgapsd_membership *m, int status, const char *what, const char *why);
 
 /* ---- the hosts ------------------------------------------------------------------------------ */
@@ -412,9 +415,11 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 	int code = 0;
 
 	if (ms_reply_error(msg, &code, err, sizeof(err))) {
+		/* The member cannot serve the watch ("no leader"): another one may. */
 		rgapsd_etcd_cancel(m->watch);
 		m->watch = NULL;
-		ms_failed(m, -ECONNRESET, "watching the hosts", err);
+		rgapsd_etcd_next_member(m->etcd, err);
+		watch_again(m, err);
 		return;
 	}
 	if (ms_watch_parse(msg, &w, err, sizeof(err))) {
@@ -461,8 +466,11 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 		ms_enter(m, MS_LIST);
 		return;
 	}
-	if (w.created && m->state == MS_WATCH)
-		ms_enter(m, MS_LIVE);
+	if (w.created) {
+		m->watch_ends = 0;
+		if (m->state == MS_WATCH)
+			ms_enter(m, MS_LIVE);
+	}
 	ms_watch_free(&w);
 }
 
@@ -471,7 +479,26 @@ static void on_watch_end(void *arg, int status, int code, const cJSON *reply, co
 	struct rgapsd_membership *m = arg;
 
 	m->watch = NULL;
-	ms_failed(m, status ? status : -ECONNRESET, "watching the hosts", why);
+	watch_again(m, why);
+}
+
+/*
+ * The watch ended (its member died, lost its leader, closed the stream): a new one from
+ * the newest revision seen, at the member the client goes to now; nothing is missed in
+ * between (etcd keeps the history, and says when it compacted it away: list again then).
+ * Ends in a row, as many as there are members, with no watch set up: etcd is unusable.
+ */
+static void watch_again(struct rgapsd_membership *m, const char *why)
+{
+	if (m->state != MS_WATCH && m->state != MS_LIVE)
+		return;
+	if (++m->watch_ends > rgapsd_etcd_members(m->etcd)) {
+		ms_failed(m, -ECONNRESET, "watching the hosts", why);
+		return;
+	}
+	rgaps_info("membership: the watch ended (%s); watching again from revision %" PRId64, why,
+		   m->revision + 1);
+	ms_enter(m, MS_WATCH);
 }
 
 static int watch_start(struct rgapsd_membership *m)
@@ -529,8 +556,10 @@ static void on_renew(void *arg, int status, int code, const cJSON *reply, const 
 		return;
 	}
 	m->ttl_left = ttl;
-	renew_arm(m);
-	host_sweep(m);
+	if (m->state == MS_LIVE) {
+		renew_arm(m);
+		host_sweep(m);
+	}
 }
 
 static char *put_body(struct rgapsd_membership *m)
@@ -673,6 +702,10 @@ static void ms_enter(struct rgapsd_membership *m, enum ms_state s)
 		e = call(m, "/v3/kv/put", put_body(m), on_register, &m->step);
 		break;
 	case MS_WATCH:
+		/* Renewals go on meanwhile: one that a hung member does not answer moves the
+		 * client to the next member, and ends a watch left hanging there. */
+		if (!uv_is_active((uv_handle_t *)&m->timer))
+			uv_timer_start(&m->timer, on_timer, m->timeout_ms, 0);
 		e = watch_start(m);
 		break;
 	case MS_LIVE:
@@ -747,12 +780,15 @@ static void on_timer(uv_timer_t *t)
 	case MS_UNREACHABLE:
 		ms_enter(m, m->lease ? MS_RENEW : MS_GRANT);
 		break;
+	case MS_WATCH:
 	case MS_LIVE:
 		snprintf(body, sizeof(body), "{\"ID\":\"%" PRId64 "\"}", m->lease);
 		e = m->renew ? 0
 			     : call(m, "/v3/lease/keepalive", strdup(body), on_renew, &m->renew);
 		if (e)
 			ms_failed(m, e, "renewing the lease", strerror(-e));
+		else if (m->state == MS_WATCH)
+			uv_timer_start(&m->timer, on_timer, m->timeout_ms, 0);
 		break;
 	case MS_STOPPING:
 		rgaps_info("membership: etcd did not answer the lease's revocation within %d ms: "
@@ -823,6 +859,7 @@ int rgapsd_membership_start(uv_loop_t *loop, const struct rgapsd_discovery_confi
 	m->loop = loop;
 	m->pm = pm;
 	m->ttl_s = cfg->lease_ttl_s;
+	m->timeout_ms = cfg->timeout_ms;
 	m->backoff_ms = MS_BACKOFF_MIN_MS;
 	TAILQ_INIT(&m->hosts);
 	snprintf(m->prefix, sizeof(m->prefix), "%s", cfg->prefix);
