@@ -33,6 +33,35 @@ etcd_endpoints_json() {
 }
 ctl() { ETCDCTL_API=3 etcdctl --endpoints "$(etcd_endpoints_csv)" --command-timeout=3s "${ETCDCTL_TLS_ARGS[@]}" "$@"; }
 
+# etcd_tls: the members serve https with a certificate of a CA made here and ask every
+# client for a certificate of that CA (--client-cert-auth). The daemons' client
+# certificate has no CommonName: etcd 3.4's JSON gateway refuses one that has (its CN
+# would not name the etcd user, as it does over gRPC). Sets TLS_CA, TLS_CERT, TLS_KEY.
+etcd_tls() {
+	command -v openssl >/dev/null || skip "openssl is not installed"
+	local d="$T/tls"
+	mkdir -p "$d"
+	openssl_q() { openssl "$@" >"$d/openssl.log" 2>&1 || fail "openssl $1: $(cat "$d/openssl.log")"; }
+	openssl_q req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-keyout "$d/ca.key" -out "$d/ca.pem" -subj "/CN=rgaps test CA"
+	openssl_q req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=etcd" \
+		-keyout "$d/server.key" -out "$d/server.csr"
+	# clientAuth too: etcd's JSON gateway dials etcd's own gRPC with this certificate.
+	printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >"$d/server.ext"
+	openssl_q x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/server.ext" -out "$d/server.pem"
+	openssl_q req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/O=rgaps daemons" \
+		-keyout "$d/client.key" -out "$d/client.csr"
+	printf 'extendedKeyUsage=clientAuth\n' >"$d/client.ext"
+	openssl_q x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/client.ext" -out "$d/client.pem"
+	chmod 600 "$d"/*.key
+	TLS_CA="$d/ca.pem" TLS_CERT="$d/client.pem" TLS_KEY="$d/client.key"
+	ETCD_SCHEME=https
+	ETCD_TLS_ARGS=(--cert-file "$d/server.pem" --key-file "$d/server.key" --trusted-ca-file "$d/ca.pem" --client-cert-auth)
+	ETCDCTL_TLS_ARGS=(--cacert "$d/ca.pem" --cert "$d/client.pem" --key "$d/client.key")
+}
+
 # etcd_run I: start member I of the cluster of ETCD_N (again: the same data directory).
 etcd_run() {
 	local i=$1 j cluster=""
@@ -57,7 +86,12 @@ start_etcd() {
 	ETCD_N=$1
 	for ((i = 0; i < ETCD_N; i++)); do etcd_run $i; done
 	wait_until 30 etcd_healthy || fail "etcd did not come up: $(tail -n 5 "$T/etcd0.log")"
-	DAEMON_EXTRA="\"discovery\": { \"endpoints\": $(etcd_endpoints_json), \"prefix\": \"$ETCD_PREFIX\", $ETCD_DISCOVERY_EXTRA \"lease_ttl_s\": $LEASE_TTL, \"timeout_ms\": 1000 },"
+	DAEMON_EXTRA=$(etcd_daemon_extra "$ETCD_DISCOVERY_EXTRA")
+}
+# etcd_daemon_extra KEYS: DAEMON_EXTRA (remote_lib.sh) for a daemon of this cluster; KEYS are
+# more "discovery" keys, each followed by a comma.
+etcd_daemon_extra() {
+	echo "\"discovery\": { \"endpoints\": $(etcd_endpoints_json), \"prefix\": \"$ETCD_PREFIX\", $1 \"lease_ttl_s\": $LEASE_TTL, \"timeout_ms\": 1000 },"
 }
 # etcd_stop I [KILL]: stop member I (SIGTERM, or SIGKILL); etcd exits by the signal (143).
 etcd_stop() {
@@ -66,6 +100,17 @@ etcd_stop() {
 	wait_until 10 lib_gone "$p" || kill -KILL "$p" 2>/dev/null || true
 	wait "$p" 2>/dev/null || true
 	forget_pid "$p"
+}
+
+# etcd_not_leader I: member I hands the leadership to another if it has it (so that stopping
+# it costs no election: its clients only move to another member).
+etcd_not_leader() {
+	local leader to
+	leader=$(ctl endpoint status | awk -F', ' '$5 == "true" { print $1 }')
+	[ "$leader" = "$(etcd_url "$1")" ] || return 0
+	to=$(ctl endpoint status | awk -F', ' -v me="$(etcd_url "$1")" '$1 != me { print $2; exit }')
+	ETCDCTL_API=3 etcdctl --endpoints "$leader" --command-timeout=5s "${ETCDCTL_TLS_ARGS[@]}" \
+		move-leader "$to" >/dev/null || fail "etcd: the leadership did not move from member $1"
 }
 
 # etcd_finish HOSTS...: the end of a test that passed: the daemons stop as a user stops

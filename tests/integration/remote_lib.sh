@@ -13,8 +13,11 @@ ports_free() { # FIRST COUNT
 		! grep -qx "$p" <<<"$used" || return 1
 	done
 }
+# Below the ephemeral range, where the kernel picks the ports of outgoing connections
+# (etcd's, curl's, other tests'): a port checked free there stays free.
+EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 for _ in $(seq 50); do
-	BASE=$(( 20000 + (RANDOM % 2000) * 10 ))
+	BASE=$(( 10000 + (RANDOM % ((EPHEMERAL_LOW - 10000 - ${PORT_SPAN:-60}) / 10)) * 10 ))
 	! ports_free $BASE "${PORT_SPAN:-60}" || break
 done
 declare -A DPID SOCK PORT ADDR
