@@ -1,8 +1,9 @@
 # The membership tests' etcd (src/daemon/membership/): members of Debian's
 # etcd-server started by the test on loopback, each with its own data directory
 # and ports, and daemons that find each other there with no "peers" key.
-# Sourced after lib.sh; it sources remote_lib.sh itself with room for up to 16
-# hosts (ports BASE .. BASE+159) and the etcd members (BASE+170 ..).
+# Sourced after lib.sh; it sources remote_lib.sh itself with room for up to 18
+# hosts (ports BASE .. BASE+179; a larger PORT_SPAN for more) and the etcd members
+# (the last 20 ports of the range).
 command -v etcd >/dev/null || skip "etcd is not installed (Debian: etcd-server)"
 command -v etcdctl >/dev/null || skip "etcdctl is not installed (Debian: etcd-client)"
 PORT_SPAN=${PORT_SPAN:-200}
@@ -18,8 +19,9 @@ ETCD_TLS_ARGS=()     # server flags of a TLS test (etcd_tls.sh)
 ETCDCTL_TLS_ARGS=()  # and the matching etcdctl flags
 ETCD_DISCOVERY_EXTRA="" # more "discovery" keys, each followed by a comma
 
-etcd_client_port() { echo $((BASE + 170 + 2 * $1)); }
-etcd_peer_port() { echo $((BASE + 171 + 2 * $1)); }
+# The members' ports: the last 20 of the range (the hosts take 10 each from BASE up).
+etcd_client_port() { echo $((BASE + PORT_SPAN - 20 + 2 * $1)); }
+etcd_peer_port() { echo $((BASE + PORT_SPAN - 19 + 2 * $1)); }
 etcd_url() { echo "$ETCD_SCHEME://127.0.0.1:$(etcd_client_port "$1")"; }
 etcd_endpoints_csv() {
 	local i s=""
