@@ -34,12 +34,13 @@ void rt_peer_forget(struct rt_peer *p)
 {
 	struct rgapsd_remote *rt = p->rt;
 
-	/* peer_down came first: its links, and the rings over them, are gone. */
+	/* peer_down came first: its links, the rings over them and the set-ups that waited
+	 * for them are gone. */
 	for (uint32_t i = 0; i < RT_RINGS; i++)
 		rgaps_require(!p->out[i] && !p->in[i]);
-	SLIST_REMOVE(&rt->peers, p, rt_peer, link);
 	for (int i = 0; i < rt->ntr; i++)
-		rt_deferred_drop(p, i);
+		rgaps_require(STAILQ_EMPTY(&p->deferred[i]));
+	SLIST_REMOVE(&rt->peers, p, rt_peer, link);
 	free(p->subs);
 	free(p->seen);
 	p->subs = NULL;
