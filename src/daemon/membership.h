@@ -41,10 +41,10 @@ struct rgapsd_peers;
  * An etcd that does not answer is no error: the membership waits for it.
  */
 int rgapsd_membership_start(uv_loop_t *loop, const struct rgapsd_discovery_config *cfg,
-			    struct rgapsd_peers *pm, const struct ms_record *self,
+			    struct rgapsd_peers *pm, const struct rgapsd_host_record *self,
 			    struct rgapsd_membership **m_p);
 /* What this daemon says of itself changed (its subscribed topics, its GPUs): put again. */
-void rgapsd_membership_update(struct rgapsd_membership *m, const struct ms_record *self);
+void rgapsd_membership_update(struct rgapsd_membership *m, const struct rgapsd_host_record *self);
 void rgapsd_membership_stop(struct rgapsd_membership *m);
 /* The "membership" object of a stats reply. */
 void rgapsd_membership_stats(const struct rgapsd_membership *m, struct cJSON *obj);

@@ -16,7 +16,7 @@
 #include "fuzz.h"
 #include "membership/wire.h"
 
-static void check_kv(const struct ms_kv *kv)
+static void check_kv(const struct rgapsd_etcd_kv *kv)
 {
 	REQUIRE(kv->key && kv->key_len <= MS_KEY_MAX && kv->key[kv->key_len] == '\0');
 	REQUIRE(kv->value && kv->value_len <= MS_VALUE_MAX && kv->value[kv->value_len] == '\0');
@@ -29,10 +29,10 @@ static void check_text(const char *s, size_t max)
 		REQUIRE(s[i] >= 0x20 && s[i] < 0x7f);
 }
 
-static void check_record(const struct ms_record *r)
+static void check_record(const struct rgapsd_host_record *r)
 {
 	char *again;
-	struct ms_record r2;
+	struct rgapsd_host_record r2;
 	char why[256];
 
 	check_text(r->name, MS_NAME_MAX);
@@ -44,21 +44,21 @@ static void check_record(const struct ms_record *r)
 		REQUIRE(r->transports[i].name[0] && r->transports[i].port >= 1);
 	for (uint32_t i = 0; i < r->ntopics; i++)
 		REQUIRE(rgaps_topic_name_valid(r->topics[i]));
-	again = ms_record_encode(r);
+	again = rgapsd_host_record_encode(r);
 	if (!again)
 		return;
-	REQUIRE(ms_record_decode(again, strlen(again), &r2, why, sizeof(why)) == 0);
+	REQUIRE(rgapsd_host_record_decode(again, strlen(again), &r2, why, sizeof(why)) == 0);
 	REQUIRE(strcmp(r2.name, r->name) == 0 && r2.ntransports == r->ntransports &&
 		r2.ngpus == r->ngpus && r2.ntopics == r->ntopics && r2.pid == r->pid);
-	ms_record_free(&r2);
+	rgapsd_host_record_free(&r2);
 	free(again);
 }
 
 static int on_msg(void *arg, const char *text, size_t len)
 {
 	cJSON *o = cJSON_ParseWithLength(text, len);
-	struct ms_watch_msg w;
-	struct ms_range r;
+	struct rgapsd_etcd_watch_msg w;
+	struct rgapsd_etcd_range r;
 	int64_t a, b;
 	char why[256], msg[MS_REASON_MAX + 1];
 	int code;
@@ -67,7 +67,7 @@ static int on_msg(void *arg, const char *text, size_t len)
 	REQUIRE(len > 0 && len <= MS_REPLY_MAX && !memchr(text, '\n', len));
 	if (!o)
 		return 0;
-	if (ms_watch_parse(o, &w, why, sizeof(why)) == 0) {
+	if (rgapsd_etcd_watch_parse(o, &w, why, sizeof(why)) == 0) {
 		REQUIRE(w.nevents <= MS_KVS_MAX && w.revision > 0 && w.compact_revision >= 0);
 		check_text(w.reason, MS_REASON_MAX);
 		for (size_t i = 0; i < w.nevents; i++)
@@ -75,18 +75,18 @@ static int on_msg(void *arg, const char *text, size_t len)
 	} else {
 		REQUIRE(why[0]);
 	}
-	ms_watch_free(&w);
-	if (ms_range_parse(o, &r, why, sizeof(why)) == 0) {
+	rgapsd_etcd_watch_free(&w);
+	if (rgapsd_etcd_range_parse(o, &r, why, sizeof(why)) == 0) {
 		REQUIRE(r.n <= MS_KVS_MAX && r.revision > 0);
 		for (size_t i = 0; i < r.n; i++)
 			check_kv(&r.kvs[i]);
 	}
-	ms_range_free(&r);
-	if (ms_lease_grant_parse(o, &a, &b, why, sizeof(why)) == 0)
+	rgapsd_etcd_range_free(&r);
+	if (rgapsd_etcd_lease_grant_parse(o, &a, &b, why, sizeof(why)) == 0)
 		REQUIRE(a > 0 && b > 0);
-	if (ms_keepalive_parse(o, &a, why, sizeof(why)) == 0)
+	if (rgapsd_etcd_keepalive_parse(o, &a, why, sizeof(why)) == 0)
 		REQUIRE(a >= 0);
-	if (ms_reply_error(o, &code, msg, sizeof(msg))) {
+	if (rgapsd_etcd_reply_error(o, &code, msg, sizeof(msg))) {
 		REQUIRE(code >= 0 && code < 1000);
 		check_text(msg, MS_REASON_MAX);
 	}
@@ -96,22 +96,23 @@ static int on_msg(void *arg, const char *text, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct ms_stream s = { 0 };
-	struct ms_record rec;
+	struct rgapsd_etcd_stream s = { 0 };
+	struct rgapsd_host_record rec;
 	char why[256], name[MS_NAME_MAX + 1];
 	int e;
 
-	e = ms_stream_feed(&s, (const char *)data, size, on_msg, NULL);
+	e = rgapsd_etcd_stream_feed(&s, (const char *)data, size, on_msg, NULL);
 	REQUIRE(e == 0 || e == -E2BIG || e == -ENOMEM);
 	REQUIRE(s.len <= MS_REPLY_MAX);
-	ms_stream_free(&s);
-	if (ms_record_decode((const char *)data, size, &rec, why, sizeof(why)) == 0) {
+	rgapsd_etcd_stream_free(&s);
+	if (rgapsd_host_record_decode((const char *)data, size, &rec, why, sizeof(why)) == 0) {
 		check_record(&rec);
-		ms_record_free(&rec);
+		rgapsd_host_record_free(&rec);
 	} else {
 		REQUIRE(why[0] && rec.topics == NULL);
 	}
-	if (ms_key_name("/rgaps/hosts/", (const char *)data, size, name, sizeof(name)) == 0)
+	if (rgapsd_membership_key_name("/rgaps/hosts/", (const char *)data, size, name,
+				       sizeof(name)) == 0)
 		check_text(name, MS_NAME_MAX);
 	return 0;
 }

@@ -71,7 +71,7 @@ struct rgapsd_etcd_req {
 	size_t rx_len, rx_cap;
 	bool rx_over;
 	/* watch: the stream, and its messages not yet handed over */
-	struct ms_stream stream;
+	struct rgapsd_etcd_stream stream;
 	STAILQ_HEAD(, wmsg) msgs;
 	size_t msgs_bytes;
 	bool broken; /* the stream cannot go on: why */
@@ -173,7 +173,7 @@ static void req_free(struct rgapsd_etcd_req *r)
 		STAILQ_REMOVE_HEAD(&r->msgs, link);
 		free(m);
 	}
-	ms_stream_free(&r->stream);
+	rgapsd_etcd_stream_free(&r->stream);
 	free(r->rx);
 	if (r->body) {
 		sodium_memzero(r->body, strlen(r->body)); /* an auth request holds the password */
@@ -249,7 +249,7 @@ static size_t on_write_watch(char *data, size_t size, size_t nmemb, void *p)
 {
 	struct rgapsd_etcd_req *r = p;
 	size_t n = size * nmemb;
-	int e = ms_stream_feed(&r->stream, data, n, queue_msg, r);
+	int e = rgapsd_etcd_stream_feed(&r->stream, data, n, queue_msg, r);
 
 	if (e == 0)
 		return n;
@@ -648,7 +648,7 @@ static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 		req_done(r, -EPROTO, 0, NULL, why);
 		return;
 	}
-	if (ms_reply_error(reply, &code, msg, sizeof(msg))) {
+	if (rgapsd_etcd_reply_error(reply, &code, msg, sizeof(msg))) {
 		if (code == GRPC_UNAUTHENTICATED && e->user && r->kind != REQ_AUTH &&
 		    !r->reauthed) {
 			/* The token expired (etcd restarted, or its TTL): one new one. */

@@ -55,7 +55,7 @@ static const char *const ms_state_names[MS_NUM_STATES] = {
 /* A daemon found under the prefix (not us). */
 struct ms_host {
 	TAILQ_ENTRY(ms_host) link;
-	struct ms_record rec;
+	struct rgapsd_host_record rec;
 	bool seen;		/* in the list being reconciled */
 	uint64_t missing_since; /* loop ms its key went while its session was up; 0: there */
 };
@@ -69,14 +69,14 @@ struct rgapsd_membership {
 	char dir_end[RGAPS_CFG_PREFIX_MAX + 16];
 	char key[RGAPS_CFG_PREFIX_MAX + 16 + MS_NAME_MAX + 1]; /* ours */
 	uint32_t ttl_s;
-	struct ms_record self;
+	struct rgapsd_host_record self;
 	enum ms_state state;
 	uint64_t trans[MS_NUM_STATES][MS_NUM_STATES];
 	/* etcd's side */
-	int64_t lease;	      /* 0: none */
-	int64_t ttl_left;     /* as the last renewal said */
-	int64_t revision;     /* the newest revision seen */
-	struct ms_range list; /* MS_REGISTER: what MS_LIST found, applied once we are in */
+	int64_t lease;		       /* 0: none */
+	int64_t ttl_left;	       /* as the last renewal said */
+	int64_t revision;	       /* the newest revision seen */
+	struct rgapsd_etcd_range list; /* MS_REGISTER: what MS_LIST found, applied once we are in */
 	TAILQ_HEAD(, ms_host) hosts;
 	uint32_t nhosts;
 	/* requests in flight */
@@ -128,7 +128,7 @@ static void host_drop(struct rgapsd_membership *m, struct ms_host *h, const char
 		m->away_left++;
 	rgaps_info("membership: %s left: %s", h->rec.name, why);
 	rgapsd_peers_drop(m->pm, h->rec.name, RGAPSD_PEER_DISCOVERED, why);
-	ms_record_free(&h->rec);
+	rgapsd_host_record_free(&h->rec);
 	free(h);
 }
 
@@ -187,17 +187,17 @@ static void host_sweep(struct rgapsd_membership *m)
 static void host_put(struct rgapsd_membership *m, const char *name, const char *value, size_t len,
 		     int64_t rev)
 {
-	struct ms_record rec;
+	struct rgapsd_host_record rec;
 	struct ms_host *h;
 	char why[256];
 	int e;
 
 	if (strcmp(name, m->self.name) == 0)
 		return; /* ours */
-	e = ms_record_decode(value, len, &rec, why, sizeof(why));
+	e = rgapsd_host_record_decode(value, len, &rec, why, sizeof(why));
 	if (e == 0 && strcmp(rec.name, name) != 0) {
 		snprintf(why, sizeof(why), "it names itself %s", rec.name);
-		ms_record_free(&rec);
+		rgapsd_host_record_free(&rec);
 		e = -EINVAL;
 	}
 	if (e) {
@@ -210,7 +210,7 @@ static void host_put(struct rgapsd_membership *m, const char *name, const char *
 	}
 	h = host_find(m, name);
 	if (h) {
-		ms_record_free(&h->rec);
+		rgapsd_host_record_free(&h->rec);
 		h->rec = rec;
 		h->seen = true;
 		if (h->missing_since) {
@@ -223,7 +223,7 @@ static void host_put(struct rgapsd_membership *m, const char *name, const char *
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
-		ms_record_free(&rec);
+		rgapsd_host_record_free(&rec);
 		rgaps_error("membership: out of memory for host %s", name);
 		return;
 	}
@@ -232,7 +232,7 @@ static void host_put(struct rgapsd_membership *m, const char *name, const char *
 	e = rgapsd_peers_add(m->pm, name, RGAPSD_PEER_DISCOVERED, strcmp(m->self.name, name) < 0);
 	if (e) {
 		rgaps_warn("membership: host %s not added as a peer: %s", name, strerror(-e));
-		ms_record_free(&h->rec);
+		rgapsd_host_record_free(&h->rec);
 		free(h);
 		return;
 	}
@@ -247,11 +247,11 @@ static void host_put(struct rgapsd_membership *m, const char *name, const char *
 }
 
 /* One key: ours, another host's, or something else under the prefix (skipped). */
-static void key_put(struct rgapsd_membership *m, const struct ms_kv *kv)
+static void key_put(struct rgapsd_membership *m, const struct rgapsd_etcd_kv *kv)
 {
 	char name[MS_NAME_MAX + 1];
 
-	if (ms_key_name(m->dir, kv->key, kv->key_len, name, sizeof(name)) != 0) {
+	if (rgapsd_membership_key_name(m->dir, kv->key, kv->key_len, name, sizeof(name)) != 0) {
 		m->refused_records++;
 		rgaps_log_limited(&m->log_rl, RGAPS_LOG_WARN,
 				  "membership: a key under %s that names no daemon (HOST:PORT) is "
@@ -278,7 +278,7 @@ static void reconcile(struct rgapsd_membership *m)
 	}
 	m->revision = RGAPS_MAX(m->revision, m->list.revision);
 	m->reconciliations++;
-	ms_range_free(&m->list);
+	rgapsd_etcd_range_free(&m->list);
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */
@@ -320,7 +320,8 @@ static void on_grant(void *arg, int status, int code, const cJSON *reply, const 
 	char err[256];
 
 	m->step = NULL;
-	if (status == 0 && ms_lease_grant_parse(reply, &m->lease, &m->ttl_left, err, sizeof(err)))
+	if (status == 0 &&
+	    rgapsd_etcd_lease_grant_parse(reply, &m->lease, &m->ttl_left, err, sizeof(err)))
 		status = -EPROTO, why = err;
 	if (status) {
 		ms_failed(m, status, "asking for a lease", why);
@@ -338,7 +339,7 @@ static void on_renew_step(void *arg, int status, int code, const cJSON *reply, c
 	char err[256];
 
 	m->step = NULL;
-	if (status == 0 && ms_keepalive_parse(reply, &ttl, err, sizeof(err)))
+	if (status == 0 && rgapsd_etcd_keepalive_parse(reply, &ttl, err, sizeof(err)))
 		status = -EPROTO, why = err;
 	if (status == -EREMOTEIO) /* "requested lease not found" */
 		status = 0, ttl = 0;
@@ -362,13 +363,13 @@ static void on_list(void *arg, int status, int code, const cJSON *reply, const c
 	char err[256];
 
 	m->step = NULL;
-	ms_range_free(&m->list);
-	if (status == 0 && ms_range_parse(reply, &m->list, err, sizeof(err))) {
-		ms_range_free(&m->list);
+	rgapsd_etcd_range_free(&m->list);
+	if (status == 0 && rgapsd_etcd_range_parse(reply, &m->list, err, sizeof(err))) {
+		rgapsd_etcd_range_free(&m->list);
 		status = -EPROTO, why = err;
 	}
 	if (status == 0 && m->list.more) {
-		ms_range_free(&m->list);
+		rgapsd_etcd_range_free(&m->list);
 		status = -EPROTO, why = "etcd listed only part of the hosts";
 	}
 	if (status) {
@@ -410,11 +411,11 @@ static void on_revoke(void *arg, int status, int code, const cJSON *reply, const
 static void on_watch_msg(void *arg, const cJSON *msg)
 {
 	struct rgapsd_membership *m = arg;
-	struct ms_watch_msg w;
+	struct rgapsd_etcd_watch_msg w;
 	char err[256], name[MS_NAME_MAX + 1];
 	int code = 0;
 
-	if (ms_reply_error(msg, &code, err, sizeof(err))) {
+	if (rgapsd_etcd_reply_error(msg, &code, err, sizeof(err))) {
 		/* The member cannot serve the watch ("no leader"): another one may. */
 		rgapsd_etcd_cancel(m->watch);
 		m->watch = NULL;
@@ -422,8 +423,8 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 		watch_again(m, err);
 		return;
 	}
-	if (ms_watch_parse(msg, &w, err, sizeof(err))) {
-		ms_watch_free(&w);
+	if (rgapsd_etcd_watch_parse(msg, &w, err, sizeof(err))) {
+		rgapsd_etcd_watch_free(&w);
 		rgapsd_etcd_cancel(m->watch);
 		m->watch = NULL;
 		ms_failed(m, -EPROTO, "watching the hosts", err);
@@ -431,7 +432,7 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 	}
 	m->revision = RGAPS_MAX(m->revision, w.revision);
 	for (size_t i = 0; i < w.nevents; i++) {
-		const struct ms_kv *kv = &w.events[i].kv;
+		const struct rgapsd_etcd_kv *kv = &w.events[i].kv;
 		struct ms_host *h;
 
 		m->watch_events++;
@@ -439,12 +440,13 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 			key_put(m, kv);
 			continue;
 		}
-		if (ms_key_name(m->dir, kv->key, kv->key_len, name, sizeof(name)) != 0)
+		if (rgapsd_membership_key_name(m->dir, kv->key, kv->key_len, name, sizeof(name)) !=
+		    0)
 			continue;
 		if (strcmp(name, m->self.name) == 0) {
 			/* Our key went: our lease expired, or someone deleted it. Again. */
 			rgaps_warn("membership: our key was deleted from etcd; registering again");
-			ms_watch_free(&w);
+			rgapsd_etcd_watch_free(&w);
 			rgapsd_etcd_cancel(m->watch);
 			m->watch = NULL;
 			ms_enter(m, MS_RENEW);
@@ -459,7 +461,7 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 			 w.compact_revision ? "etcd compacted the revisions the watch needed"
 					    : "etcd ended the watch",
 			 w.reason[0] ? w.reason : "");
-		ms_watch_free(&w);
+		rgapsd_etcd_watch_free(&w);
 		rgapsd_etcd_cancel(m->watch);
 		m->watch = NULL;
 		rgaps_info("membership: %s; listing the hosts again", err);
@@ -471,7 +473,7 @@ static void on_watch_msg(void *arg, const cJSON *msg)
 		if (m->state == MS_WATCH)
 			ms_enter(m, MS_LIVE);
 	}
-	ms_watch_free(&w);
+	rgapsd_etcd_watch_free(&w);
 }
 
 static void on_watch_end(void *arg, int status, int code, const cJSON *reply, const char *why)
@@ -505,8 +507,8 @@ static int watch_start(struct rgapsd_membership *m)
 {
 	cJSON *o = cJSON_CreateObject(),
 	      *c = o ? cJSON_AddObjectToObject(o, "create_request") : NULL;
-	char *k = ms_b64_encode(m->dir, strlen(m->dir));
-	char *end = ms_b64_encode(m->dir_end, strlen(m->dir_end));
+	char *k = rgapsd_etcd_b64_encode(m->dir, strlen(m->dir));
+	char *end = rgapsd_etcd_b64_encode(m->dir_end, strlen(m->dir_end));
 	char rev[24], *body = NULL;
 	int e = -ENOMEM;
 
@@ -540,7 +542,7 @@ static void on_renew(void *arg, int status, int code, const cJSON *reply, const 
 	char err[256];
 
 	m->renew = NULL;
-	if (status == 0 && ms_keepalive_parse(reply, &ttl, err, sizeof(err)))
+	if (status == 0 && rgapsd_etcd_keepalive_parse(reply, &ttl, err, sizeof(err)))
 		status = -EPROTO, why = err;
 	if (status == -EREMOTEIO || (status == 0 && ttl == 0)) {
 		rgaps_warn("membership: etcd forgot our lease (%s); registering again",
@@ -564,8 +566,9 @@ static void on_renew(void *arg, int status, int code, const cJSON *reply, const 
 
 static char *put_body(struct rgapsd_membership *m)
 {
-	char *rec = ms_record_encode(&m->self), *k = ms_b64_encode(m->key, strlen(m->key));
-	char *v = rec ? ms_b64_encode(rec, strlen(rec)) : NULL, lease[24], *body = NULL;
+	char *rec = rgapsd_host_record_encode(&m->self),
+	     *k = rgapsd_etcd_b64_encode(m->key, strlen(m->key));
+	char *v = rec ? rgapsd_etcd_b64_encode(rec, strlen(rec)) : NULL, lease[24], *body = NULL;
 
 	lease_text(m->lease, lease, sizeof(lease));
 	if (k && v)
@@ -651,11 +654,11 @@ static void on_handle_closed(uv_handle_t *h)
 		return;
 	while ((host = TAILQ_FIRST(&m->hosts))) {
 		TAILQ_REMOVE(&m->hosts, host, link);
-		ms_record_free(&host->rec);
+		rgapsd_host_record_free(&host->rec);
 		free(host);
 	}
-	ms_range_free(&m->list);
-	ms_record_free(&m->self);
+	rgapsd_etcd_range_free(&m->list);
+	rgapsd_host_record_free(&m->self);
 	free(m);
 }
 
@@ -686,8 +689,8 @@ static void ms_enter(struct rgapsd_membership *m, enum ms_state s)
 		e = call(m, "/v3/lease/keepalive", strdup(body), on_renew_step, &m->step);
 		break;
 	case MS_LIST: {
-		char *k = ms_b64_encode(m->dir, strlen(m->dir));
-		char *end = ms_b64_encode(m->dir_end, strlen(m->dir_end));
+		char *k = rgapsd_etcd_b64_encode(m->dir, strlen(m->dir));
+		char *end = rgapsd_etcd_b64_encode(m->dir_end, strlen(m->dir_end));
 
 		e = call(m, "/v3/kv/range",
 			 k && end ? body_of((const char *const[]){ "key", k, "range_end", end,
@@ -803,7 +806,7 @@ static void on_timer(uv_timer_t *t)
 
 /* ---- start, update, stop, stats ------------------------------------------------------------- */
 
-static int record_copy(struct ms_record *dst, const struct ms_record *src)
+static int record_copy(struct rgapsd_host_record *dst, const struct rgapsd_host_record *src)
 {
 	*dst = *src;
 	dst->topics = NULL;
@@ -844,7 +847,7 @@ static int read_password(const struct rgapsd_discovery_config *cfg, char **pw_p)
 }
 
 int rgapsd_membership_start(uv_loop_t *loop, const struct rgapsd_discovery_config *cfg,
-			    struct rgapsd_peers *pm, const struct ms_record *self,
+			    struct rgapsd_peers *pm, const struct rgapsd_host_record *self,
 			    struct rgapsd_membership **m_p)
 {
 	const char *eps[RGAPS_CFG_MAX_ENDPOINTS];
@@ -863,8 +866,8 @@ int rgapsd_membership_start(uv_loop_t *loop, const struct rgapsd_discovery_confi
 	m->backoff_ms = MS_BACKOFF_MIN_MS;
 	TAILQ_INIT(&m->hosts);
 	snprintf(m->prefix, sizeof(m->prefix), "%s", cfg->prefix);
-	if (ms_hosts_dir(m->prefix, m->dir, sizeof(m->dir)) ||
-	    ms_range_end(m->dir, m->dir_end, sizeof(m->dir_end)) ||
+	if (rgapsd_membership_hosts_dir(m->prefix, m->dir, sizeof(m->dir)) ||
+	    rgapsd_etcd_range_end(m->dir, m->dir_end, sizeof(m->dir_end)) ||
 	    (size_t)snprintf(m->key, sizeof(m->key), "%s%s", m->dir, self->name) >=
 		    sizeof(m->key)) {
 		rgaps_error("membership: prefix %s: the keys under it are too long", cfg->prefix);
@@ -905,18 +908,18 @@ int rgapsd_membership_start(uv_loop_t *loop, const struct rgapsd_discovery_confi
 	return 0;
 
 err_free:
-	ms_record_free(&m->self);
+	rgapsd_host_record_free(&m->self);
 	free(m);
 	return e;
 }
 
-void rgapsd_membership_update(struct rgapsd_membership *m, const struct ms_record *self)
+void rgapsd_membership_update(struct rgapsd_membership *m, const struct rgapsd_host_record *self)
 {
-	struct ms_record rec;
+	struct rgapsd_host_record rec;
 
 	if (!m || m->state >= MS_STOPPING || record_copy(&rec, self))
 		return;
-	ms_record_free(&m->self);
+	rgapsd_host_record_free(&m->self);
 	m->self = rec;
 	m->put_again = true;
 	if (m->state == MS_LIVE && !uv_is_active((uv_handle_t *)&m->put_timer))

@@ -25,7 +25,7 @@
 
 /* ---- numbers, text, base64 ------------------------------------------------------------------ */
 
-int ms_int64(const cJSON *o, const char *field, int64_t *v_p)
+int rgapsd_etcd_int64(const cJSON *o, const char *field, int64_t *v_p)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field);
 	const char *s;
@@ -63,7 +63,7 @@ int ms_int64(const cJSON *o, const char *field, int64_t *v_p)
 	return 0;
 }
 
-char *ms_b64_encode(const void *bin, size_t len)
+char *rgapsd_etcd_b64_encode(const void *bin, size_t len)
 {
 	size_t n = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
 	char *out = malloc(n);
@@ -73,7 +73,7 @@ char *ms_b64_encode(const void *bin, size_t len)
 	return out;
 }
 
-int ms_b64_decode(const char *b64, size_t max, char **out_p, size_t *len_p)
+int rgapsd_etcd_b64_decode(const char *b64, size_t max, char **out_p, size_t *len_p)
 {
 	size_t n = b64 ? strlen(b64) : 0, len = 0;
 	const char *end = NULL;
@@ -123,7 +123,7 @@ static const char *str_field(const cJSON *o, const char *field)
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
-bool ms_reply_error(const cJSON *reply, int *code_p, char *msg, size_t len)
+bool rgapsd_etcd_reply_error(const cJSON *reply, int *code_p, char *msg, size_t len)
 {
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
 	const cJSON *c;
@@ -147,21 +147,21 @@ bool ms_reply_error(const cJSON *reply, int *code_p, char *msg, size_t len)
 	return true;
 }
 
-int ms_header_revision(const cJSON *reply, int64_t *rev_p, char *why, size_t whylen)
+int rgapsd_etcd_header_revision(const cJSON *reply, int64_t *rev_p, char *why, size_t whylen)
 {
 	const cJSON *h = cJSON_GetObjectItemCaseSensitive(reply, "header");
 	int64_t rev;
 
 	if (!cJSON_IsObject(h))
 		return fail(why, whylen, "no header");
-	if (ms_int64(h, "revision", &rev) || rev <= 0)
+	if (rgapsd_etcd_int64(h, "revision", &rev) || rev <= 0)
 		return fail(why, whylen, "the header's revision is not a positive integer");
 	*rev_p = rev;
 	return 0;
 }
 
-int ms_lease_grant_parse(const cJSON *reply, int64_t *id_p, int64_t *ttl_p, char *why,
-			 size_t whylen)
+int rgapsd_etcd_lease_grant_parse(const cJSON *reply, int64_t *id_p, int64_t *ttl_p, char *why,
+				  size_t whylen)
 {
 	const char *err = str_field(reply, "error");
 	char shown[MS_REASON_MAX + 1];
@@ -171,29 +171,29 @@ int ms_lease_grant_parse(const cJSON *reply, int64_t *id_p, int64_t *ttl_p, char
 		printable(shown, sizeof(shown), err);
 		return fail(why, whylen, "lease refused: %s", shown);
 	}
-	if (ms_int64(reply, "ID", &id) || id <= 0)
+	if (rgapsd_etcd_int64(reply, "ID", &id) || id <= 0)
 		return fail(why, whylen, "the lease's ID is not a positive integer");
-	if (ms_int64(reply, "TTL", &ttl) || ttl <= 0)
+	if (rgapsd_etcd_int64(reply, "TTL", &ttl) || ttl <= 0)
 		return fail(why, whylen, "the lease's TTL is not a positive integer");
 	*id_p = id;
 	*ttl_p = ttl;
 	return 0;
 }
 
-int ms_keepalive_parse(const cJSON *reply, int64_t *ttl_p, char *why, size_t whylen)
+int rgapsd_etcd_keepalive_parse(const cJSON *reply, int64_t *ttl_p, char *why, size_t whylen)
 {
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(reply, "result");
 	int64_t ttl;
 
 	if (!cJSON_IsObject(r))
 		return fail(why, whylen, "no result");
-	if (ms_int64(r, "TTL", &ttl) || ttl < 0)
+	if (rgapsd_etcd_int64(r, "TTL", &ttl) || ttl < 0)
 		return fail(why, whylen, "the TTL left is not a non-negative integer");
 	*ttl_p = ttl;
 	return 0;
 }
 
-static void kv_free(struct ms_kv *kv)
+static void kv_free(struct rgapsd_etcd_kv *kv)
 {
 	free(kv->key);
 	free(kv->value);
@@ -201,7 +201,7 @@ static void kv_free(struct ms_kv *kv)
 }
 
 /* One "kv" object; an absent value is empty (a DELETE's kv has none). */
-static int kv_parse(const cJSON *o, struct ms_kv *kv, char *why, size_t whylen)
+static int kv_parse(const cJSON *o, struct rgapsd_etcd_kv *kv, char *why, size_t whylen)
 {
 	const char *k = str_field(o, "key"), *v = str_field(o, "value");
 	int e;
@@ -211,20 +211,21 @@ static int kv_parse(const cJSON *o, struct ms_kv *kv, char *why, size_t whylen)
 		return fail(why, whylen, "a key-value without a key");
 	if (!v && cJSON_GetObjectItemCaseSensitive(o, "value"))
 		return fail(why, whylen, "a value that is not a string");
-	e = ms_b64_decode(k, MS_KEY_MAX, &kv->key, &kv->key_len);
+	e = rgapsd_etcd_b64_decode(k, MS_KEY_MAX, &kv->key, &kv->key_len);
 	if (e == -ENOMEM)
 		return e;
 	if (e)
 		return fail(why, whylen, "a key that is %s",
 			    e == -E2BIG ? "over " MS_STR(MS_KEY_MAX) " bytes" : "not base64");
-	e = ms_b64_decode(v ? v : "", MS_VALUE_MAX, &kv->value, &kv->value_len);
+	e = rgapsd_etcd_b64_decode(v ? v : "", MS_VALUE_MAX, &kv->value, &kv->value_len);
 	if (e == -ENOMEM)
 		goto out;
 	if (e) {
 		e = fail(why, whylen, "a value of %s", e == -E2BIG ? "over 64 KiB" : "no base64");
 		goto out;
 	}
-	if (ms_int64(o, "mod_revision", &kv->mod_revision) || ms_int64(o, "lease", &kv->lease)) {
+	if (rgapsd_etcd_int64(o, "mod_revision", &kv->mod_revision) ||
+	    rgapsd_etcd_int64(o, "lease", &kv->lease)) {
 		e = fail(why, whylen, "a key-value with a revision or lease that is no integer");
 		goto out;
 	}
@@ -234,7 +235,7 @@ out:
 	return e;
 }
 
-void ms_range_free(struct ms_range *r)
+void rgapsd_etcd_range_free(struct rgapsd_etcd_range *r)
 {
 	for (size_t i = 0; r->kvs && i < r->n; i++)
 		kv_free(&r->kvs[i]);
@@ -242,14 +243,15 @@ void ms_range_free(struct ms_range *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int ms_range_parse(const cJSON *reply, struct ms_range *r, char *why, size_t whylen)
+int rgapsd_etcd_range_parse(const cJSON *reply, struct rgapsd_etcd_range *r, char *why,
+			    size_t whylen)
 {
 	const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(reply, "kvs"), *o;
 	const cJSON *more = cJSON_GetObjectItemCaseSensitive(reply, "more");
 	int n, e;
 
 	memset(r, 0, sizeof(*r));
-	e = ms_header_revision(reply, &r->revision, why, whylen);
+	e = rgapsd_etcd_header_revision(reply, &r->revision, why, whylen);
 	if (e)
 		return e;
 	r->more = cJSON_IsTrue(more);
@@ -273,7 +275,7 @@ int ms_range_parse(const cJSON *reply, struct ms_range *r, char *why, size_t why
 	return 0;
 }
 
-void ms_watch_free(struct ms_watch_msg *m)
+void rgapsd_etcd_watch_free(struct rgapsd_etcd_watch_msg *m)
 {
 	for (size_t i = 0; m->events && i < m->nevents; i++)
 		kv_free(&m->events[i].kv);
@@ -281,7 +283,7 @@ void ms_watch_free(struct ms_watch_msg *m)
 	memset(m, 0, sizeof(*m));
 }
 
-static int event_parse(const cJSON *o, struct ms_event *ev, char *why, size_t whylen)
+static int event_parse(const cJSON *o, struct rgapsd_etcd_event *ev, char *why, size_t whylen)
 {
 	const char *type = str_field(o, "type");
 
@@ -296,7 +298,8 @@ static int event_parse(const cJSON *o, struct ms_event *ev, char *why, size_t wh
 	return kv_parse(cJSON_GetObjectItemCaseSensitive(o, "kv"), &ev->kv, why, whylen);
 }
 
-int ms_watch_parse(const cJSON *msg, struct ms_watch_msg *m, char *why, size_t whylen)
+int rgapsd_etcd_watch_parse(const cJSON *msg, struct rgapsd_etcd_watch_msg *m, char *why,
+			    size_t whylen)
 {
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(msg, "result"), *evs, *o;
 	int n, e;
@@ -304,12 +307,13 @@ int ms_watch_parse(const cJSON *msg, struct ms_watch_msg *m, char *why, size_t w
 	memset(m, 0, sizeof(*m));
 	if (!cJSON_IsObject(r))
 		return fail(why, whylen, "a watch message without a result");
-	e = ms_header_revision(r, &m->revision, why, whylen);
+	e = rgapsd_etcd_header_revision(r, &m->revision, why, whylen);
 	if (e)
 		return e;
 	m->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "created"));
 	m->canceled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "canceled"));
-	if (ms_int64(r, "compact_revision", &m->compact_revision) || m->compact_revision < 0)
+	if (rgapsd_etcd_int64(r, "compact_revision", &m->compact_revision) ||
+	    m->compact_revision < 0)
 		return fail(why, whylen, "a compact_revision that is no revision");
 	printable(m->reason, sizeof(m->reason), str_field(r, "cancel_reason"));
 	evs = cJSON_GetObjectItemCaseSensitive(r, "events");
@@ -335,8 +339,8 @@ int ms_watch_parse(const cJSON *msg, struct ms_watch_msg *m, char *why, size_t w
 
 /* ---- the stream ----------------------------------------------------------------------------- */
 
-int ms_stream_feed(struct ms_stream *s, const char *data, size_t n,
-		   int (*on_msg)(void *arg, const char *text, size_t len), void *arg)
+int rgapsd_etcd_stream_feed(struct rgapsd_etcd_stream *s, const char *data, size_t n,
+			    int (*on_msg)(void *arg, const char *text, size_t len), void *arg)
 {
 	while (n) {
 		const char *nl = memchr(data, '\n', n);
@@ -376,7 +380,7 @@ int ms_stream_feed(struct ms_stream *s, const char *data, size_t n,
 	return 0;
 }
 
-void ms_stream_free(struct ms_stream *s)
+void rgapsd_etcd_stream_free(struct rgapsd_etcd_stream *s)
 {
 	free(s->buf);
 	memset(s, 0, sizeof(*s));
@@ -384,12 +388,12 @@ void ms_stream_free(struct ms_stream *s)
 
 /* ---- keys ----------------------------------------------------------------------------------- */
 
-int ms_hosts_dir(const char *prefix, char *buf, size_t len)
+int rgapsd_membership_hosts_dir(const char *prefix, char *buf, size_t len)
 {
 	return (size_t)snprintf(buf, len, "%s/hosts/", prefix) < len ? 0 : -ENAMETOOLONG;
 }
 
-int ms_range_end(const char *dir, char *buf, size_t len)
+int rgapsd_etcd_range_end(const char *dir, char *buf, size_t len)
 {
 	size_t n = strlen(dir);
 
@@ -401,7 +405,8 @@ int ms_range_end(const char *dir, char *buf, size_t len)
 	return 0;
 }
 
-int ms_key_name(const char *dir, const char *key, size_t key_len, char *name, size_t len)
+int rgapsd_membership_key_name(const char *dir, const char *key, size_t key_len, char *name,
+			       size_t len)
 {
 	size_t dl = strlen(dir), nl;
 
@@ -420,7 +425,7 @@ int ms_key_name(const char *dir, const char *key, size_t key_len, char *name, si
 
 /* ---- the host record ------------------------------------------------------------------------ */
 
-char *ms_record_encode(const struct ms_record *r)
+char *rgapsd_host_record_encode(const struct rgapsd_host_record *r)
 {
 	cJSON *o = cJSON_CreateObject(), *a, *t;
 	char *text = NULL;
@@ -452,7 +457,7 @@ char *ms_record_encode(const struct ms_record *r)
 	return text;
 }
 
-void ms_record_free(struct ms_record *r)
+void rgapsd_host_record_free(struct rgapsd_host_record *r)
 {
 	free(r->topics);
 	memset(r, 0, sizeof(*r));
@@ -491,7 +496,7 @@ static bool plugin_name_ok(const char *s)
 	return i > 0;
 }
 
-static int rec_transports(const cJSON *a, struct ms_record *r, char *why, size_t whylen)
+static int rec_transports(const cJSON *a, struct rgapsd_host_record *r, char *why, size_t whylen)
 {
 	const cJSON *t;
 	double port;
@@ -503,7 +508,7 @@ static int rec_transports(const cJSON *a, struct ms_record *r, char *why, size_t
 			    MS_TRANSPORTS_MAX);
 	cJSON_ArrayForEach(t, a)
 	{
-		struct ms_transport *tr = &r->transports[r->ntransports];
+		struct rgapsd_host_transport *tr = &r->transports[r->ntransports];
 		const cJSON *p = cJSON_GetObjectItemCaseSensitive(t, "port");
 
 		if (rec_string(t, "name", true, tr->name, sizeof(tr->name) - 1, why, whylen))
@@ -520,7 +525,7 @@ static int rec_transports(const cJSON *a, struct ms_record *r, char *why, size_t
 	return 0;
 }
 
-static int rec_gpus(const cJSON *a, struct ms_record *r, char *why, size_t whylen)
+static int rec_gpus(const cJSON *a, struct rgapsd_host_record *r, char *why, size_t whylen)
 {
 	const cJSON *g;
 
@@ -543,7 +548,7 @@ static int rec_gpus(const cJSON *a, struct ms_record *r, char *why, size_t whyle
 	return 0;
 }
 
-static int rec_topics(const cJSON *a, struct ms_record *r, char *why, size_t whylen)
+static int rec_topics(const cJSON *a, struct rgapsd_host_record *r, char *why, size_t whylen)
 {
 	const cJSON *t;
 	int n;
@@ -566,7 +571,8 @@ static int rec_topics(const cJSON *a, struct ms_record *r, char *why, size_t why
 	return 0;
 }
 
-int ms_record_decode(const char *text, size_t len, struct ms_record *r, char *why, size_t whylen)
+int rgapsd_host_record_decode(const char *text, size_t len, struct rgapsd_host_record *r, char *why,
+			      size_t whylen)
 {
 	const cJSON *v;
 	cJSON *o;
@@ -605,6 +611,6 @@ int ms_record_decode(const char *text, size_t len, struct ms_record *r, char *wh
 out:
 	cJSON_Delete(o);
 	if (e)
-		ms_record_free(r);
+		rgapsd_host_record_free(r);
 	return e;
 }

@@ -23,7 +23,7 @@
  * name, its data ports, the GPUs of the memory plugins loaded so far, the topics it
  * has subscribers for. 0 or -ENOMEM (r freed).
  */
-static int self_record(struct rgapsd_remote *rt, struct ms_record *r)
+static int self_record(struct rgapsd_remote *rt, struct rgapsd_host_record *r)
 {
 	struct rgapsd *d = rt->d;
 	uint16_t port = 0;
@@ -37,7 +37,7 @@ static int self_record(struct rgapsd_remote *rt, struct ms_record *r)
 	r->pid = (uint32_t)getpid();
 	rgaps_hostport_parse(d->cfg.listen, NULL, 0, &port, NULL, 0);
 	for (int i = 0; i < rt->ntr && r->ntransports < MS_TRANSPORTS_MAX; i++) {
-		struct ms_transport *t = &r->transports[r->ntransports];
+		struct rgapsd_host_transport *t = &r->transports[r->ntransports];
 
 		if (!rt->tr[i].usable)
 			continue;
@@ -71,7 +71,7 @@ static int self_record(struct rgapsd_remote *rt, struct ms_record *r)
 
 static int membership_start(struct rgapsd_remote *rt)
 {
-	struct ms_record self;
+	struct rgapsd_host_record self;
 	int e;
 
 	if (!rt->d->cfg.discovery.nendpoints)
@@ -80,18 +80,18 @@ static int membership_start(struct rgapsd_remote *rt)
 	if (!e)
 		e = rgapsd_membership_start(rt->d->loop, &rt->d->cfg.discovery, rt->pm, &self,
 					    &rt->ms);
-	ms_record_free(&self);
+	rgapsd_host_record_free(&self);
 	return e;
 }
 
 static void membership_update(struct rgapsd_remote *rt)
 {
-	struct ms_record self;
+	struct rgapsd_host_record self;
 
 	if (!rt->ms || self_record(rt, &self) != 0)
 		return;
 	rgapsd_membership_update(rt->ms, &self);
-	ms_record_free(&self);
+	rgapsd_host_record_free(&self);
 }
 
 /* ================================================================ daemon hooks */
