@@ -1,6 +1,6 @@
 /*
  * rgapsd's membership kept in etcd (docs/ARCHITECTURE.md section 7,
- * "Membership"; the keys and the record in docs/PROTOCOL.md section 5). Each
+ * "Membership"; the keys and the record in docs/PROTOCOL.md section 6). Each
  * daemon registers itself under PREFIX/hosts/NAME with a lease it keeps
  * alive, lists and then watches PREFIX/hosts/, and tells the peer manager
  * (peers.h) of each daemon that appears (rgapsd_peers_add) and each whose key

@@ -8,7 +8,7 @@
  *     range replies, lease replies, errors, and the messages of a watch (one
  *     JSON object per line of a streaming reply);
  *   - the host record each daemon keeps under PREFIX/hosts/NAME (drawn in
- *     docs/PROTOCOL.md section 5).
+ *     docs/PROTOCOL.md section 6).
  *
  * etcd is input from outside: anyone who may write under the prefix can put
  * anything there. Every count, length and number is bounded before use and a
@@ -153,7 +153,7 @@ struct rgapsd_host_transport {
 	uint16_t port; /* its data port */
 };
 
-/* What a daemon says of itself under PREFIX/hosts/NAME (docs/PROTOCOL.md section 5). */
+/* What a daemon says of itself under PREFIX/hosts/NAME (docs/PROTOCOL.md section 6). */
 struct rgapsd_host_record {
 	char name[MS_NAME_MAX + 1]; /* HOST:PORT: the peer sessions' name; the key's NAME */
 	char version[MS_VERSION_MAX + 1];

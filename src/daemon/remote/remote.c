@@ -19,7 +19,7 @@
 /* ================================================================ the membership */
 
 /*
- * What this daemon says of itself under the prefix (docs/PROTOCOL.md section 5): its
+ * What this daemon says of itself under the prefix (docs/PROTOCOL.md section 6): its
  * name, its data ports, the GPUs of the memory plugins loaded so far, the topics it
  * has subscribers for. 0 or -ENOMEM (r freed).
  */
