@@ -478,6 +478,17 @@ static void req_retry(struct rgapsd_etcd_req *r, const char *why)
 
 /* ---- authentication ------------------------------------------------------------------------- */
 
+/* The first request that waits for a token, or NULL. */
+static struct rgapsd_etcd_req *first_waiting(struct rgapsd_etcd *e)
+{
+	struct rgapsd_etcd_req *r;
+
+	TAILQ_FOREACH(r, &e->reqs, link)
+		if (r->waiting_auth)
+			return r;
+	return NULL;
+}
+
 static void on_auth_done(void *arg, int status, int code, const cJSON *reply, const char *why)
 {
 	struct rgapsd_etcd *e = arg;
@@ -498,59 +509,60 @@ static void on_auth_done(void *arg, int status, int code, const cJSON *reply, co
 			why = "out of memory for the token";
 		}
 	}
-	if (status == 0) {
-		for (;;) {
-			TAILQ_FOREACH(r, &e->reqs, link)
-				if (r->waiting_auth)
-					break;
-			if (!r || e->closing)
-				return;
+	if (status)
+		snprintf(text, sizeof(text), "etcd authentication as %s failed: %s", e->user, why);
+	/* Each start or end may change the list: look again from its start every time. */
+	while (!e->closing && (r = first_waiting(e))) {
+		if (status == 0)
 			req_restart(r);
-		}
+		else
+			req_done(r, status, code, reply, text);
 	}
-	snprintf(text, sizeof(text), "etcd authentication as %s failed: %s", e->user, why);
-	for (;;) {
-		TAILQ_FOREACH(r, &e->reqs, link)
-			if (r->waiting_auth)
-				break;
-		if (!r || e->closing)
-			return;
-		req_done(r, status, code, reply, text);
+}
+
+/*
+ * r (calloc'd, its body set or NULL) becomes a request of e and its first try starts.
+ * 0; -ENOMEM, r freed (a failure to start is reported here, never through done).
+ */
+static int req_submit(struct rgapsd_etcd *e, struct rgapsd_etcd_req *r, enum req_kind kind,
+		      const char *path, rgapsd_etcd_msg_fn on_msg, rgapsd_etcd_done_fn done,
+		      void *arg)
+{
+	r->e = e;
+	r->kind = kind;
+	snprintf(r->path, sizeof(r->path), "%s", path);
+	STAILQ_INIT(&r->msgs);
+	r->member = e->cur;
+	r->on_msg = on_msg;
+	r->done = done;
+	r->arg = arg;
+	TAILQ_INSERT_TAIL(&e->reqs, r, link);
+	if (!r->body || req_start(r)) {
+		req_free(r);
+		return -ENOMEM;
 	}
+	return 0;
 }
 
 /* Ask for a token; the requests waiting for one start when it comes. 0 or -ENOMEM. */
 static int auth_start(struct rgapsd_etcd *e)
 {
 	struct rgapsd_etcd_req *r = calloc(1, sizeof(*r));
-	cJSON *o = cJSON_CreateObject();
+	cJSON *o = cJSON_CreateObject(), *pw;
+	int rc;
 
 	if (r && o && cJSON_AddStringToObject(o, "name", e->user) &&
 	    cJSON_AddStringToObject(o, "password", e->password))
 		r->body = cJSON_PrintUnformatted(o);
-	if (o) {
-		cJSON *pw = cJSON_GetObjectItemCaseSensitive(o, "password");
-
-		if (cJSON_IsString(pw))
-			sodium_memzero(pw->valuestring, strlen(pw->valuestring));
-		cJSON_Delete(o);
-	}
-	if (!r || !r->body) {
-		free(r);
+	pw = cJSON_GetObjectItemCaseSensitive(o, "password");
+	if (cJSON_IsString(pw))
+		sodium_memzero(pw->valuestring, strlen(pw->valuestring));
+	cJSON_Delete(o);
+	if (!r)
 		return -ENOMEM;
-	}
-	r->e = e;
-	r->kind = REQ_AUTH;
-	snprintf(r->path, sizeof(r->path), "/v3/auth/authenticate");
-	STAILQ_INIT(&r->msgs);
-	r->member = e->cur;
-	r->done = on_auth_done;
-	r->arg = e;
-	TAILQ_INSERT_TAIL(&e->reqs, r, link);
-	if (req_start(r)) {
-		req_free(r);
-		return -ENOMEM;
-	}
+	rc = req_submit(e, r, REQ_AUTH, "/v3/auth/authenticate", NULL, on_auth_done, e);
+	if (rc)
+		return rc;
 	e->authing = true;
 	e->st.auths++;
 	return 0;
@@ -614,12 +626,26 @@ static void finished_watch(struct rgapsd_etcd_req *r, CURLcode res, long http)
 	req_done(r, r->broken ? -EPROTO : -ECONNRESET, 0, NULL, why);
 }
 
+/*
+ * r's member did not answer it (why): the next member is current, r tries it, and the
+ * watches on the failed member end (last: their callbacks may change anything).
+ */
+static void unanswered(struct rgapsd_etcd_req *r, const char *why)
+{
+	struct rgapsd_etcd *e = r->e;
+	uint32_t member = r->member;
+
+	e->st.failures++;
+	member_failed(e, member, why);
+	req_retry(r, why);
+	end_watches(e, member, why);
+}
+
 static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 {
 	struct rgapsd_etcd *e = r->e;
 	char why[320], msg[MS_REASON_MAX + 1];
 	double ms = (double)(uv_hrtime() - r->t0) / 1e6;
-	uint32_t member;
 	cJSON *reply;
 	int code = 0;
 
@@ -629,11 +655,7 @@ static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 	}
 	if (res != CURLE_OK) {
 		curl_why(r, res, why, sizeof(why));
-		member = r->member;
-		e->st.failures++;
-		member_failed(e, member, why);
-		req_retry(r, why);
-		end_watches(e, member, why);
+		unanswered(r, why);
 		return;
 	}
 	e->st.rtt_ms = ms;
@@ -642,8 +664,13 @@ static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 	e->st.rtt_n++;
 	reply = r->rx ? cJSON_ParseWithLength(r->rx, r->rx_len) : NULL;
 	if (!cJSON_IsObject(reply)) {
-		snprintf(why, sizeof(why), "%s answered HTTP %ld with no JSON object",
-			 e->endpoints[r->member], http);
+		char text[100] = "";
+
+		/* Its first words, printable: the gateway answers some refusals in plain text. */
+		for (size_t i = 0; r->rx && i < r->rx_len && i + 1 < sizeof(text); i++)
+			text[i] = r->rx[i] >= 0x20 && r->rx[i] < 0x7f ? r->rx[i] : ' ';
+		snprintf(why, sizeof(why), "%s answered HTTP %ld with no JSON object%s%s",
+			 e->endpoints[r->member], http, text[0] ? ": " : "", text);
 		cJSON_Delete(reply);
 		req_done(r, -EPROTO, 0, NULL, why);
 		return;
@@ -666,11 +693,7 @@ static void finished_unary(struct rgapsd_etcd_req *r, CURLcode res, long http)
 		if (code == GRPC_UNAVAILABLE || http == 503) {
 			snprintf(why, sizeof(why), "%s (code %d)", msg, code);
 			cJSON_Delete(reply);
-			member = r->member;
-			e->st.failures++;
-			member_failed(e, member, why);
-			req_retry(r, why);
-			end_watches(e, member, why);
+			unanswered(r, why);
 			return;
 		}
 		e->st.refusals++;
@@ -839,6 +862,7 @@ static int new_req(struct rgapsd_etcd *e, enum req_kind kind, const char *path, 
 		   struct rgapsd_etcd_req **req_p)
 {
 	struct rgapsd_etcd_req *r;
+	int rc;
 
 	if (e->closing)
 		return -ECANCELED;
@@ -848,23 +872,9 @@ static int new_req(struct rgapsd_etcd *e, enum req_kind kind, const char *path, 
 	if (!r)
 		return -ENOMEM;
 	r->body = strdup(body);
-	if (!r->body) {
-		free(r);
-		return -ENOMEM;
-	}
-	r->e = e;
-	r->kind = kind;
-	snprintf(r->path, sizeof(r->path), "%s", path);
-	STAILQ_INIT(&r->msgs);
-	r->member = e->cur;
-	r->on_msg = on_msg;
-	r->done = done;
-	r->arg = arg;
-	TAILQ_INSERT_TAIL(&e->reqs, r, link);
-	if (req_start(r)) {
-		req_free(r);
-		return -ENOMEM;
-	}
+	rc = req_submit(e, r, kind, path, on_msg, done, arg);
+	if (rc)
+		return rc;
 	if (req_p)
 		*req_p = r;
 	return 0;

@@ -332,29 +332,42 @@ static void on_grant(void *arg, int status, int code, const cJSON *reply, const 
 	ms_enter(m, MS_LIST);
 }
 
-static void on_renew_step(void *arg, int status, int code, const cJSON *reply, const char *why)
+/*
+ * What a renewal of the lease said: 1, it lives (ttl_left is what is left of it); 0, etcd
+ * no longer has it (expired, or never heard of: "requested lease not found"), logged;
+ * -1, no usable answer: the membership has failed (ms_failed).
+ */
+static int renewed(struct rgapsd_membership *m, int status, const cJSON *reply, const char *why)
 {
-	struct rgapsd_membership *m = arg;
 	int64_t ttl = 0;
 	char err[256];
 
-	m->step = NULL;
 	if (status == 0 && rgapsd_etcd_keepalive_parse(reply, &ttl, err, sizeof(err)))
 		status = -EPROTO, why = err;
-	if (status == -EREMOTEIO) /* "requested lease not found" */
-		status = 0, ttl = 0;
+	if (status == -EREMOTEIO || (status == 0 && ttl == 0)) {
+		rgaps_warn("membership: etcd no longer has our lease (%s); registering again",
+			   status ? why : "it expired");
+		m->lease = 0;
+		return 0;
+	}
 	if (status) {
 		ms_failed(m, status, "renewing the lease", why);
-		return;
+		return -1;
 	}
 	m->ttl_left = ttl;
-	if (ttl > 0) {
-		ms_enter(m, MS_LIST);
-		return;
-	}
-	rgaps_info("membership: our lease expired while etcd was away; registering again");
-	m->lease = 0;
-	ms_enter(m, MS_GRANT);
+	return 1;
+}
+
+/* MS_RENEW: after an outage, the lease we hold lives on, or a new one. */
+static void on_renew_step(void *arg, int status, int code, const cJSON *reply, const char *why)
+{
+	struct rgapsd_membership *m = arg;
+	int r;
+
+	m->step = NULL;
+	r = renewed(m, status, reply, why);
+	if (r >= 0)
+		ms_enter(m, r ? MS_LIST : MS_GRANT);
 }
 
 static void on_list(void *arg, int status, int code, const cJSON *reply, const char *why)
@@ -535,30 +548,19 @@ static void renew_arm(struct rgapsd_membership *m)
 	uv_timer_start(&m->timer, on_timer, RGAPS_MAX(m->ttl_s * 1000u / 3, 500u), 0);
 }
 
+/* A renewal while watching (MS_WATCH, MS_LIVE). */
 static void on_renew(void *arg, int status, int code, const cJSON *reply, const char *why)
 {
 	struct rgapsd_membership *m = arg;
-	int64_t ttl = 0;
-	char err[256];
+	int r;
 
 	m->renew = NULL;
-	if (status == 0 && rgapsd_etcd_keepalive_parse(reply, &ttl, err, sizeof(err)))
-		status = -EPROTO, why = err;
-	if (status == -EREMOTEIO || (status == 0 && ttl == 0)) {
-		rgaps_warn("membership: etcd forgot our lease (%s); registering again",
-			   status ? why : "it expired");
-		m->lease = 0;
+	r = renewed(m, status, reply, why);
+	if (r == 0) {
 		rgapsd_etcd_cancel(m->watch);
 		m->watch = NULL;
 		ms_enter(m, MS_GRANT);
-		return;
-	}
-	if (status) {
-		ms_failed(m, status, "renewing the lease", why);
-		return;
-	}
-	m->ttl_left = ttl;
-	if (m->state == MS_LIVE) {
+	} else if (r > 0 && m->state == MS_LIVE) {
 		renew_arm(m);
 		host_sweep(m);
 	}
