@@ -298,7 +298,10 @@ int rgaps_msg_info(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, rgaps_msg_in
  * Take the next message: @p timeout_ms 0 = do not wait (-EAGAIN when none),
  * -1 = wait forever, >0 = wait that long (-ETIMEDOUT). The message stays
  * valid until rgaps_subscriber_release(); a subscriber may hold up to the
- * topic's max_holds messages at once (-ENOBUFS beyond). A signal delivered
+ * topic's max_holds messages at once (-ENOBUFS beyond), and on a
+ * "drop_oldest" topic only as many of one publisher's messages as leave room
+ * in its pool for one message of max_message_size (-ENOBUFS when every
+ * stream with a message waiting is so held: release one). A signal delivered
  * to a waiting thread ends the wait with -EINTR. Messages from several
  * publishers are taken in turn, each stream in its own order.
  * @return 0 and fills @p msg_p (see rgaps_msg_t for gap-only messages), or a

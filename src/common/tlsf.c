@@ -357,6 +357,18 @@ void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block)
 	free_list_insert(t, block);
 }
 
+uint64_t rgaps_tlsf_fit_size(uint64_t size, uint32_t align)
+{
+	unsigned int shift = (unsigned int)__builtin_ctz(align);
+	uint64_t units = RGAPS_ALIGN_UP(size ? size : 1, (uint64_t)align) >> shift;
+	uint64_t r = mapping_round_up(units);
+
+	/* The lower bound of the class find_block() starts its search at. */
+	if (r >= SL_COUNT)
+		r = r >> (fls64(r) - SL_LOG2) << (fls64(r) - SL_LOG2);
+	return r << shift;
+}
+
 int rgaps_tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block)
 {
 	return t && block < t->nblocks && t->blocks[block].state == RGAPS_TLSF_USED;

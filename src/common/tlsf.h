@@ -91,6 +91,14 @@ int rgaps_tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p);
 /* Free a USED block; merges with free physical neighbours. */
 void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block);
 
+/*
+ * The smallest free block in which an allocation of size bytes always
+ * succeeds (good fit rounds the request up to its class boundary): a pool
+ * that keeps a free stretch this long can always take one more message of
+ * that size (rgaps_topic_hold_room()).
+ */
+uint64_t rgaps_tlsf_fit_size(uint64_t size, uint32_t align);
+
 /* Offset / rounded size of a USED block. */
 uint64_t rgaps_tlsf_offset(const struct rgaps_tlsf *t, uint32_t block);
 uint64_t rgaps_tlsf_size(const struct rgaps_tlsf *t, uint32_t block);

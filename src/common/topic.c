@@ -66,6 +66,38 @@ uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim)
 	return nfences_of(lim->queue_depth);
 }
 
+uint64_t rgaps_topic_hold_room(const struct rgaps_topic_limits *lim)
+{
+	return rgaps_tlsf_fit_size(lim->max_message_size, RGAPS_POOL_ALIGN);
+}
+
+bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n)
+{
+	uint64_t pool = lim->pool_size & ~(uint64_t)(RGAPS_POOL_ALIGN - 1);
+	uint64_t room = rgaps_topic_hold_room(lim), at = 0;
+
+	if (lim->overflow != RGAPS_OVERFLOW_DROP_OLDEST || n < 2)
+		return true;
+	for (uint32_t i = 1; i < n; i++) { /* by offset; n is at most max_holds + 1 */
+		struct rgaps_extent e = x[i];
+		uint32_t j = i;
+
+		for (; j > 0 && x[j - 1].off > e.off; j--)
+			x[j] = x[j - 1];
+		x[j] = e;
+	}
+	for (uint32_t i = 0; i < n; i++) { /* at: the end of what is held so far */
+		uint64_t off = RGAPS_MIN(x[i].off, pool);
+		uint64_t end = off + RGAPS_MIN(x[i].len, pool - off);
+
+		if (off > at && off - at >= room)
+			return true;
+		if (end > at)
+			at = end;
+	}
+	return pool - at >= room;
+}
+
 static uint64_t sub_region_size(uint32_t max_publishers, uint32_t max_holds)
 {
 	return RGAPS_ALIGN_UP(sub_holds_off(max_publishers) +

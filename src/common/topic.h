@@ -149,7 +149,7 @@ struct rgaps_pub_counters {
 	uint64_t pool_used_blocks;
 	uint64_t pool_largest_free;
 	uint64_t nloans;      /* loans held now */
-	uint64_t bad_subscribers; /* subscriber regions found spoiled (ignored) */
+	uint64_t holds_ignored; /* subscribers found holding more than rgaps_holds_fit() allows */
 	uint64_t fenced;      /* published stream-ordered: ready when their fence completes */
 	uint64_t fence_waits; /* stream-ordered publishes that found no free fence and waited */
 };
@@ -232,6 +232,24 @@ int rgaps_topic_limits_check(const struct rgaps_topic_limits *lim);
 uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim);
 
 size_t rgaps_topic_hdr_size(void);
+
+/*
+ * What one subscriber may hold of one stream's pool under drop_oldest: its held
+ * messages, as extents [off, off + size rounded up to RGAPS_POOL_ALIGN), must
+ * leave a free stretch of rgaps_topic_hold_room(lim) bytes somewhere in the
+ * pool, where the publisher can always place a message of max_message_size
+ * once it has forced every unheld block out; one message alone is always
+ * allowed. Subscribers check it before they take (a take that would break it
+ * is refused with -ENOBUFS); publishers ignore the holds of a subscriber that
+ * breaks it (docs/SHM-LAYOUT.md, "Holds"). Other policies bound nothing here.
+ */
+struct rgaps_extent {
+	uint64_t off, len;
+};
+
+uint64_t rgaps_topic_hold_room(const struct rgaps_topic_limits *lim);
+/* Whether one subscriber may hold the n messages of x (sorted here, in place). */
+bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n);
 
 /* Entries, attribute blocks, cursors, holds of a region (lim trusted, region mapped). */
 struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim,

@@ -41,10 +41,12 @@ struct sub_ref {
 	const struct rgaps_sub_region *r;
 	const struct rgaps_sub_cursor *cursor; /* its cursor in this stream */
 	const struct rgaps_sub_hold *holds;
+	bool overreached; /* its holds broke rgaps_holds_fit(): counted and logged once */
 };
 
 struct retired {
 	uint64_t seq;
+	struct rgaps_extent ext; /* the message's, as its readers see it (rgaps_holds_fit) */
 	uint32_t block;
 	uint32_t fence; /* slot + 1; 0: none */
 };
@@ -64,6 +66,7 @@ struct rgaps_pub {
 	uint32_t mask;
 	uint32_t *blk;	     /* [queue_depth]: the block of each kept entry */
 	uint32_t *blk_fence; /* [queue_depth]: its fence slot + 1, 0 for none */
+	uint64_t *blk_len;   /* [queue_depth]: its message's size */
 	uint32_t nfences;    /* fence slots of the region */
 	uint32_t fence_kept; /* retired blocks nobody holds, kept for their fences */
 	struct rgaps_tlsf *tlsf;
@@ -74,6 +77,8 @@ struct rgaps_pub {
 	struct sub_ref *subs;	 /* [max_subscribers] */
 	uint32_t nsubs;
 	uint64_t *held;		 /* scratch: seqs held, max_subscribers * max_holds */
+	uint32_t *held_slot;	 /* scratch: the hold slot each was read from */
+	struct rgaps_extent *ext; /* scratch: [max_holds] */
 	uint32_t dir_seen;
 	uint64_t next_alive_ns;
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
@@ -122,13 +127,17 @@ int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	p->retired_cap = lim->queue_depth + lim->max_subscribers * lim->max_holds + p->nfences;
 	p->blk = malloc(lim->queue_depth * sizeof(*p->blk));
 	p->blk_fence = calloc(lim->queue_depth, sizeof(*p->blk_fence));
+	p->blk_len = calloc(lim->queue_depth, sizeof(*p->blk_len));
 	p->loans = malloc(lim->max_loans * sizeof(*p->loans));
 	p->retired = malloc(p->retired_cap * sizeof(*p->retired));
 	p->subs = calloc(lim->max_subscribers, sizeof(*p->subs));
 	p->held = malloc((size_t)lim->max_subscribers * lim->max_holds * sizeof(*p->held));
+	p->held_slot =
+		malloc((size_t)lim->max_subscribers * lim->max_holds * sizeof(*p->held_slot));
+	p->ext = malloc(lim->max_holds * sizeof(*p->ext));
 	p->tlsf = malloc(rgaps_tlsf_state_size(nblocks));
-	if (!p->blk || !p->blk_fence || !p->loans || !p->retired || !p->subs || !p->held ||
-	    !p->tlsf)
+	if (!p->blk || !p->blk_fence || !p->blk_len || !p->loans || !p->retired || !p->subs ||
+	    !p->held || !p->held_slot || !p->ext || !p->tlsf)
 		goto err;
 	r = rgaps_tlsf_init(p->tlsf, lim->pool_size, nblocks, RGAPS_POOL_ALIGN);
 	if (r)
@@ -152,10 +161,13 @@ void rgaps_pub_destroy(struct rgaps_pub *p)
 	if (!p)
 		return;
 	free(p->tlsf);
+	free(p->ext);
+	free(p->held_slot);
 	free(p->held);
 	free(p->subs);
 	free(p->retired);
 	free(p->loans);
+	free(p->blk_len);
 	free(p->blk_fence);
 	free(p->blk);
 	free(p);
@@ -171,6 +183,8 @@ int rgaps_pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
 	s = &p->subs[slot];
 	if (!s->gen)
 		p->nsubs++;
+	if (s->gen != gen)
+		s->overreached = false;
 	s->gen = gen;
 	s->r = r;
 	s->cursor = &rgaps_sub_cursors(&p->lim, r)[p->slot];
@@ -211,6 +225,9 @@ static void retire_to(struct rgaps_pub *p, uint64_t upto)
 			continue; /* a gap-only entry names no block */
 		rgaps_require(p->nretired < p->retired_cap);
 		p->retired[p->nretired].seq = q;
+		p->retired[p->nretired].ext =
+			(struct rgaps_extent){ rgaps_tlsf_offset(p->tlsf, p->blk[i]),
+					       RGAPS_ALIGN_UP(p->blk_len[i], RGAPS_POOL_ALIGN) };
 		p->retired[p->nretired].block = p->blk[i];
 		p->retired[p->nretired].fence = p->blk_fence[i];
 		p->nretired++;
@@ -247,6 +264,58 @@ static bool fence_pending(const struct rgaps_pub *p, uint32_t fence)
 	return fence && p->cbs.fence_pending && p->cbs.fence_pending(p->cbs.arg, fence - 1);
 }
 
+/* Whether the retired messages among seqs[n] (one subscriber's holds) fit rgaps_holds_fit(). */
+static bool held_fit(struct rgaps_pub *p, const uint64_t *seqs, uint32_t n)
+{
+	uint32_t m = 0;
+
+	for (uint32_t j = 0; j < n; j++)
+		for (uint32_t r = 0; r < p->nretired; r++)
+			if (p->retired[r].seq == seqs[j]) {
+				p->ext[m++] = p->retired[r].ext;
+				break;
+			}
+	return rgaps_holds_fit(&p->lim, p->ext, m);
+}
+
+/*
+ * The holds held[first, end) of subscriber s, read from its hold slots
+ * held_slot[], keep blocks out of use beyond what rgaps_holds_fit() allows:
+ * look again. Slots that show the same hold twice held it all along in
+ * between (a subscriber never holds one message twice), so those form a set
+ * it held all at once, at the end of the first look: an honest subscriber's
+ * fits. One that does not is a liar's: true, and its holds are ignored. Holds
+ * that moved between the looks were a moment's mix of releases and takes.
+ */
+static bool overreaches(struct rgaps_pub *p, struct sub_ref *s, uint32_t first, uint32_t end)
+{
+	uint32_t n = first;
+
+	if (end - first < 2 || p->lim.overflow != RGAPS_OVERFLOW_DROP_OLDEST ||
+	    held_fit(p, p->held + first, end - first))
+		return false;
+	for (uint32_t j = first; j < end; j++) {
+		const struct rgaps_sub_hold *h = &s->holds[p->held_slot[j]];
+
+		if (__atomic_load_n(&h->gen, __ATOMIC_SEQ_CST) == p->gen &&
+		    __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == p->held[j])
+			p->held[n++] = p->held[j];
+	}
+	if (held_fit(p, p->held + first, n - first))
+		return false;
+	if (!s->overreached) {
+		s->overreached = true;
+		p->r->c.holds_ignored++;
+		rgaps_warn(
+			"topic '%.64s': subscriber slot %ld (attachment %llu) holds %u messages "
+			"of publisher stream %llu that leave no room for a message of %llu bytes "
+			"in its pool; drop_oldest ignores its holds",
+			p->hdr->name, (long)(s - p->subs), (unsigned long long)s->gen, n - first,
+			(unsigned long long)p->gen, (unsigned long long)p->lim.max_message_size);
+	}
+	return true;
+}
+
 /* Free every retired block that no hold names (and whose fence completed). Returns how many. */
 static uint32_t free_unheld(struct rgaps_pub *p)
 {
@@ -257,15 +326,19 @@ static uint32_t free_unheld(struct rgaps_pub *p)
 		return 0;
 	}
 	for (uint32_t i = 0; i < p->lim.max_subscribers; i++) {
-		const struct sub_ref *s = &p->subs[i];
+		struct sub_ref *s = &p->subs[i];
+		uint32_t first = nheld;
 
 		if (!s->gen || !__atomic_load_n(&s->r->nholds, __ATOMIC_SEQ_CST))
 			continue;
 		for (uint32_t k = 0; k < p->lim.max_holds; k++) {
 			if (__atomic_load_n(&s->holds[k].gen, __ATOMIC_SEQ_CST) != p->gen)
 				continue;
+			p->held_slot[nheld] = k;
 			p->held[nheld++] = __atomic_load_n(&s->holds[k].seq, __ATOMIC_ACQUIRE);
 		}
+		if (overreaches(p, s, first, nheld))
+			nheld = first;
 	}
 	p->fence_kept = 0;
 	for (uint32_t i = 0; i < p->nretired; i++) {
@@ -620,6 +693,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	__atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
 	p->blk[i] = block;
 	p->blk_fence[i] = c->has_fence ? c->fence + 1 : 0;
+	p->blk_len[i] = size;
 
 	p->head = seq + 1;
 	__atomic_store_n(&p->r->accounted, p->accounted, __ATOMIC_RELEASE);

@@ -38,6 +38,7 @@ struct stream {
 	uint64_t pending_gap; /* lost, to report with the next message of this stream */
 	uint32_t last_acc;    /* `accounted` of the last entry taken (or 0 before the stream's
 				 first, when we read it from its start), if have_acc */
+	uint32_t nheld;	      /* messages of this stream we hold */
 	bool have_acc;
 	bool poisoned;
 };
@@ -46,6 +47,7 @@ struct hold {
 	bool used;
 	uint32_t slot;
 	uint64_t gen, seq;
+	uint64_t off, size;		  /* where it lies in its stream's pool (rgaps_holds_fit) */
 	const struct rgaps_pub_region *r; /* to wake its publisher on release */
 	uint32_t attr_len;
 	uint8_t attrs[RGAPS_ATTR_MAX];
@@ -62,6 +64,7 @@ struct rgaps_sub {
 	struct stream *streams; /* [max_publishers] */
 	uint32_t nstreams;
 	struct hold *hp; /* [max_holds], private shadow of the holds */
+	struct rgaps_extent *ext; /* [max_holds + 1], scratch of room_for() */
 	uint32_t nholds;
 	uint32_t rr;	 /* next stream to look at first */
 	uint32_t dir_seen;
@@ -88,7 +91,8 @@ int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	s->holds = rgaps_sub_holds(lim, mine);
 	s->streams = calloc(lim->max_publishers, sizeof(*s->streams));
 	s->hp = calloc(lim->max_holds, sizeof(*s->hp));
-	if (!s->streams || !s->hp) {
+	s->ext = calloc(lim->max_holds + 1, sizeof(*s->ext));
+	if (!s->streams || !s->hp || !s->ext) {
 		rgaps_sub_destroy(s);
 		return -ENOMEM;
 	}
@@ -103,6 +107,7 @@ void rgaps_sub_destroy(struct rgaps_sub *s)
 {
 	if (!s)
 		return;
+	free(s->ext);
 	free(s->hp);
 	free(s->streams);
 	free(s);
@@ -252,7 +257,12 @@ static void poison(struct rgaps_sub *s, struct stream *st, uint32_t slot, const 
 
 /* ---------------------------------------------------------------- take */
 
-enum try_result { TRY_NONE, TRY_GOT, TRY_AGAIN };
+enum try_result {
+	TRY_NONE,  /* nothing to take in this stream now */
+	TRY_GOT,   /* a message (or a gap) */
+	TRY_AGAIN, /* lapped: look at the stream again */
+	TRY_FULL,  /* its next message would pin more of its pool than we may (rgaps_holds_fit) */
+};
 
 /*
  * This subscriber moved past message seq of the stream in r (took it: past =
@@ -342,6 +352,23 @@ static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t s
 	return TRY_AGAIN;
 }
 
+/* Whether we may hold entry e of stream st besides what we hold of it already. */
+static bool room_for(struct rgaps_sub *s, const struct stream *st,
+		     const struct rgaps_topic_entry *e)
+{
+	uint32_t n = 0;
+
+	if (!st->nheld || s->lim.overflow != RGAPS_OVERFLOW_DROP_OLDEST)
+		return true;
+	for (uint32_t k = 0; k < s->lim.max_holds; k++)
+		if (s->hp[k].used && s->hp[k].gen == st->gen)
+			s->ext[n++] = (struct rgaps_extent){
+				s->hp[k].off, RGAPS_ALIGN_UP(s->hp[k].size, RGAPS_POOL_ALIGN)
+			};
+	s->ext[n++] = (struct rgaps_extent){ e->off, RGAPS_ALIGN_UP(e->size, RGAPS_POOL_ALIGN) };
+	return rgaps_holds_fit(&s->lim, s->ext, n);
+}
+
 static int free_hold(const struct rgaps_sub *s)
 {
 	for (uint32_t k = 0; k < s->lim.max_holds; k++)
@@ -409,6 +436,8 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 		*err_p = -ENOBUFS;
 		return TRY_NONE;
 	}
+	if (!room_for(s, st, &e))
+		return TRY_FULL;
 	/* The hazard pointer: the hold is visible before we look at the tail. */
 	__atomic_store_n(&s->holds[k].seq, next, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->holds[k].gen, st->gen, __ATOMIC_SEQ_CST);
@@ -431,9 +460,12 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	s->hp[k].slot = slot;
 	s->hp[k].gen = st->gen;
 	s->hp[k].seq = next;
+	s->hp[k].off = e.off;
+	s->hp[k].size = e.size;
 	s->hp[k].r = st->r;
 	s->hp[k].attr_len = e.attr_len;
 	s->nholds++;
+	st->nheld++;
 	__atomic_store_n(&c->next, next + 1, __ATOMIC_SEQ_CST);
 	__atomic_fetch_and(&c->flags, ~RGAPS_CURSOR_FRESH, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&s->r->c.taken, 1, __ATOMIC_RELAXED);
@@ -455,10 +487,11 @@ retired:
 	return lapped(s, st, slot, c, next);
 }
 
-/* One pass over every stream, round robin. */
+/* One pass over every stream, round robin. -ENOBUFS when only our holds stand in the way. */
 static enum try_result try_all(struct rgaps_sub *s, struct rgaps_sub_msg *m, int *err_p)
 {
 	uint32_t n = s->lim.max_publishers;
+	bool full = false;
 
 	if (__atomic_load_n(&s->lost, __ATOMIC_RELAXED)) {
 		memset(m, 0, sizeof(*m));
@@ -485,7 +518,10 @@ static enum try_result try_all(struct rgaps_sub *s, struct rgaps_sub_msg *m, int
 		}
 		if (*err_p)
 			return TRY_NONE;
+		full |= t == TRY_FULL; /* the other streams may still give */
 	}
+	if (full)
+		*err_p = -ENOBUFS;
 	return TRY_NONE;
 }
 
@@ -679,6 +715,8 @@ int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
 	__atomic_store_n(&s->holds[token].gen, 0, __ATOMIC_SEQ_CST);
 	h->used = false;
 	s->nholds--;
+	if (s->streams[h->slot].gen == h->gen)
+		s->streams[h->slot].nheld--;
 	__atomic_store_n(&s->r->nholds, s->nholds, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&s->r->c.released, 1, __ATOMIC_RELAXED);
 	/* Its publisher may be gone (the stream cleared): then nobody waits for room. */

@@ -313,7 +313,9 @@ static const struct rgaps_cfg_field topic_fields[] = {
 	  .doc = "Publisher slots: how many publishers may be attached at once on this host." },
 	{ .name = "max_holds", .type = RGAPS_CFG_UINT, CFG_AT(T, max_holds), .def = "16",
 	  .min = 1, .max = 256,
-	  .doc = "Messages one subscriber may hold (received and not yet released) at once." },
+	  .doc = "Messages one subscriber may hold (received and not yet released) at once. "
+		 "With overflow \"drop_oldest\", also only as many of one publisher's messages as "
+		 "leave room in its pool for one of max_message_size." },
 	{ .name = "max_loans", .type = RGAPS_CFG_UINT, CFG_AT(T, max_loans), .def = "8",
 	  .min = 1, .max = 256,
 	  .doc = "Loans (pool buffers taken and not yet published) one publisher may hold at "

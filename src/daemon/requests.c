@@ -627,6 +627,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	C("timeouts", ts.pc.timeouts);
 	C("fenced", ts.pc.fenced);
 	C("fence_waits", ts.pc.fence_waits);
+	C("holds_ignored", ts.pc.holds_ignored);
 	C("reclaimed_holds", t->reclaimed_holds);
 	C("reclaimed_loans", t->reclaimed_loans);
 	C("bad_entries_seen", ts.sc.errors);

@@ -61,14 +61,16 @@ static void *shared(size_t n)
 	return p;
 }
 
-static struct fixture *make(uint64_t pool, uint32_t depth, uint32_t history, uint32_t overflow)
+/* A topic whose largest message is max bytes (pool: each publisher's pool). */
+static struct fixture *make_max(uint64_t pool, uint64_t max, uint32_t depth, uint32_t history,
+				uint32_t overflow)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	rgaps_topic_config_defaults(&f->tc);
 	snprintf(f->tc.name, sizeof(f->tc.name), "unit");
 	f->tc.pool_size = pool;
-	f->tc.max_message_size = pool;
+	f->tc.max_message_size = max;
 	f->tc.queue_depth = depth;
 	f->tc.history = history;
 	f->tc.overflow = overflow;
@@ -88,6 +90,11 @@ static struct fixture *make(uint64_t pool, uint32_t depth, uint32_t history, uin
 		f->subr[i] = shared(f->lim.sub_region_size);
 	f->dir = shared(sizeof(*f->dir));
 	return f;
+}
+
+static struct fixture *make(uint64_t pool, uint32_t depth, uint32_t history, uint32_t overflow)
+{
+	return make_max(pool, pool, depth, history, overflow);
 }
 
 static void destroy(struct fixture *f)
@@ -564,7 +571,7 @@ static void hold_one(struct client *p, struct client *s, struct rgaps_sub_msg *h
 /* A held message keeps its bytes while drop_oldest retires it and reuses the pool. */
 static void test_hold_protects_block(void **state)
 {
-	struct fixture *f = make(64 << 10, 4, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct fixture *f = make_max(64 << 10, 16 << 10, 4, 0, RGAPS_OVERFLOW_DROP_OLDEST);
 	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
 	struct rgaps_sub_msg held, m;
 	uint8_t copy[8192];
@@ -753,6 +760,228 @@ static void test_hold_limit(void **state)
 	check_pub(p);
 	client_close(p);
 	client_close(s);
+	destroy(f);
+}
+
+/*
+ * The bound on what one subscriber's holds pin under drop_oldest
+ * (rgaps_holds_fit): the fit size is what TLSF needs, and the rule counts
+ * where held messages lie, not only their bytes.
+ */
+static void test_holds_fit_rule(void **state)
+{
+	struct fixture *f = make_max(1 << 20, 256 << 10, 16, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	const uint64_t K = 1024;
+	struct rgaps_extent x[5];
+
+	/* A pool exactly the fit size of a request takes it, for any request size. */
+	for (uint64_t size = 1; size < (64ull << 20); size = size * 3 + 77) {
+		uint64_t fit = rgaps_tlsf_fit_size(size, RGAPS_POOL_ALIGN);
+		struct rgaps_tlsf *t = malloc(rgaps_tlsf_state_size(8));
+		uint32_t b1, b2;
+
+		assert_true(fit >= RGAPS_ALIGN_UP(size, RGAPS_POOL_ALIGN));
+		assert_true(fit <= RGAPS_ALIGN_UP(size, RGAPS_POOL_ALIGN) * 33 / 32 + 256);
+		/* A block in front that is then freed: the free stretch is not the first block. */
+		assert_int_equal(rgaps_tlsf_init(t, fit + 4096, 8, RGAPS_POOL_ALIGN), 0);
+		assert_int_equal(rgaps_tlsf_alloc(t, 4096, &b1), 0);
+		assert_int_equal(rgaps_tlsf_alloc(t, size, &b2), 0);
+		free(t);
+	}
+	assert_int_equal(rgaps_topic_hold_room(&f->lim), 256 * K);
+
+	/* One message is always allowed; three of 256 KiB side by side leave 256 KiB. */
+	x[0] = (struct rgaps_extent){ 0, 1 << 20 };
+	assert_true(rgaps_holds_fit(&f->lim, x, 1));
+	for (int i = 0; i < 4; i++)
+		x[i] = (struct rgaps_extent){ (uint64_t)(3 - i) * 256 * K, 256 * K };
+	assert_true(rgaps_holds_fit(&f->lim, x, 2));
+	assert_true(rgaps_holds_fit(&f->lim, x, 3));
+	assert_false(rgaps_holds_fit(&f->lim, x, 4));
+	/* Four small messages spread over the pool: 1 KiB held, no room left anywhere. */
+	for (int i = 0; i < 4; i++)
+		x[i] = (struct rgaps_extent){ (uint64_t)(200 + 250 * i) * K, 256 };
+	assert_false(rgaps_holds_fit(&f->lim, x, 4));
+	assert_true(rgaps_holds_fit(&f->lim, x, 3)); /* the last 300 KiB are free */
+	/* Overlapping or out-of-pool extents (a liar's) never make room. */
+	x[0] = (struct rgaps_extent){ 0, 2 << 20 };
+	x[1] = (struct rgaps_extent){ 4 << 20, 256 };
+	assert_false(rgaps_holds_fit(&f->lim, x, 2));
+	/* "block" bounds nothing here: its publishers wait, as they wait for a cursor. */
+	f->lim.overflow = RGAPS_OVERFLOW_BLOCK;
+	assert_true(rgaps_holds_fit(&f->lim, x, 2));
+	destroy(f);
+}
+
+/* Publish one message of size bytes that must go through at once (drop_oldest). */
+static void publish_now(struct client *p, uint64_t size)
+{
+	assert_int_equal(publish(p, size), 0);
+}
+
+/*
+ * An honest subscriber under drop_oldest holds what leaves room for one more
+ * largest message: beyond, its take says -ENOBUFS for that stream (another
+ * stream still gives), and its publisher never waits for it.
+ */
+static void test_holds_leave_room_under_drop_oldest(void **state)
+{
+	struct fixture *f = make_max(1 << 20, 256 << 10, 16, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0), *p2;
+	struct rgaps_sub_msg m[4], m2;
+	uint64_t ctr;
+
+	for (int n = 0; n < 4; n++)
+		publish_now(p, 256 << 10);
+	for (int n = 0; n < 3; n++)
+		take_ok(s, &m[n]);
+	/* Held at 0, 256 and 512 KiB: the fourth would leave no room. */
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m[3]), -ENOBUFS);
+	p2 = pub_open(f, 1);
+	publish_now(p2, 100);
+	take_ok(s, &m2);
+	assert_int_equal(m2.slot, 1);
+	rgaps_sub_release(s->sub, m2.token);
+	/* The publisher of the largest messages goes on: it never waits for us. */
+	for (int n = 0; n < 20; n++)
+		publish_now(p, 256 << 10);
+	assert_int_equal(f->pubr[0]->c.full_waits, 0);
+	assert_int_equal(f->pubr[0]->c.holds_ignored, 0);
+	for (int n = 0; n < 3; n++) {
+		assert_true(rgaps_pattern_check(m[n].data, m[n].size, &ctr) < 0);
+		assert_int_equal(ctr, m[n].seq);
+	}
+	check_pub(p);
+	assert_int_equal(rgaps_sub_release(s->sub, m[0].token), 0);
+	take_ok(s, &m[3]); /* lapped meanwhile: the gap says what went */
+	assert_true(m[3].gap > 0);
+	for (int n = 1; n < 4; n++)
+		rgaps_sub_release(s->sub, m[n].token);
+	check_pub(p);
+	client_close(p2);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/* A subscriber that writes holds of its own on messages it never took. */
+static void forge_holds(struct fixture *f, uint32_t sub_slot, uint32_t pub_slot, uint64_t first)
+{
+	struct rgaps_sub_hold *h = rgaps_sub_holds(&f->lim, f->subr[sub_slot]);
+
+	for (uint32_t k = 0; k < f->lim.max_holds; k++) {
+		h[k].seq = first + k;
+		h[k].gen = f->dir->pub_gen[pub_slot];
+	}
+	f->subr[sub_slot]->nholds = f->lim.max_holds;
+}
+
+/*
+ * Forged holds on the next messages of a stream (a subscriber that takes
+ * nothing): under drop_oldest its publisher ignores them and goes on, counted
+ * and logged once, while an honest subscriber beside it verifies every
+ * message; under "block" it waits for them, up to block_timeout_ms per
+ * message, as it waits for a subscriber that stops reading.
+ */
+static void test_forged_holds_are_ignored(void **state)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t policy = pass ? RGAPS_OVERFLOW_BLOCK : RGAPS_OVERFLOW_DROP_OLDEST;
+		struct fixture *f = make_max(1 << 20, 256 << 10, 16, 0, policy);
+		struct client *honest = sub_open(f, 0), *p = pub_open(f, 0);
+		struct rgaps_sub_msg m;
+		int r = 0;
+
+		sub_open(f, 1); /* the liar: only its region matters, written here */
+		publish_now(p, 100);
+		take_ok(honest, &m);
+		rgaps_sub_release(honest->sub, m.token);
+		forge_holds(f, 1, 0, 1);
+		for (int n = 0; n < 20 && !r; n++) {
+			r = publish_t(p, 256 << 10, 50, NULL);
+			if (r)
+				break;
+			take_ok(honest, &m);
+			assert_int_equal(m.gap, 0);
+			rgaps_sub_release(honest->sub, m.token);
+		}
+		if (policy == RGAPS_OVERFLOW_DROP_OLDEST) {
+			assert_int_equal(r, 0);
+			assert_int_equal(f->pubr[0]->c.holds_ignored, 1);
+		} else {
+			/* The liar's cursor never moved either: "block" waits, then says so. */
+			assert_int_equal(r, -ETIMEDOUT);
+			assert_int_equal(f->pubr[0]->c.holds_ignored, 0);
+		}
+		check_pub(p);
+		client_close(p);
+		client_close(honest);
+		destroy(f);
+	}
+}
+
+/*
+ * A subscriber that holds as much as it may and releases its oldest hold when
+ * a take says -ENOBUFS, as fast as it can, while its publisher publishes
+ * messages of every size under drop_oldest: the publisher never takes it for
+ * a liar (its holds move between the publisher's two looks), never frees a
+ * block it holds (checked at release), and never waits.
+ */
+static void test_honest_holds_are_never_ignored(void **state)
+{
+	struct fixture *f = make_max(1 << 20, 256 << 10, 16, 0, RGAPS_OVERFLOW_DROP_OLDEST);
+	struct client *p;
+	bool alive;
+	pid_t child;
+	int status, r = 0;
+
+	fx_add_sub(f, 0);
+	child = fork();
+	if (child == 0) {
+		struct client c = { .f = f, .slot = 0 };
+		struct rgaps_topic_cbs cbs = { .sync = sub_sync, .arg = &c };
+		struct rgaps_sub_msg held[4];
+		uint32_t nheld = 0;
+
+		if (rgaps_sub_create(f->hdr, &f->lim, f->subr[0], &cbs, &c.sub))
+			_exit(3);
+		sub_sync(&c);
+		for (;;) {
+			struct rgaps_sub_msg m;
+			uint64_t ctr;
+			int e = rgaps_sub_take(c.sub, 10, 0, &m);
+
+			if (e == -ENOBUFS) { /* max_holds (4), or no more room: the oldest goes */
+				if (held[0].size >= RGAPS_PATTERN_HDR &&
+				    (rgaps_pattern_check(held[0].data, held[0].size, &ctr) >= 0 ||
+				     ctr != held[0].seq))
+					_exit(4);
+				rgaps_sub_release(c.sub, held[0].token);
+				memmove(held, held + 1, --nheld * sizeof(*held));
+				continue;
+			}
+			if (!e && m.data)
+				held[nheld++] = m;
+		}
+	}
+	p = pub_open(f, 0);
+	for (uint64_t i = 0; i < 1500 && !r; i++)
+		r = publish(p, 1 + (i * 7919 * 33) % (256 << 10));
+	alive = waitpid(child, &status, WNOHANG) == 0; /* it verified every release so far */
+	if (alive) {
+		kill(child, SIGKILL);
+		assert_int_equal(waitpid(child, &status, 0), child);
+	}
+	if (!alive)
+		fail_msg("the subscriber exited %d (4: a block it held was reused)",
+			 WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+	assert_int_equal(r, 0);
+	assert_int_equal(f->pubr[0]->c.holds_ignored, 0);
+	assert_int_equal(f->pubr[0]->c.full_waits, 0);
+	fx_remove_sub(f, 0);
+	rgaps_pub_reclaim(p->pub);
+	check_pub(p);
+	client_close(p);
 	destroy(f);
 }
 
@@ -1430,6 +1659,10 @@ int main(void)
 		cmocka_unit_test(test_fenced_blocks_wait_for_their_fence),
 		cmocka_unit_test(test_history_for_late_joiner),
 		cmocka_unit_test(test_hold_limit),
+		cmocka_unit_test(test_holds_fit_rule),
+		cmocka_unit_test(test_holds_leave_room_under_drop_oldest),
+		cmocka_unit_test(test_forged_holds_are_ignored),
+		cmocka_unit_test(test_honest_holds_are_never_ignored),
 		cmocka_unit_test(test_loans),
 		cmocka_unit_test(test_attributes_and_origin),
 		cmocka_unit_test(test_gap_only_messages),
