@@ -303,7 +303,11 @@ int rgaps_msg_info(rgaps_subscriber_t *sub, const rgaps_msg_t *msg, rgaps_msg_in
  * in its pool for one message of max_message_size (-ENOBUFS when every
  * stream with a message waiting is so held: release one). A signal delivered
  * to a waiting thread ends the wait with -EINTR. Messages from several
- * publishers are taken in turn, each stream in its own order.
+ * publishers are taken in turn, each stream in its own order. A message
+ * published in stream order (rgaps_publisher_push_async()) is returned once
+ * its copy has completed; until then the other publishers' messages come,
+ * and one whose copy has not completed within the topic's fence_timeout_ms
+ * is reported lost (a gap). No wait outlasts @p timeout_ms.
  * @return 0 and fills @p msg_p (see rgaps_msg_t for gap-only messages), or a
  * negative errno (-ENOTCONN: rgapsd is gone or was restarted: destroy the
  * handle and attach again).

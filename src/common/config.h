@@ -40,6 +40,7 @@ struct rgaps_topic_config {
 	uint32_t max_holds;	   /* messages one subscriber may hold at once */
 	uint32_t max_loans;	   /* uncommitted loans one publisher may hold */
 	uint32_t block_timeout_ms; /* overflow=block: how long a publisher waits */
+	uint32_t fence_timeout_ms; /* how long a reader waits for a message's copy (0: no bound) */
 	enum rgaps_overflow overflow;
 	char memory[RGAPS_CFG_NAME_MAX];    /* a memory plugin's name, or "auto" */
 	char transport[RGAPS_CFG_NAME_MAX]; /* a transport plugin's name, or "auto" */

@@ -113,7 +113,8 @@ int rgaps_topic_limits_check(const struct rgaps_topic_limits *l)
 	    l->max_publishers < 1 || l->max_publishers > 256 || l->max_holds < 1 ||
 	    l->max_holds > 256 || l->max_loans < 1 || l->max_loans > 256 ||
 	    l->pool_size < RGAPS_POOL_ALIGN || l->max_message_size == 0 ||
-	    l->max_message_size > l->pool_size || l->overflow > RGAPS_OVERFLOW_DROP_OLDEST)
+	    l->max_message_size > l->pool_size || l->overflow > RGAPS_OVERFLOW_DROP_OLDEST ||
+	    l->fence_timeout_ms > 3600000)
 		return -EINVAL;
 	if (l->pub_region_size != pub_region_size(l->queue_depth) ||
 	    l->sub_region_size != sub_region_size(l->max_publishers, l->max_holds))
@@ -136,6 +137,7 @@ int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t
 		.max_holds = tc->max_holds,
 		.max_loans = tc->max_loans,
 		.block_timeout_ms = tc->block_timeout_ms,
+		.fence_timeout_ms = tc->fence_timeout_ms,
 		.overflow = tc->overflow,
 		.mem_kind = mem_kind,
 		.device = device,

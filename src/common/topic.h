@@ -59,8 +59,9 @@
 #define RGAPS_PUB_MAGIC 0x3242555053504752ull	 /* "RGPSPUB2" */
 #define RGAPS_SUB_MAGIC 0x3242555353504752ull	 /* "RGPSSUB2" */
 /* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions);
- * 5: `accounted` in entries and publisher regions (what entries a reader skipped stood for) */
-#define RGAPS_TOPIC_LAYOUT_VERSION 5
+ * 5: `accounted` in entries and publisher regions (what entries a reader skipped stood for);
+ * 6: fence_timeout_ms in the limits */
+#define RGAPS_TOPIC_LAYOUT_VERSION 6
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 #define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
 #define RGAPS_FENCE_BYTES 64u /* a fence handle (RGAPS_FENCE_HANDLE_LEN of plugin.h) */
@@ -87,6 +88,8 @@ struct rgaps_topic_limits {
 	uint32_t overflow;	   /* enum rgaps_overflow */
 	uint32_t mem_kind;	   /* enum rgaps_mem_kind (plugin.h) */
 	int32_t device;
+	uint32_t fence_timeout_ms; /* a reader's wait for a fenced message (0: no bound) */
+	uint32_t pad;
 };
 
 /* The topic header: written by rgapsd only. */
@@ -304,6 +307,8 @@ void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len);
 
 /* ---------------------------------------------------------------- the caller's hooks */
 
+struct rgaps_sub_msg;
+
 struct rgaps_topic_cbs {
 	/*
 	 * The header's dir_gen moved: fetch what changed (rgaps_pub_set_sub() and
@@ -320,6 +325,18 @@ struct rgaps_topic_cbs {
 	 */
 	bool (*fence_pending)(void *arg, uint32_t k);
 	void (*fence_free)(void *arg, uint32_t k);
+	/*
+	 * Stream order (subscribers; NULL: a take returns fenced messages as they
+	 * come and the caller settles them): is the copy into held message m
+	 * (flags & RGAPS_ENTRY_FENCE) complete? 0: yes, the take returns it;
+	 * -EAGAIN: not yet: m is parked (held; its stream is passed over while the
+	 * others flow) and asked about again at every look, until it completes or
+	 * lim.fence_timeout_ms passes; another negative errno: never (its
+	 * publisher crashed, or its fence is spoiled: say why in the log): m is
+	 * released and reported lost, with the gap it carried. Asked from within
+	 * rgaps_sub_take(): it must not wait.
+	 */
+	int (*fence_done)(void *arg, const struct rgaps_sub_msg *m);
 	void *arg;
 };
 
@@ -437,6 +454,14 @@ int rgaps_sub_release(struct rgaps_sub *sub, uint32_t token);
 void rgaps_sub_stop(struct rgaps_sub *sub);
 /* Something to take, a membership change or a close (lock-free hint, for a pollable fd). */
 bool rgaps_sub_ready(struct rgaps_sub *sub);
+/*
+ * Messages parked for their fences (cbs.fence_done) ring no futex: how long a
+ * sleep of a reader may last before it looks at them again. INT64_MAX: none is
+ * parked; 0: do not sleep (yield), one was parked just now and its copy is
+ * likely about to end; else nanoseconds: an eighth of how long the youngest
+ * has waited, 50 us to 50 ms. Safe from another thread than the taker's.
+ */
+int64_t rgaps_sub_fence_slice(const struct rgaps_sub *sub);
 
 /*
  * Sleep until rgaps_sub_ready() may be true (a publisher rang, the membership

@@ -17,11 +17,13 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fence.h"
 #include "futex.h"
 #include "log.h"
 #include "topic.h"
@@ -29,6 +31,8 @@
 #define ALIVE_EVERY_NS (200ull * 1000 * 1000)
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
 #define POLL_SLICE_NS (2ll * 1000 * 1000)
+#define PARKED_SLICE_MIN_NS (50ll * 1000)	 /* the first sleeps while a copy runs long, */
+#define PARKED_SLICE_MAX_NS (50ll * 1000 * 1000) /* growing with its wait (1/8) to this */
 
 struct stream {
 	uint64_t gen; /* 0: no stream in this slot */
@@ -41,6 +45,7 @@ struct stream {
 	uint32_t nheld;	      /* messages of this stream we hold */
 	bool have_acc;
 	bool poisoned;
+	bool parked; /* its message taken last waits for its fence: passed over meanwhile */
 };
 
 struct hold {
@@ -51,6 +56,13 @@ struct hold {
 	const struct rgaps_pub_region *r; /* to wake its publisher on release */
 	uint32_t attr_len;
 	uint8_t attrs[RGAPS_ATTR_MAX];
+};
+
+/* A held message whose copy was not complete when it was taken (cbs.fence_done). */
+struct parked {
+	bool used;
+	uint64_t since_ns;
+	struct rgaps_sub_msg m;
 };
 
 struct rgaps_sub {
@@ -65,6 +77,9 @@ struct rgaps_sub {
 	uint32_t nstreams;
 	struct hold *hp; /* [max_holds], private shadow of the holds */
 	struct rgaps_extent *ext; /* [max_holds + 1], scratch of room_for() */
+	struct parked *parked;	  /* [max_holds], by hold: messages waiting for their fences */
+	uint32_t nparked;	  /* atomic (rgaps_sub_fence_slice() is asked from other threads) */
+	uint64_t parked_last_ns;  /* atomic: when the youngest of them was parked */
 	uint32_t nholds;
 	uint32_t rr;	 /* next stream to look at first */
 	uint32_t dir_seen;
@@ -92,7 +107,8 @@ int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	s->streams = calloc(lim->max_publishers, sizeof(*s->streams));
 	s->hp = calloc(lim->max_holds, sizeof(*s->hp));
 	s->ext = calloc(lim->max_holds + 1, sizeof(*s->ext));
-	if (!s->streams || !s->hp || !s->ext) {
+	s->parked = calloc(lim->max_holds, sizeof(*s->parked));
+	if (!s->streams || !s->hp || !s->ext || !s->parked) {
 		rgaps_sub_destroy(s);
 		return -ENOMEM;
 	}
@@ -107,6 +123,7 @@ void rgaps_sub_destroy(struct rgaps_sub *s)
 {
 	if (!s)
 		return;
+	free(s->parked);
 	free(s->ext);
 	free(s->hp);
 	free(s->streams);
@@ -387,7 +404,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	char why[160];
 	int k, r;
 
-	if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+	if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED) || st->parked)
 		return TRY_NONE;
 	c = cursor_of(s, slot, st->gen);
 	next = __atomic_load_n(&c->next, __ATOMIC_RELAXED);
@@ -525,6 +542,133 @@ static enum try_result try_all(struct rgaps_sub *s, struct rgaps_sub_msg *m, int
 	return TRY_NONE;
 }
 
+/* ---------------------------------------------------------------- messages waiting for fences */
+
+/*
+ * A fenced message is read only once the copy into its block is complete
+ * (cbs.fence_done). One taken before that is parked: held, and its stream
+ * passed over (its later messages wait behind it, in order) while the other
+ * streams flow, so a publisher whose copies never end holds back only its own
+ * stream. A parked message leaves when its copy completes (it is returned),
+ * or is reported lost when it never will or lim.fence_timeout_ms passes. At
+ * most half of our holds wait so (at least one): beyond, the one waiting
+ * longest is given up, and the holds the caller may use stay its own.
+ */
+static void unpark(struct rgaps_sub *s, uint32_t token)
+{
+	struct parked *pk = &s->parked[token];
+	struct stream *st = &s->streams[pk->m.slot];
+
+	if (st->gen == pk->m.stream)
+		st->parked = false;
+	pk->used = false;
+	__atomic_store_n(&s->nparked, s->nparked - 1, __ATOMIC_RELAXED);
+}
+
+/* Parked message m will never be complete here: release it, reported lost with its gap. */
+static void lose_fenced(struct rgaps_sub *s, const struct rgaps_sub_msg *m)
+{
+	rgaps_sub_release(s, m->token);
+	rgaps_sub_add_gap(s, m->slot, m->stream, 1 + m->gap);
+}
+
+static void give_up_parked(struct rgaps_sub *s, uint32_t token, const char *why)
+{
+	struct rgaps_sub_msg m = s->parked[token].m;
+
+	rgaps_warn("topic '%.64s': stream %llu message %llu: %s; reported lost", s->hdr->name,
+		   (unsigned long long)m.stream, (unsigned long long)m.seq, why);
+	unpark(s, token);
+	lose_fenced(s, &m);
+}
+
+static void park(struct rgaps_sub *s, const struct rgaps_sub_msg *m)
+{
+	uint32_t max = RGAPS_MAX(s->lim.max_holds / 2, 1u);
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+	if (s->nparked >= max) {
+		uint32_t oldest = UINT32_MAX;
+
+		for (uint32_t k = 0; k < s->lim.max_holds; k++)
+			if (s->parked[k].used &&
+			    (oldest == UINT32_MAX ||
+			     s->parked[k].since_ns < s->parked[oldest].since_ns))
+				oldest = k;
+		give_up_parked(s, oldest, "too many messages wait for their copies to complete");
+	}
+	s->parked[m->token] = (struct parked){ .used = true, .since_ns = now, .m = *m };
+	s->streams[m->slot].parked = true;
+	__atomic_store_n(&s->parked_last_ns, now, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->nparked, s->nparked + 1, __ATOMIC_RELAXED);
+}
+
+/* Taken message m: TRY_GOT when it may be read now, else TRY_NONE (parked, or lost). */
+static enum try_result settle(struct rgaps_sub *s, const struct rgaps_sub_msg *m)
+{
+	int e;
+
+	if (!(m->flags & RGAPS_ENTRY_FENCE) || m->token == UINT32_MAX || !s->cbs.fence_done)
+		return TRY_GOT;
+	e = s->cbs.fence_done(s->cbs.arg, m);
+	if (e == 0)
+		return TRY_GOT;
+	if (e == -EAGAIN)
+		park(s, m);
+	else
+		lose_fenced(s, m);
+	return TRY_NONE;
+}
+
+/* A parked message whose copy has completed, into m (TRY_GOT); the hopeless ones go. */
+static enum try_result take_parked(struct rgaps_sub *s, struct rgaps_sub_msg *m)
+{
+	uint64_t timeout_ns = (uint64_t)s->lim.fence_timeout_ms * 1000000ull, now = 0;
+
+	for (uint32_t k = 0; k < s->lim.max_holds && s->nparked; k++) {
+		struct parked *pk = &s->parked[k];
+		int e;
+
+		if (!pk->used)
+			continue;
+		e = s->cbs.fence_done(s->cbs.arg, &pk->m);
+		if (e == -EAGAIN) {
+			char why[96];
+
+			if (!timeout_ns)
+				continue;
+			if (!now)
+				now = rgaps_now_ns(CLOCK_MONOTONIC);
+			if (now - pk->since_ns < timeout_ns)
+				continue;
+			snprintf(why, sizeof(why),
+				 "its copy did not complete within %u ms "
+				 "(fence_timeout_ms)",
+				 s->lim.fence_timeout_ms);
+			give_up_parked(s, k, why);
+			continue;
+		}
+		*m = pk->m;
+		unpark(s, k);
+		if (e == 0)
+			return TRY_GOT;
+		lose_fenced(s, m);
+	}
+	return TRY_NONE;
+}
+
+int64_t rgaps_sub_fence_slice(const struct rgaps_sub *s)
+{
+	uint64_t age;
+
+	if (!__atomic_load_n(&s->nparked, __ATOMIC_RELAXED))
+		return INT64_MAX;
+	age = rgaps_now_ns(CLOCK_MONOTONIC) - __atomic_load_n(&s->parked_last_ns, __ATOMIC_RELAXED);
+	if (age < RGAPS_FENCE_YIELD_NS) /* as rgaps_fence_wait_host() waits for a copy */
+		return 0;
+	return RGAPS_MAX(RGAPS_MIN((int64_t)(age / 8), PARKED_SLICE_MAX_NS), PARKED_SLICE_MIN_NS);
+}
+
 static bool any_ready(struct rgaps_sub *s)
 {
 	if (__atomic_load_n(&s->lost, __ATOMIC_RELAXED))
@@ -533,7 +677,7 @@ static bool any_ready(struct rgaps_sub *s)
 		const struct stream *st = &s->streams[i];
 		uint64_t head;
 
-		if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+		if (!st->gen || __atomic_load_n(&st->poisoned, __ATOMIC_RELAXED) || st->parked)
 			continue;
 		head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
 		if (__atomic_load_n(&s->cursors[i].gen, __ATOMIC_RELAXED) != st->gen ?
@@ -564,7 +708,7 @@ uint32_t rgaps_sub_wait_words(struct rgaps_sub *s, struct futex_waitv *w, uint32
 	for (uint32_t i = 0; i < s->lim.max_publishers && n + 1 < max; i++) {
 		const struct stream *st = &s->streams[i];
 
-		if (st->gen && !__atomic_load_n(&st->poisoned, __ATOMIC_RELAXED))
+		if (st->gen && !__atomic_load_n(&st->poisoned, __ATOMIC_RELAXED) && !st->parked)
 			rgaps_waitv_set(&w[n++], &st->r->doorbell,
 					__atomic_load_n(&st->r->doorbell, __ATOMIC_SEQ_CST));
 	}
@@ -628,16 +772,24 @@ int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct fut
 	return r == -EINTR ? -EINTR : 0;
 }
 
-/* Sleep once, at most until the deadline (-ETIMEDOUT once passed). */
+/*
+ * Sleep once, at most until the deadline (-ETIMEDOUT once passed), and no
+ * longer than parked messages allow (rgaps_sub_fence_slice(): a yield only).
+ */
 static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
 {
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	int64_t slice = RGAPS_MIN(rgaps_sub_fence_slice(s), WAIT_SLICE_NS);
 	int r;
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
+	if (slice == 0) {
+		sched_yield();
+		return 0;
+	}
 	r = rgaps_sub_sleep(s, NULL, NULL, 0, NULL, NULL,
-			    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
+			    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)slice));
 	return r < 0 ? r : 0;
 }
 
@@ -687,10 +839,15 @@ int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 		r = check_world(s);
 		if (r)
 			return r;
-		if (try_all(s, msg_p, &err) == TRY_GOT)
+		if (s->nparked && take_parked(s, msg_p) == TRY_GOT)
 			return 0;
-		if (err)
-			return err;
+		if (try_all(s, msg_p, &err) == TRY_GOT) {
+			if (settle(s, msg_p) == TRY_GOT)
+				return 0;
+			continue; /* parked or lost: the other streams now */
+		}
+		if (err && !(err == -ENOBUFS && s->nparked))
+			return err; /* (holds that wait for fences come back by themselves) */
 		if (timeout_ms == 0)
 			return -EAGAIN;
 		if (!spun) {

@@ -324,6 +324,11 @@ static const struct rgaps_cfg_field topic_fields[] = {
 	  .def = "1000", .min = 0, .max = 3600000,
 	  .doc = "With overflow \"block\": milliseconds a publisher waits for queue or pool "
 		 "space before the publish fails with ETIMEDOUT (0: fail at once)." },
+	{ .name = "fence_timeout_ms", .type = RGAPS_CFG_UINT, CFG_AT(T, fence_timeout_ms),
+	  .def = "10000", .min = 0, .max = 3600000,
+	  .doc = "Milliseconds a subscriber waits for the copy of a message published in stream "
+		 "order (push_async) to complete before it reports the message lost (0: until its "
+		 "publisher leaves). Meanwhile the other publishers' messages flow." },
 	{ .name = "overflow", .type = RGAPS_CFG_ENUM, CFG_AT(T, overflow), .def = "\"block\"",
 	  .names = overflow_names,
 	  .doc = "What a full queue does: \"block\" makes the publisher wait (block_timeout_ms); "

@@ -249,16 +249,17 @@ static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const str
 }
 
 /*
- * rgapsd's readers of a message published in stream order (m->flags has
- * RGAPS_ENTRY_FENCE): wait on this thread (never the loop) until the copy into
- * its block completed. *fc_p: the caller's fence cache, made on first use. 0;
- * -ECANCELED when *stop is set, or when the publisher (src) has left and the
- * fence has not completed a second later (a crashed publisher's copy: lost);
- * another negative errno when the fence cannot be used (logged).
+ * rgapsd's readers' fence_done hook (topic.h) for a message published in stream
+ * order (m->flags has RGAPS_ENTRY_FENCE): is the copy into its block complete?
+ * Never waits. Its stream is found as rgapsd__member_of_stream() finds it in
+ * the reader's streams and leaving[n]; *fc_p: the reader's fence cache, made
+ * on first use. 0; -EAGAIN: not yet; -ECANCELED: the publisher left before
+ * the copy completed (a crashed publisher's: lost); another negative errno
+ * when the fence cannot be used (logged).
  */
-int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
-			   const struct rgaps_sub_msg *m, const struct rgapsd_member *src,
-			   const uint32_t *stop);
+int rgapsd__msg_fence_done(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
+			   const struct rgaps_sub_msg *m, struct rgapsd_member *const *streams,
+			   struct rgapsd_member *const *leaving, uint32_t n);
 
 /*
  * Replicas (replicator.c): one per (topic, GPU) that subscribers read a
@@ -294,6 +295,13 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 void rgapsd__member_leave(struct rgapsd_member *m);
 void rgapsd__member_get(struct rgapsd_member *m);
 void rgapsd__member_put(struct rgapsd_member *m);
+/*
+ * An own reader's stream gen: its current stream of slot, or one of those it
+ * still holds messages of after they left (leaving[n]); NULL if neither.
+ */
+struct rgapsd_member *rgapsd__member_of_stream(struct rgapsd_member *const *streams, uint32_t slot,
+					       struct rgapsd_member *const *leaving, uint32_t n,
+					       uint64_t gen);
 /* A new fd for another process: read-only unless writable (the owner's). -errno. */
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
 /* Wake every member's futex word (after dir_gen moved or the topic closed). */

@@ -57,6 +57,18 @@ void rgapsd__member_put(struct rgapsd_member *m)
 	rgaps_require(was > 0);
 }
 
+struct rgapsd_member *rgapsd__member_of_stream(struct rgapsd_member *const *streams, uint32_t slot,
+					       struct rgapsd_member *const *leaving, uint32_t n,
+					       uint64_t gen)
+{
+	if (streams[slot] && streams[slot]->gen == gen)
+		return streams[slot];
+	for (uint32_t i = 0; i < n; i++)
+		if (leaving[i]->gen == gen)
+			return leaving[i];
+	return NULL;
+}
+
 void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s)
 {
 	rgaps_pub_snapshot(&m->t->lim, m->map, s);

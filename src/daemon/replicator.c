@@ -29,9 +29,12 @@
  * replica under "block") loses it, counted and reported to that GPU's
  * subscribers as a gap with the next one; the chain closes over that GPU for
  * this message. Messages published in stream order are copied once their
- * fence completed (waited for on this thread, never the loop).
+ * fence completed: until then they wait in the subscriber's parking
+ * (topic.h, fence_done) while the other streams flow; one whose copy never
+ * completes is lost there.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,11 +337,6 @@ static void apply_changes(struct rgapsd_replicator *r)
 
 /* ---------------------------------------------------------------- fences */
 
-struct fence_watch {
-	const struct rgapsd_member *src;
-	const uint32_t *stop;
-};
-
 static bool src_active(const struct rgapsd_member *src)
 {
 	bool active;
@@ -350,25 +348,20 @@ static bool src_active(const struct rgapsd_member *src)
 	return active;
 }
 
-/* Stop waiting: rgapsd stops, or the publisher left (its fences may not be touched then). */
-static bool fence_give_up(void *arg)
+int rgapsd__msg_fence_done(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
+			   const struct rgaps_sub_msg *m, struct rgapsd_member *const *streams,
+			   struct rgapsd_member *const *leaving, uint32_t n)
 {
-	struct fence_watch *w = arg;
-
-	if (w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE))
-		return true;
-	return !src_active(w->src);
-}
-
-int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
-			   const struct rgaps_sub_msg *m, const struct rgapsd_member *src,
-			   const uint32_t *stop)
-{
-	struct fence_watch w = { src, stop };
-	const struct rgaps_pub_region *r = src->map;
+	const struct rgapsd_member *src =
+		rgapsd__member_of_stream(streams, m->slot, leaving, n, m->stream);
+	const struct rgaps_pub_region *r;
 	char why[160] = "";
 	void *f;
 	int e = 0;
+
+	if (!src) /* never: a held message keeps its stream referenced */
+		return -ENODATA;
+	r = src->map;
 
 	switch (rgaps_fence_verdict(r, src_active(src))) {
 	case RGAPS_FENCE_DONE:
@@ -392,16 +385,15 @@ int rgapsd__msg_fence_wait(struct rgapsd_topic *t, struct rgaps_fence_cache **fc
 			   why[0] ? why : strerror(-e));
 		return e;
 	}
-	e = rgaps_fence_wait_host(&t->mem->ops.memory, t->mem->ctx, f, UINT64_MAX, fence_give_up,
-				  &w);
-	if (e == -ECANCELED && !(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE))) {
-		if (rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
-			return 0;
-		rgaps_warn("topic '%s': stream %llu message %llu: its publisher left before its copy "
-			   "completed: lost", t->cfg.name, (unsigned long long)m->stream,
-			   (unsigned long long)m->seq);
-	}
-	return e;
+	return t->mem->ops.memory.fence_query(t->mem->ctx, f);
+}
+
+/* topic.h's fence_done hook of the replicator's subscriber (this thread, in its takes). */
+static int fence_done(void *arg, const struct rgaps_sub_msg *m)
+{
+	struct rgapsd_replicator *r = arg;
+
+	return rgapsd__msg_fence_done(r->t, &r->fences, m, r->streams, r->leaving, r->nleaving);
 }
 
 /* ---------------------------------------------------------------- one message (its thread) */
@@ -415,11 +407,17 @@ static bool stop_asked(void *arg)
 static void wait_messages(struct rgapsd_replicator *r)
 {
 	struct futex_waitv own;
+	int64_t slice;
 
 	rgaps_waitv_set(&own, &r->wake, __atomic_load_n(&r->wake, __ATOMIC_SEQ_CST));
 	own.flags |= FUTEX_PRIVATE_FLAG;
-	/* No lock: the sync callbacks that change the mappings run on this thread. */
-	rgaps_sub_sleep(r->sub, NULL, &own, 1, stop_asked, r, WAIT_SLICE_NS);
+	/* No lock: the sync callbacks that change the mappings run on this thread. A message
+	 * waiting for its fence rings nothing: then look again as rgaps_sub_fence_slice() says. */
+	slice = RGAPS_MIN(rgaps_sub_fence_slice(r->sub), WAIT_SLICE_NS);
+	if (slice == 0)
+		sched_yield();
+	else
+		rgaps_sub_sleep(r->sub, NULL, &own, 1, stop_asked, r, slice);
 }
 
 /*
@@ -564,12 +562,6 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 			r->chain[i]->pending_gap += m->gap;
 			flush_gap(r->chain[i]);
 		}
-		return;
-	}
-	if ((m->flags & RGAPS_ENTRY_FENCE) &&
-	    rgapsd__msg_fence_wait(r->t, &r->fences, m, r->streams[m->slot], &r->stop)) {
-		for (uint32_t i = 0; i < r->nhops && !stopping(r); i++)
-			lose(r->chain[i], m, "its copy never completed");
 		return;
 	}
 	loan_all(r, m, mc.deadline);
@@ -764,7 +756,7 @@ static int replicator_create(struct rgapsd_topic *t, struct rgapsd_replicator **
 		.pool_dev = -1,
 		.serve = RGAPSD_SERVE_ORIGINAL,
 	};
-	struct rgaps_topic_cbs cbs = { .sync = sub_sync };
+	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .fence_done = fence_done };
 	struct rgapsd_replicator *r = calloc(1, sizeof(*r));
 	char why[256];
 	int e;

@@ -721,6 +721,7 @@ static int gpu_path_of(const char *s)
 }
 
 int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
+		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
 		       struct rgaps__attach *a)
 {
 	struct rgaps_plugin_env env;
@@ -878,6 +879,7 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		cbs.fence_free = fence_free;
 		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
 	} else {
+		cbs.fence_done = fence_done;
 		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
 	}
 	if (r)

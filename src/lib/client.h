@@ -100,7 +100,12 @@ int rgaps__connect(void);
  */
 int rgaps__request(int fd, struct cJSON *req, int timeout_ms, struct cJSON **reply_p, int *fds,
 		   int *nfds_p);
+/*
+ * Attach as role. fence_done (subscribers; NULL for publishers): topic.h's hook,
+ * called with a, that says whether a fenced message's copy is complete.
+ */
 int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
+		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
 		       struct rgaps__attach *a);
 void rgaps__attach_close(struct rgaps__attach *a);
 /* The sync callback of topic.h: fetch and map what changed among the members. */

@@ -31,7 +31,7 @@ RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic,
 		errno = ENOMEM;
 		return NULL;
 	}
-	r = rgaps__attach_open(topic, RGAPS__ROLE_PUB, opts, &pub->a);
+	r = rgaps__attach_open(topic, RGAPS__ROLE_PUB, opts, NULL, &pub->a);
 	if (r) {
 		free(pub);
 		errno = -r;

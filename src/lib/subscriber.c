@@ -31,6 +31,7 @@
 #include "client.h"
 
 #define FD_THREAD_SLICE_NS (200ll * 1000 * 1000)
+#define FD_THREAD_PARKED_MIN_NS (50ll * 1000) /* the shortest look while messages are parked */
 #define RELEASE_SLICE_MS 1 /* takes wait in slices this long while releases are pending */
 
 /* What msg_info() tells of a held message (and of the last gap-only message). */
@@ -55,6 +56,9 @@ struct rgaps_subscriber {
 	uint32_t *releasing; /* [max_holds], atomic */
 	uint32_t npending;   /* atomic */
 	bool warned_fence;
+	/* the take under way: take_async (its stream waits for fences on the GPU), or take */
+	bool take_async;
+	void *take_stream;
 	/* pollable fd */
 	int efd;
 	pthread_t thread;
@@ -63,6 +67,8 @@ struct rgaps_subscriber {
 	uint32_t stop;
 	uint32_t signaled;
 };
+
+static int fence_done(void *attach, const struct rgaps_sub_msg *m);
 
 RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic,
 							 const rgaps_attach_opts_t *opts)
@@ -77,7 +83,7 @@ RGAPS_EXPORT rgaps_subscriber_t *rgaps_subscriber_init_ex(const char *topic,
 	}
 	sub->efd = -1;
 	sub->spin_us = spin ? (uint32_t)strtoul(spin, NULL, 10) : 20;
-	r = rgaps__attach_open(topic, RGAPS__ROLE_SUB, opts, &sub->a);
+	r = rgaps__attach_open(topic, RGAPS__ROLE_SUB, opts, fence_done, &sub->a);
 	if (!r) {
 		sub->held = calloc(sub->a.lim.max_holds, sizeof(*sub->held));
 		sub->rel_fence = calloc(sub->a.lim.max_holds, sizeof(*sub->rel_fence));
@@ -209,18 +215,15 @@ static void fence_lost(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, c
 }
 
 /*
- * Make message m complete for its reader: on the host (take) or on the
- * caller's stream (take_async). 0; -ENOTCONN (rgapsd gone); another negative
- * errno when the message cannot be trusted (its fence is spoiled, or its
- * publisher crashed before the copy completed): the caller reports it lost.
+ * The fence of fenced message m, opened once per (stream, slot): 0 and *f_p;
+ * 1 when its copy is known complete (its publisher retired its fences); or a
+ * negative errno when it never will be (its fence is spoiled, or its
+ * publisher crashed before the copy completed), said in the log.
  */
-static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, bool async,
-			void *stream)
+static int fence_of(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, void **f_p)
 {
-	struct fence_watch w = { sub, m->slot, m->stream, false };
 	const struct rgaps_pub_region *r = rgaps__stream_region(&sub->a, m->slot, m->stream);
 	char why[160] = "stream not mapped";
-	void *f = NULL;
 	int e;
 
 	if (!r) {
@@ -229,7 +232,7 @@ static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, 
 	}
 	switch (rgaps_fence_verdict(r, rgaps_sub_stream_live(sub->a.sub, m->slot, m->stream))) {
 	case RGAPS_FENCE_DONE:
-		return 0;
+		return 1;
 	case RGAPS_FENCE_LOST:
 		fence_lost(sub, m, "its publisher left before its copy completed");
 		return -ECANCELED;
@@ -239,27 +242,61 @@ static int settle_fence(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, 
 	e = sub->a.fcache ? 0 : rgaps_fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx,
 							 &sub->a.fcache);
 	if (!e)
-		e = rgaps_fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, &f, why,
+		e = rgaps_fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, f_p, why,
 					  sizeof(why));
 	if (e) {
 		if (!sub->warned_fence)
 			fence_lost(sub, m, why);
 		sub->warned_fence = true;
+	}
+	return e;
+}
+
+/*
+ * topic.h's fence_done hook, asked by the core's take: is the copy into held
+ * message m complete? take() reads a message only then; take_async() makes
+ * the caller's stream wait for it on the GPU instead. It never waits: a copy
+ * still under way parks the message in the core, which asks again while the
+ * other streams flow.
+ */
+static int fence_done(void *attach, const struct rgaps_sub_msg *m)
+{
+	rgaps_subscriber_t *sub = RGAPS_CONTAINER_OF(attach, rgaps_subscriber_t, a);
+	void *f;
+	int e = fence_of(sub, m, &f);
+
+	if (e)
+		return e > 0 ? 0 : e;
+	e = mops(sub)->fence_query(sub->a.mem->ctx, f);
+	if (e != -EAGAIN || !sub->take_async)
+		return e; /* complete, failed (the plugin logged it), or parked */
+	if (mops(sub)->fence_wait(sub->a.mem->ctx, f, sub->take_stream) == 0)
+		return 0;
+	return -EAGAIN; /* the wait could not be queued: on the host, then */
+}
+
+/* rgaps_msg_wait(): make a message taken with take_async complete on stream (or here). */
+static int msg_fence_wait(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, void *stream)
+{
+	struct fence_watch w = { sub, m->slot, m->stream, false };
+	void *f;
+	int e = fence_of(sub, m, &f);
+
+	if (e)
+		return e > 0 ? 0 : e;
+	e = mops(sub)->fence_query(sub->a.mem->ctx, f);
+	if (e != -EAGAIN)
 		return e;
-	}
-	if (async) {
-		e = mops(sub)->fence_query(sub->a.mem->ctx, f);
-		if (e != -EAGAIN)
-			return e; /* complete already (or failed) */
-		if (mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
-			return 0;
-		/* The wait could not be queued: wait here instead. */
-	}
+	if (mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
+		return 0;
 	e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, f, UINT64_MAX, fence_give_up, &w);
 	if (e == -ECANCELED && w.daemon_gone)
 		return -ENOTCONN;
 	if (e == -ECANCELED) { /* the publisher left meanwhile: its region tells */
-		if (rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
+		const struct rgaps_pub_region *r =
+			rgaps__stream_region(&sub->a, m->slot, m->stream);
+
+		if (r && rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
 			return 0;
 		fence_lost(sub, m, "its publisher left before its copy completed");
 	}
@@ -339,6 +376,8 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 				return -ETIMEDOUT;
 			t = (int)((deadline - now + 999999) / 1000000);
 		}
+		sub->take_async = async;
+		sub->take_stream = stream;
 		r = take_once(sub, t, spin, &m);
 		spin = 0;
 		if (r == -ETIMEDOUT && t != timeout_ms)
@@ -352,17 +391,6 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 		}
 		if (r)
 			return r;
-		if ((m.flags & RGAPS_ENTRY_FENCE) && m.token != UINT32_MAX) {
-			r = settle_fence(sub, &m, async, stream);
-			if (r) {
-				rgaps_sub_release(sub->a.sub, m.token);
-				if (r == -ENOTCONN)
-					return r;
-				/* It carried the gap before it: pass both on */
-				rgaps_sub_add_gap(sub->a.sub, m.slot, m.stream, 1 + m.gap);
-				continue;
-			}
-		}
 		break;
 	}
 	if (m.token == UINT32_MAX) {
@@ -431,7 +459,7 @@ RGAPS_EXPORT int rgaps_msg_wait(rgaps_subscriber_t *sub, const rgaps_msg_t *msg,
 	m.fence = hi->fence;
 	m.token = msg->token;
 	m.flags = RGAPS_ENTRY_FENCE;
-	return settle_fence(sub, &m, true, stream ? stream : (void *)(uintptr_t)1);
+	return msg_fence_wait(sub, &m, stream ? stream : (void *)(uintptr_t)1);
 }
 
 RGAPS_EXPORT int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_msg_t *msg,
@@ -581,6 +609,7 @@ static void *fd_thread(void *arg)
 	while (!__atomic_load_n(&sub->stop, __ATOMIC_SEQ_CST)) {
 		uint32_t rearm = __atomic_load_n(&sub->rearm, __ATOMIC_SEQ_CST);
 		struct futex_waitv own[2];
+		int64_t slice, parked;
 		bool pending;
 
 		if (__atomic_load_n(&sub->signaled, __ATOMIC_SEQ_CST)) {
@@ -595,8 +624,14 @@ static void *fd_thread(void *arg)
 		own[1].flags |= FUTEX_PRIVATE_FLAG;
 		/* A release finishing on the GPU rings no futex: look again soon. */
 		pending = __atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE) != 0;
-		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, fd_ready_too, sub,
-				    pending ? RELEASE_SLICE_MS * 1000000ll : FD_THREAD_SLICE_NS) == 1) {
+		slice = pending ? RELEASE_SLICE_MS * 1000000ll : FD_THREAD_SLICE_NS;
+		/* Nor does the end of a copy a parked message waits for: take() looks. */
+		parked = rgaps_sub_fence_slice(sub->a.sub);
+		if (parked != INT64_MAX)
+			slice = RGAPS_MIN(slice, RGAPS_MAX(parked, FD_THREAD_PARKED_MIN_NS));
+		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, fd_ready_too, sub, slice) ==
+			    1 ||
+		    parked != INT64_MAX) {
 			uint64_t one = 1;
 
 			__atomic_store_n(&sub->signaled, 1, __ATOMIC_SEQ_CST);

@@ -715,6 +715,164 @@ static void test_fenced_blocks_wait_for_their_fence(void **state)
 	destroy(f);
 }
 
+/*
+ * Stream order as a reader sees it (cbs.fence_done): the test says which
+ * message's copy is still under way (stuck) or never will complete (broken).
+ */
+static int64_t stuck_seq[MAXP], broken_seq[MAXP];
+
+static int test_fence_done(void *arg, const struct rgaps_sub_msg *m)
+{
+	if ((int64_t)m->seq == stuck_seq[m->slot])
+		return -EAGAIN;
+	return (int64_t)m->seq == broken_seq[m->slot] ? -EBADMSG : 0;
+}
+
+static struct client *sub_open_fenced(struct fixture *f, uint32_t slot)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .fence_done = test_fence_done, .arg = c };
+
+	for (int k = 0; k < MAXP; k++)
+		stuck_seq[k] = broken_seq[k] = -1;
+	c->f = f;
+	c->slot = slot;
+	fx_add_sub(f, slot);
+	assert_int_equal(rgaps_sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &c->sub), 0);
+	sub_sync(c);
+	return c;
+}
+
+/* Publish a message in stream order (fence slot 0; its publisher keeps no books of it). */
+static void publish_fenced(struct client *c, uint64_t size)
+{
+	struct rgaps_pub_commit cm = { .ts_ns = 1, .has_fence = true };
+	struct rgaps_pub_state st;
+	uint32_t tok;
+	uint64_t off;
+
+	assert_int_equal(rgaps_pub_loan(c->pub, size, 0, &tok, &off), 0);
+	rgaps_pub_get_state(c->pub, &st);
+	rgaps_pattern_fill(c->f->pool[c->slot] + off, size, st.head);
+	assert_int_equal(rgaps_pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
+}
+
+static uint64_t ms_since(uint64_t t0)
+{
+	return (rgaps_now_ns(CLOCK_MONOTONIC) - t0) / 1000000;
+}
+
+/*
+ * A message whose copy is under way is passed over: the other streams flow,
+ * a take with a timeout ends at its timeout, and once the copy completes the
+ * message comes, then its stream's next, in order.
+ */
+static void test_unfinished_copy_is_passed_over(void **state)
+{
+	struct fixture *f = make_max(1 << 20, 64 << 10, 8, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s = sub_open_fenced(f, 0), *p0 = pub_open(f, 0), *p1 = pub_open(f, 1);
+	struct rgaps_sub_msg m;
+	uint64_t t0;
+
+	stuck_seq[0] = 0;
+	publish_fenced(p0, 100);
+	publish_fenced(p0, 100);
+	assert_int_equal(publish(p1, 100), 0);
+	assert_int_equal(publish(p1, 100), 0);
+	for (uint64_t want = 0; want < 2; want++) {
+		take_ok(s, &m);
+		assert_int_equal(m.slot, 1);
+		assert_int_equal(m.seq, want);
+		rgaps_sub_release(s->sub, m.token);
+	}
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	t0 = rgaps_now_ns(CLOCK_MONOTONIC);
+	assert_int_equal(rgaps_sub_take(s->sub, 150, 0, &m), -ETIMEDOUT);
+	assert_true(ms_since(t0) >= 150);
+	assert_int_equal(publish(p1, 100), 0); /* still flowing */
+	take_ok(s, &m);
+	assert_int_equal(m.slot, 1);
+	rgaps_sub_release(s->sub, m.token);
+	stuck_seq[0] = -1; /* the copy is done */
+	for (uint64_t want = 0; want < 2; want++) {
+		assert_int_equal(rgaps_sub_take(s->sub, 1000, 0, &m), 0);
+		assert_int_equal(m.slot, 0);
+		assert_int_equal(m.seq, want);
+		assert_int_equal(m.gap, 0);
+		rgaps_sub_release(s->sub, m.token);
+	}
+	assert_int_equal(f->subr[0]->c.drops, 0);
+	client_close(p1);
+	client_close(p0);
+	client_close(s);
+	destroy(f);
+}
+
+/*
+ * A copy that never completes is reported lost: after fence_timeout_ms, at
+ * once when its fence is spoiled, and (for the one waiting longest) when more
+ * than half of the reader's holds would wait; each as a gap of its stream.
+ */
+static void test_copy_that_never_ends_is_lost(void **state)
+{
+	struct fixture *f = make_max(1 << 20, 64 << 10, 8, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s, *p[3];
+	struct rgaps_sub_msg m;
+	uint64_t t0;
+
+	f->lim.fence_timeout_ms = 100;
+	s = sub_open_fenced(f, 0);
+	for (int i = 0; i < 3; i++)
+		p[i] = pub_open(f, (uint32_t)i);
+	stuck_seq[0] = 0;
+	publish_fenced(p[0], 100);
+	publish_fenced(p[0], 100);
+	t0 = rgaps_now_ns(CLOCK_MONOTONIC);
+	assert_int_equal(rgaps_sub_take(s->sub, 5000, 0, &m), 0);
+	assert_true(ms_since(t0) >= 100);
+	assert_int_equal(m.seq, 1);
+	assert_int_equal(m.gap, 1);
+	rgaps_sub_release(s->sub, m.token);
+
+	broken_seq[0] = 2;
+	publish_fenced(p[0], 100);
+	publish_fenced(p[0], 100);
+	take_ok(s, &m);
+	assert_int_equal(m.seq, 3);
+	assert_int_equal(m.gap, 1);
+	rgaps_sub_release(s->sub, m.token);
+
+	/* max_holds 4: two may wait; a third makes the first give way. */
+	rgaps_sub_destroy(s->sub);
+	free(s);
+	fx_remove_sub(f, 0);
+	f->lim.fence_timeout_ms = 0;
+	s = sub_open_fenced(f, 1);
+	for (int i = 0; i < 3; i++) {
+		stuck_seq[i] = 4 * (i == 0); /* the next message of each stream */
+		publish_fenced(p[i], 100);
+	}
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	for (int i = 0; i < 3; i++)
+		stuck_seq[i] = -1;
+	for (int i = 1; i < 3; i++) {
+		take_ok(s, &m);
+		assert_int_equal(m.slot, (uint32_t)i);
+		assert_int_equal(m.gap, 0);
+		rgaps_sub_release(s->sub, m.token);
+	}
+	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	publish_fenced(p[0], 100);
+	take_ok(s, &m);
+	assert_int_equal(m.slot, 0);
+	assert_int_equal(m.gap, 1);
+	rgaps_sub_release(s->sub, m.token);
+	for (int i = 0; i < 3; i++)
+		client_close(p[i]);
+	client_close(s);
+	destroy(f);
+}
+
 static void test_history_for_late_joiner(void **state)
 {
 	struct fixture *f = make(1 << 20, 8, 3, RGAPS_OVERFLOW_BLOCK);
@@ -1657,6 +1815,8 @@ int main(void)
 		cmocka_unit_test(test_drop_oldest_counts_gaps),
 		cmocka_unit_test(test_hold_protects_block),
 		cmocka_unit_test(test_fenced_blocks_wait_for_their_fence),
+		cmocka_unit_test(test_unfinished_copy_is_passed_over),
+		cmocka_unit_test(test_copy_that_never_ends_is_lost),
 		cmocka_unit_test(test_history_for_late_joiner),
 		cmocka_unit_test(test_hold_limit),
 		cmocka_unit_test(test_holds_fit_rule),

@@ -13,6 +13,7 @@
  * while one of them still reads it.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,9 +80,22 @@ static int sub_sync(void *arg)
 	return 0;
 }
 
+/*
+ * topic.h's fence_done hook of the forwarder's subscriber (the forwarder
+ * thread, in its takes, s->lock held): a message published in stream order is
+ * sent only once its copy is done; until then it waits parked while the other
+ * streams flow, and one whose copy never completes is reported lost.
+ */
+static int fence_done(void *arg, const struct rgaps_sub_msg *m)
+{
+	struct rt_local_sub *s = arg;
+
+	return rgapsd__msg_fence_done(s->t, &s->fences, m, s->streams, s->leaving, s->nleaving);
+}
+
 int rt_local_sub_open(struct rgapsd_topic *t, struct rt_local_sub *s)
 {
-	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .arg = s };
+	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .fence_done = fence_done, .arg = s };
 	char err[256];
 	int r;
 
@@ -114,44 +128,18 @@ err:
 	return r;
 }
 
-/*
- * A message published in stream order is sent only once its copy is done:
- * waited for here, on the forwarder thread. One whose copy never completes
- * (its publisher crashed) is dropped, and its stream's next message carries
- * the gap. 0: send it; -EAGAIN: dropped, take the next.
- */
-static int settle(struct rt_local_sub *s, const struct rgaps_sub_msg *msg)
-{
-	struct rgapsd_member *src = s->streams[msg->slot]; /* referenced while held */
-	int e;
-
-	if (!(msg->flags & RGAPS_ENTRY_FENCE) || msg->token == UINT32_MAX || !src)
-		return 0;
-	e = rgapsd__msg_fence_wait(s->t, &s->fences, msg, src, NULL);
-	if (!e)
-		return 0;
-	pthread_mutex_lock(&s->lock);
-	rgaps_sub_release(s->sub, msg->token);
-	rgaps_sub_add_gap(s->sub, msg->slot, msg->stream, 1 + msg->gap);
-	pthread_mutex_unlock(&s->lock);
-	return -EAGAIN;
-}
-
 int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_msg *m_p)
 {
 	uint64_t deadline = rgaps_now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ull;
 
 	for (;;) {
 		struct rgaps_sub_msg msg;
+		int64_t slice;
 		uint64_t now;
 		int r;
 
 		pthread_mutex_lock(&s->lock);
 		r = rgaps_sub_take(s->sub, 0, 0, &msg);
-		pthread_mutex_unlock(&s->lock);
-		if (!r && settle(s, &msg))
-			continue;
-		pthread_mutex_lock(&s->lock);
 		if (!r) {
 			*m_p = (struct rt_local_msg){
 				.seq = msg.seq,
@@ -161,7 +149,11 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 				.origin_stream = msg.origin_stream,
 				.origin_seq = msg.origin_seq,
 				.data = msg.data,
-				.src = msg.token == UINT32_MAX ? NULL : s->streams[msg.slot],
+				.src = msg.token == UINT32_MAX
+					       ? NULL
+					       : rgapsd__member_of_stream(s->streams, msg.slot,
+									  s->leaving, s->nleaving,
+									  msg.stream),
 				.remote_origin = (msg.flags & RGAPS_ENTRY_REMOTE) != 0,
 				.token = msg.token,
 			};
@@ -172,9 +164,15 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 		now = rgaps_now_ns(CLOCK_MONOTONIC);
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		/* Outside the lock, so the loop's releases never wait behind our sleep. */
+		/* Outside the lock, so the loop's releases never wait behind our sleep; no
+		 * longer than messages parked for their fences allow (they ring nothing). */
+		slice = RGAPS_MIN(rgaps_sub_fence_slice(s->sub), WAIT_SLICE_NS);
+		if (slice == 0) {
+			sched_yield();
+			continue;
+		}
 		r = rgaps_sub_sleep(s->sub, &s->lock, NULL, 0, NULL, NULL,
-				    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)WAIT_SLICE_NS));
+				    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)slice));
 		if (r < 0)
 			return r;
 	}
