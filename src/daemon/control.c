@@ -28,6 +28,14 @@
  * deadline, closes the connections past one: a frame begun and not complete
  * within frame_timeout_ms, an unattached connection silent for
  * idle_timeout_ms, replies unread for idle_timeout_ms.
+ *
+ * Clients send no descriptors. The kernel is asked to refuse them
+ * (SO_PASSRIGHTS off on the listening socket, inherited by every connection:
+ * the client's sendmsg fails with EPERM); where it cannot be (Linux before
+ * 6.16), the descriptors that come and the connections themselves, whose
+ * unread bytes may carry more, are closed on the closer's thread (closer.h),
+ * never here: the last close of a client's file can wait for as long as the
+ * client wants.
  */
 #include "control.h"
 
@@ -48,10 +56,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "errors.h"
 #include "frame.h"
 #include "log.h"
 #include "util.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* Linux 6.16, asm-generic/socket.h (the headers may predate it) */
+#endif
 
 #define CTL_QUEUE_DEPTH 256
 #define CTL_SEND_MAX_FDS 32 /* an attach or sync reply: header, own region and pool, members */
@@ -160,6 +173,8 @@ struct rgapsd_control {
 	struct rgapsd_control_opts opts;
 	struct rgapsd_control_stats st; /* conns and paused: see nconns and the conns */
 	struct rgaps_ratelimit log_rl;	/* refusals and timeouts a client can cause at will */
+	struct rgapsd_closer *closer;	/* made when a client's file must be closed (above) */
+	bool refuses_fds;		/* the kernel refuses client descriptors (SO_PASSRIGHTS) */
 	uid_t self_uid;
 	struct rgapsd_conn *conns;
 	unsigned nconns;   /* OPEN or DRAINING */
@@ -250,6 +265,30 @@ static void send_free(struct rgapsd_conn *conn, struct ctl_send *s)
 	free(s);
 }
 
+/*
+ * A file a client may have handed us, or a connection whose unread bytes may
+ * carry some: its last close could wait for as long as the client wants, so
+ * the closer does it. Without the closer's thread (none could be made) it is
+ * closed here.
+ */
+static void ctl_close_untrusted(struct rgapsd_control *ctl, int fd)
+{
+	int r;
+
+	if (!ctl->closer) {
+		r = rgapsd_closer_start(&ctl->closer);
+		if (r) {
+			rgaps_error("control: cannot start the closer's thread: %s; closing a "
+				    "client's file on the loop",
+				    strerror(-r));
+			ctl->closer = NULL;
+			close(fd);
+			return;
+		}
+	}
+	rgapsd_closer_close(ctl->closer, fd);
+}
+
 static void conn_free(struct rgapsd_conn *conn)
 {
 	struct rgapsd_control *ctl = conn->ctl;
@@ -264,7 +303,10 @@ static void conn_free(struct rgapsd_conn *conn)
 		free(conn->payload);
 	}
 	free(conn->groups);
-	close(conn->fd);
+	if (ctl->refuses_fds)
+		close(conn->fd);
+	else
+		ctl_close_untrusted(ctl, conn->fd);
 	ctl->nzombies--;
 	free(conn);
 }
@@ -393,7 +435,7 @@ static int conn_send_arm(struct rgapsd_conn *conn, bool poll_first)
 	return 0;
 }
 
-/* Clients never send fds: close whatever came with the last recv and say so. */
+/* Clients never send fds: close whatever came with the last recv (off the loop), and say so. */
 static void conn_drop_fds(struct rgapsd_conn *conn)
 {
 	bool truncated = conn->rmsg.msg_flags & MSG_CTRUNC;
@@ -411,10 +453,11 @@ static void conn_drop_fds(struct rgapsd_conn *conn)
 			int fd;
 
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			close(fd);
+			ctl_close_untrusted(conn->ctl, fd);
 			n++;
 		}
 	}
+	conn->ctl->st.fds_closed += n;
 	if (n || truncated)
 		ctl_log_refusal(conn->ctl, "connection %llu (pid %d uid %u) passed %u file "
 				"descriptor(s)%s; closed them (clients never send descriptors)",
@@ -899,6 +942,7 @@ static void ctl_on_handle_closed(uv_handle_t *h)
 
 	if (--ctl->handles_open)
 		return;
+	rgapsd_closer_stop(ctl->closer);
 	close(ctl->event_fd);
 	free(ctl->lock_path);
 	free(ctl->path);
@@ -1118,6 +1162,14 @@ static int ctl_listen(struct rgapsd_control *ctl)
 		rgaps_error("control: socket(AF_UNIX): %s", strerror(errno));
 		return err;
 	}
+	/* Before listen(): every connection inherits it, so none ever carries a descriptor. */
+	ctl->refuses_fds = !ctl->opts.pass_rights &&
+			   setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int)) == 0;
+	if (!ctl->refuses_fds)
+		rgaps_info(
+			"control: the kernel lets clients pass descriptors (SO_PASSRIGHTS came "
+			"with Linux 6.16): those that come, and the connections, are closed on a "
+			"thread of their own");
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		err = -errno;
 		rgaps_error("control: cannot bind %s: %s", ctl->path, strerror(errno));

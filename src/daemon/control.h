@@ -46,6 +46,9 @@ struct rgapsd_control_opts {
 	unsigned socket_mode;	     /* permission bits, default 0666 */
 	bool set_group;		     /* chown the socket (and the dirs made for it) to group */
 	gid_t group;
+	/* Tests: let client descriptors in, as a kernel without SO_PASSRIGHTS does (they are
+	 * closed on the closer's thread then: closer.h). */
+	bool pass_rights;
 };
 
 /* Counters and gauges of the server, for `rgaps stats`. */
@@ -58,6 +61,7 @@ struct rgapsd_control_stats {
 	uint64_t stalled_closed; /* replies unread for idle_timeout_ms */
 	uint64_t read_pauses;	 /* reading stopped for max_unsent */
 	uint64_t log_suppressed; /* log records of refusals over the rate limit */
+	uint64_t fds_closed;	 /* descriptors clients passed (kernels that let them in) */
 	uint64_t unsent_bytes;	 /* now: replies queued, all connections */
 	uint64_t frame_bytes;	 /* now: buffers of frames arriving */
 	uint32_t conns;		 /* now */

@@ -796,6 +796,7 @@ static cJSON *page_daemon(void *ctx)
 	cJSON_AddNumberToObject(dm, "stalled_closed", (double)cs.stalled_closed);
 	cJSON_AddNumberToObject(dm, "read_pauses", (double)cs.read_pauses);
 	cJSON_AddNumberToObject(dm, "paused_connections", cs.paused);
+	cJSON_AddNumberToObject(dm, "fds_closed", (double)cs.fds_closed);
 	cJSON_AddNumberToObject(dm, "unsent_bytes", (double)cs.unsent_bytes);
 	cJSON_AddNumberToObject(dm, "frame_bytes", (double)cs.frame_bytes);
 	cJSON_AddNumberToObject(dm, "attach_denied", (double)d->refused.attach_denied);

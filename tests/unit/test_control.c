@@ -33,6 +33,7 @@
 #include "control.h"
 #include "frame.h"
 #include "log.h"
+#include "stuck_tcp.h"
 #include "util.h"
 
 #define WATCHDOG_MS 10000
@@ -48,6 +49,7 @@ struct fx {
 	char path[100];
 	char lock_path[112];
 	int pipe[2]; /* its read end goes with every echo reply */
+	bool kernel_refused_fds; /* a client's sendmsg with fds failed (SO_PASSRIGHTS) */
 	int fds_before;
 	void (*client)(struct fx *fx);
 	pthread_t thread;
@@ -483,12 +485,69 @@ static void fill(uint8_t *p, size_t n, unsigned seed)
 
 static const uint32_t echo_sizes[] = { 1, 100, 1000, RGAPS_FRAME_MAX, 7 };
 
+/*
+ * A client passing fds. The kernel refuses them (SO_PASSRIGHTS, Linux 6.16+:
+ * sendmsg fails with EPERM) unless the server asked for them (pass_rights, as
+ * a kernel without the option behaves); then the server closes them (EOF on
+ * our read end) and keeps serving.
+ */
+static void client_passes_fds(struct fx *fx, int fd)
+{
+	char in[64], c;
+	size_t len;
+	int rc, rfd, q[2];
+
+	CHECK(fx, pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	rc = send_frame(fd, "with-fd", 7, q[1]);
+	close(q[1]);
+	if (rc == -EPERM && !fx->opts.pass_rights) {
+		close(q[0]);
+		fx->kernel_refused_fds = true;
+		return;
+	}
+	CHECK(fx, rc == 0, "send with fd: %s", strerror(-rc));
+	rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
+	CHECK(fx, rc == 1 && len == 7 && memcmp(in, "with-fd", 7) == 0, "reply to with-fd: %d", rc);
+	close(rfd);
+	{
+		struct pollfd pfd = { .fd = q[0], .events = POLLIN };
+
+		rc = poll(&pfd, 1, 5000);
+		c = 0;
+		CHECK(fx, rc == 1 && read(q[0], &c, 1) == 0,
+		      "the fd we passed is still open in the server");
+		close(q[0]);
+	}
+
+	/* More fds than the server's control buffer holds: it closes some, the kernel the rest. */
+	{
+		int many[20];
+		struct pollfd pfd;
+
+		CHECK(fx, pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+		for (int i = 0; i < 20; i++)
+			many[i] = q[1];
+		rc = send_frame_fds(fd, "many-fds", 8, many, 20);
+		close(q[1]);
+		CHECK(fx, rc == 0, "send with 20 fds: %s", strerror(-rc));
+		rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
+		CHECK(fx, rc == 1 && len == 8, "reply to many-fds: %d", rc);
+		close(rfd);
+		pfd = (struct pollfd){ .fd = q[0], .events = POLLIN };
+		rc = poll(&pfd, 1, 5000);
+		c = 0;
+		CHECK(fx, rc == 1 && read(q[0], &c, 1) == 0,
+		      "some of the 20 fds we passed are still open in the server");
+		close(q[0]);
+	}
+}
+
 static void client_echo(struct fx *fx)
 {
 	static uint8_t out[RGAPS_FRAME_MAX], in[RGAPS_FRAME_MAX];
 	uint8_t *burst, *p;
 	size_t total = 0, len;
-	int fd, rfd, rc, q[2];
+	int fd, rfd, rc;
 	char c;
 
 	fd = client_connect(fx->path);
@@ -540,46 +599,7 @@ static void client_echo(struct fx *fx)
 		close(rfd);
 	}
 
-	/* A client passing an fd: the server closes it (EOF on our read end) and keeps serving. */
-	CHECK(fx, pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
-	rc = send_frame(fd, "with-fd", 7, q[1]);
-	close(q[1]);
-	CHECK(fx, rc == 0, "send with fd: %s", strerror(-rc));
-	rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
-	CHECK(fx, rc == 1 && len == 7 && memcmp(in, "with-fd", 7) == 0, "reply to with-fd: %d",
-	      rc);
-	close(rfd);
-	{
-		struct pollfd pfd = { .fd = q[0], .events = POLLIN };
-
-		rc = poll(&pfd, 1, 5000);
-		c = 0;
-		CHECK(fx, rc == 1 && read(q[0], &c, 1) == 0,
-		      "the fd we passed is still open in the server");
-		close(q[0]);
-	}
-
-	/* More fds than the server's control buffer holds: it closes some, the kernel the rest. */
-	{
-		int many[20];
-		struct pollfd pfd;
-
-		CHECK(fx, pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
-		for (int i = 0; i < 20; i++)
-			many[i] = q[1];
-		rc = send_frame_fds(fd, "many-fds", 8, many, 20);
-		close(q[1]);
-		CHECK(fx, rc == 0, "send with 20 fds: %s", strerror(-rc));
-		rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
-		CHECK(fx, rc == 1 && len == 8, "reply to many-fds: %d", rc);
-		close(rfd);
-		pfd = (struct pollfd){ .fd = q[0], .events = POLLIN };
-		rc = poll(&pfd, 1, 5000);
-		c = 0;
-		CHECK(fx, rc == 1 && read(q[0], &c, 1) == 0,
-		      "some of the 20 fds we passed are still open in the server");
-		close(q[0]);
-	}
+	client_passes_fds(fx, fd);
 
 	/* API misuse checks run on the loop thread; the reply says they passed. */
 	rc = send_frame(fd, "api", 3, -1);
@@ -593,19 +613,89 @@ static void client_echo(struct fx *fx)
 	close(fd);
 }
 
-static void test_echo_and_fd(void **state)
+/*
+ * A kernel that lets client fds in (pass_rights): a socket whose last close
+ * would wait 60 s is closed off the loop, at once (its peer is reset), and the
+ * loop answers meanwhile.
+ */
+static void client_passes_stuck_socket(struct fx *fx)
+{
+	struct stuck_tcp st;
+	char in[64];
+	size_t len;
+	int fd, rfd, rc, q[2], pass[2];
+
+	fd = client_connect(fx->path);
+	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
+	rc = stuck_tcp_make(&st, 60);
+	CHECK(fx, rc == 0, "a lingering socket: %s", strerror(-rc));
+	CHECK(fx, pipe2(q, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	if (fx->err[0])
+		return;
+	pass[0] = st.sender;
+	pass[1] = q[1];
+	rc = send_frame_fds(fd, "with-fd", 7, pass, 2);
+	CHECK(fx, rc == 0, "send with fds: %s", strerror(-rc));
+	stuck_tcp_close_fd(&st.sender); /* the server holds the last reference */
+	close(q[1]);
+	rc = recv_frame(fd, in, sizeof(in), &len, &rfd);
+	CHECK(fx, rc == 1 && len == 7, "reply to with-fd: %d", rc);
+	if (rc == 1)
+		close(rfd);
+	rc = send_frame(fd, "again", 5, -1);
+	rc = rc ? rc : recv_frame(fd, in, sizeof(in), &len, &rfd);
+	CHECK(fx, rc == 1 && len == 5, "the next reply: %d", rc);
+	if (rc == 1)
+		close(rfd);
+	CHECK(fx, stuck_tcp_reset_within(&st, 10000),
+	      "the lingering socket was not reset within 10 s (its linger: 60 s)");
+	{
+		struct pollfd pfd = { .fd = q[0], .events = POLLIN };
+		char c = 1;
+
+		rc = poll(&pfd, 1, 5000);
+		CHECK(fx, rc == 1 && read(q[0], &c, 1) == 0, "the pipe we passed is still open");
+	}
+	close(q[0]);
+	stuck_tcp_close_fd(&st.receiver);
+	close(fd);
+}
+
+static void test_passed_fds_closed_off_loop(void **state)
 {
 	struct fx fx;
 
 	fx_init(&fx);
-	assert_int_equal(write(fx.pipe[1], "abcde", 5), 5);
+	fx.opts.pass_rights = true;
 	fx_start(&fx);
 	fx.wait_closes = 1;
-	fx_run(&fx, client_echo);
+	fx_run(&fx, client_passes_stuck_socket);
 	assert_int_equal(fx.closes, 1);
-	assert_int_equal(fx.frames, RGAPS_ARRAY_SIZE(echo_sizes) + 5);
-	assert_int_equal(fx.last_pid, getpid());
-	assert_int_equal(fx.last_uid, getuid());
+	assert_int_equal(fx.last_stats.fds_closed, 2);
+}
+
+/* As a kernel with SO_PASSRIGHTS runs it (fds refused at the client), and as one without. */
+static void test_echo_and_fd(void **state)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		struct fx fx;
+
+		fx_init(&fx);
+		fx.opts.pass_rights = pass;
+		assert_int_equal(write(fx.pipe[1], "abcde", 5), 5);
+		fx_start(&fx);
+		fx.wait_closes = 1;
+		fx_run(&fx, client_echo);
+		assert_int_equal(fx.closes, 1);
+		/* The dribbled frame, api and groups; and the two that carried fds, where they
+		 * came (one, then 20 of which the server closed what its buffer held, 16). */
+		assert_true(!pass || !fx.kernel_refused_fds);
+		assert_int_equal(fx.frames,
+				 RGAPS_ARRAY_SIZE(echo_sizes) + (fx.kernel_refused_fds ? 3 : 5));
+		assert_int_equal(fx.last_stats.fds_closed, fx.kernel_refused_fds ? 0 : 17);
+		assert_int_equal(fx.last_pid, getpid());
+		assert_int_equal(fx.last_uid, getuid());
+	}
 }
 
 /* Expect one error reply naming code and errno, then EOF. */
@@ -1270,6 +1360,7 @@ int main(void)
 		cmocka_unit_test(test_stop_with_idle_clients),
 		cmocka_unit_test(test_start_errors),
 		cmocka_unit_test(test_socket_mode),
+		cmocka_unit_test(test_passed_fds_closed_off_loop),
 	};
 	const char *lvl = getenv("RGAPS_LOG_LEVEL");
 	uv_loop_t warm;
