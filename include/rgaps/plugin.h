@@ -79,7 +79,30 @@ struct rgaps_plugin_env {
 	/** The plugin's options that the configuration sets (others keep their default). */
 	const struct rgaps_option_value *options;
 	uint32_t noptions;
+	/**
+	 * Host memory that other processes map, as rgaps makes it (docs/SHM-LAYOUT.md,
+	 * "The objects"): an anonymous memfd of size bytes labelled name, mode 0600,
+	 * sealed against shrinking and growing, not yet backed (its owner allocates
+	 * it). Returns the fd or -errno with why in words. A pool of kind
+	 * RGAPS_MEM_HOST must be one: the daemon seals it for good once its owner
+	 * has mapped and backed it.
+	 */
+	int (*shm_create)(const char *name, uint64_t size, char *why, size_t whylen);
+	/**
+	 * 0 when fd is such an object of exactly size bytes, sealed for good if
+	 * sealed; else -EBADFD (another kind of file) or -EPERM (seals missing).
+	 */
+	int (*shm_check)(int fd, uint64_t size, bool sealed);
 };
+
+/** The environment's shm_create and shm_check, if the host is new enough to offer them. */
+static inline bool rgaps_plugin_env_has_shm(const struct rgaps_plugin_env *env)
+{
+	return env &&
+	       env->struct_size >=
+		       offsetof(struct rgaps_plugin_env, shm_check) + sizeof(env->shm_check) &&
+	       env->shm_create && env->shm_check;
+}
 
 /**
  * The configured value of option name, if the host set it: true and *value.
@@ -195,12 +218,18 @@ struct rgaps_memory_ops {
 	int (*pool_create)(void *ctx, const char *name, uint64_t size, int32_t device,
 			   struct rgaps_mem_region *region_p);
 	/**
-	 * Map a pool created elsewhere; the fd is consumed (owned by the region).
-	 * flags: the creator's region.flags, plus RGAPS_MEM_IMPORT_READONLY.
+	 * Map a pool created elsewhere; the fd is consumed (owned by the region, or
+	 * closed on failure). flags: the creator's region.flags, plus
+	 * RGAPS_MEM_IMPORT_READONLY. A host pool's fd is checked (env shm_check:
+	 * made by rgapsd, and sealed for good unless it is the importer's own).
 	 */
 	int (*pool_import)(void *ctx, int fd, uint64_t size, int32_t device, uint32_t flags,
 			   struct rgaps_mem_region *region_p);
-	/** Unmap / free this process's view; the creator's destroy frees the memory. */
+	/**
+	 * Unmap / free this process's view; the creator's destroy frees the memory.
+	 * For a pool of kind RGAPS_MEM_HOST, any thread may call it (rgapsd frees
+	 * host pools on a thread of their own, never on its loop).
+	 */
 	void (*pool_release)(void *ctx, struct rgaps_mem_region *region);
 	/** Synchronous copy of n bytes between pool and caller memory (either side device). */
 	int (*copy)(void *ctx, void *dst, const void *src, size_t n, uint32_t dir);

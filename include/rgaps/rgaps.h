@@ -65,8 +65,8 @@ typedef struct rgaps_publisher rgaps_publisher_t;
 /** Opaque subscriber handle. */
 typedef struct rgaps_subscriber rgaps_subscriber_t;
 
-/** Version of the local control protocol this library speaks. */
-#define RGAPS_PROTOCOL_VERSION 1
+/** Version of the local control protocol this library speaks (2: attach, then "mapped"). */
+#define RGAPS_PROTOCOL_VERSION 2
 
 /**
  * @name The version of librgaps this header belongs to

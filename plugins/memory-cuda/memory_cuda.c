@@ -714,15 +714,18 @@ static int ipc_create(struct cuda_ctx *ctx, struct cuda_pool *p, uint64_t size, 
 		r = rt_fail(ctx, "cudaIpcGetMemHandle", e);
 		goto err_free;
 	}
-	fd = memfd_create("rgaps-cuda-ipc", MFD_CLOEXEC);
+	fd = memfd_create("rgaps-cuda-ipc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0) {
 		r = -errno;
 		plog(ctx, LOG_ERROR, "cuda: memfd_create: %s", strerror(errno));
 		goto err_free;
 	}
-	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+	/* Every importer gets this fd read-write (a VMM handle has no read-only form):
+	 * sealed, nobody can change or shorten the handle the next importer reads. */
+	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		r = -EIO;
-		plog(ctx, LOG_ERROR, "cuda: cannot write the IPC handle into its memfd");
+		plog(ctx, LOG_ERROR, "cuda: cannot write and seal the IPC handle in its memfd");
 		close(fd);
 		goto err_free;
 	}
@@ -835,20 +838,24 @@ static int cuda_pool_import(void *vctx, int fd, uint64_t size, int32_t device, u
 	flags &= ~RGAPS_MEM_IMPORT_READONLY;
 	if (flags != CUDA_FLAG_VMM && flags != CUDA_FLAG_IPC) {
 		plog(ctx, LOG_ERROR, "cuda: pool flags 0x%x name no sharing method", flags);
-		return -EINVAL;
+		r = -EINVAL;
+		goto err_close;
 	}
 	r = check_device(device, why, sizeof(why));
 	if (r) {
 		plog(ctx, LOG_ERROR, "cuda: cannot import the pool: %s", why);
-		return r;
+		goto err_close;
 	}
 	if (flags == CUDA_FLAG_VMM && need_driver(why, sizeof(why))) {
 		plog(ctx, LOG_ERROR, "cuda: cannot import a VMM pool: %s", why);
-		return -ENOTSUP;
+		r = -ENOTSUP;
+		goto err_close;
 	}
 	p = calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
+	if (!p) {
+		r = -ENOMEM;
+		goto err_close;
+	}
 	p->device = device;
 	p->mode = flags;
 	p->size = size;
@@ -875,6 +882,8 @@ static int cuda_pool_import(void *vctx, int fd, uint64_t size, int32_t device, u
 
 err_free:
 	free(p);
+err_close:
+	close(fd); /* consumed, as the operation says */
 	return r;
 }
 

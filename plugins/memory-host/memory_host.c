@@ -1,8 +1,10 @@
 /*
- * The host memory plugin: a topic's pool is plain POSIX shared memory standing
- * in for device memory, so that every path of rgaps runs and is tested on
+ * The host memory plugin: a topic's pool is plain shared memory standing in
+ * for device memory, so that every path of rgaps runs and is tested on
  * machines without a GPU. Its "device pointers" are host pointers; copies are
- * memcpy; pinning is a no-op. It sees only include/rgaps/plugin.h.
+ * memcpy; pinning is a no-op. It sees only include/rgaps/plugin.h; its pools
+ * are the objects the host environment makes (shm_create: sealed memfds,
+ * allocated up front), checked again by every process that imports one.
  *
  * It has no devices, unless a test makes it pretend (docs/GPU.md, "Testing
  * without a GPU"): RGAPS_HOST_DEVICES=N gives N emulated devices, whose links
@@ -31,16 +33,14 @@
 
 #include "rgaps/plugin.h"
 
-struct host_pool {
-	char name[256]; /* set by the creator, which unlinks it on release */
-};
-
 struct host_ctx {
 	void (*log)(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 	uint32_t ndevices;			/* emulated and visible here */
 	uint32_t global[RGAPS_MEM_MAX_DEVICES]; /* our ordinal -> the emulated device */
 	uint8_t link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES]; /* between emulated devices */
 	uint64_t fence_delay_ns;		/* RGAPS_HOST_FENCE_DELAY_US */
+	int (*shm_create)(const char *name, uint64_t size, char *why, size_t whylen);
+	int (*shm_check)(int fd, uint64_t size, bool sealed);
 };
 
 static int link_kind_of(const char *s, size_t n)
@@ -131,6 +131,10 @@ static int host_init(const struct rgaps_plugin_env *env, void **ctx_p)
 		return -ENOMEM;
 	if (env && env->struct_size >= offsetof(struct rgaps_plugin_env, log) + sizeof(env->log))
 		c->log = env->log;
+	if (rgaps_plugin_env_has_shm(env)) {
+		c->shm_create = env->shm_create;
+		c->shm_check = env->shm_check;
+	}
 	if (nd && *nd) {
 		unsigned long n = strtoul(nd, NULL, 10);
 
@@ -180,74 +184,72 @@ static int map_region(int fd, uint64_t size, int32_t device, bool writable,
 static int host_pool_create(void *ctx, const char *name, uint64_t size, int32_t device,
 			    struct rgaps_mem_region *region_p)
 {
+	struct host_ctx *c = ctx;
 	struct rgaps_mem_region r = { .fd = -1 };
-	struct host_pool *hp = calloc(1, sizeof(*hp));
+	char why[256];
 	int fd, e;
 
-	if (!hp)
-		return -ENOMEM;
-	snprintf(hp->name, sizeof(hp->name), "%s", name);
-	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0 && errno == EEXIST) {
-		shm_unlink(name);
-		fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (!c || !c->shm_create) {
+		if (c && c->log)
+			c->log(0, "host: this host process makes no shared memory for plugins (an "
+				  "rgapsd older than the plugin)");
+		return -ENOTSUP;
 	}
+	fd = c->shm_create(name, size, why, sizeof(why));
 	if (fd < 0) {
-		e = -errno;
-		goto err_free;
-	}
-	if (ftruncate(fd, (off_t)size) < 0) {
-		e = -errno;
-		goto err_unlink;
+		if (c->log)
+			c->log(0, "host: pool %s: %s", name, why);
+		return fd;
 	}
 	e = map_region(fd, size, device, true, &r);
-	if (e)
-		goto err_unlink;
-	r.priv = hp;
+	if (e) {
+		close(fd);
+		return e;
+	}
 	*region_p = r;
 	return 0;
-
-err_unlink:
-	close(fd);
-	shm_unlink(name);
-err_free:
-	free(hp);
-	return e;
 }
 
 static int host_pool_import(void *ctx, int fd, uint64_t size, int32_t device, uint32_t flags,
 			    struct rgaps_mem_region *region_p)
 {
+	struct host_ctx *c = ctx;
 	struct rgaps_mem_region r = { .fd = -1 };
-	struct stat st;
+	bool readonly = flags & RGAPS_MEM_IMPORT_READONLY;
 	int e;
 
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size < size)
-		return -EINVAL; /* never map past the object: SIGBUS on touch */
+	/*
+	 * Only an object nobody can resize (a mapping past its end is SIGBUS on touch),
+	 * and one sealed for good when it is someone else's (no hole can be punched in it).
+	 */
+	e = c && c->shm_check ? c->shm_check(fd, size, readonly) : -ENOTSUP;
+	if (e) {
+		if (c && c->log)
+			c->log(0, "host: a pool fd of %llu bytes is refused: %s",
+			       (unsigned long long)size,
+			       e == -EPERM     ? "it is not sealed"
+			       : e == -ENOTSUP ? "this host process cannot check it"
+					       : "not a shared-memory object of that size");
+		goto err;
+	}
 	/* A read-only fd cannot be mapped writable (the subscribers' view of a pool). */
-	e = map_region(fd, size, device,
-		       !(flags & RGAPS_MEM_IMPORT_READONLY) && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR,
+	e = map_region(fd, size, device, !readonly && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR,
 		       &r);
 	if (e)
-		return e;
+		goto err;
 	*region_p = r;
 	return 0;
+err:
+	close(fd); /* consumed, as the operation says */
+	return e;
 }
 
 static void host_pool_release(void *ctx, struct rgaps_mem_region *region)
 {
-	struct host_pool *hp = region->priv;
-
 	if (region->base)
 		munmap(region->base, region->size);
 	if (region->fd >= 0)
 		close(region->fd);
-	if (hp) {
-		shm_unlink(hp->name);
-		free(hp);
-	}
 	region->base = NULL;
 	region->fd = -1;
 	region->priv = NULL;

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "rgaps_build_config.h"
+#include "shm.h"
 
 const char *rgaps__plugin_kind_name(uint32_t kind)
 {
@@ -580,6 +581,8 @@ void rgaps__plugin_env_init(struct rgaps_plugin_env *env, uint32_t role, void *u
 	env->role = role;
 	env->log = plugin_log;
 	env->uv_loop = uv_loop;
+	env->shm_create = rgaps__shm_create;
+	env->shm_check = rgaps__shm_check;
 }
 
 const struct rgaps_plugin_option *rgaps__plugin_options(const struct rgaps_loaded_plugin *lp,

@@ -471,9 +471,8 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	  .doc = "Unix socket where local clients connect." },
 	{ .name = "instance", .type = RGAPS_CFG_STRING, CFG_AT(D, instance), .def = "\"\"",
 	  .check = check_name_chars,
-	  .doc = "Tag in the names of this daemon's shared-memory segments, so that several "
-		 "daemons can share a host (A-Z a-z 0-9 . _ -). \"\": derived from the socket "
-		 "path." },
+	  .doc = "This daemon's name in its log, `rgaps stats`, rgaps-top and Prometheus "
+		 "(A-Z a-z 0-9 . _ -). \"\": derived from the socket path." },
 	{ .name = "plugin_dir", .type = RGAPS_CFG_STRING, CFG_AT(D, plugin_dir), .def = "\"\"",
 	  .doc = "Directory of the plugin modules. \"\": the directory built in at install "
 		 "time." },

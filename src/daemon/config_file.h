@@ -44,7 +44,7 @@ struct rgapsd_discovery_config {
 
 struct rgapsd_config {
 	char socket_path[RGAPS_SOCKET_PATH_MAX + 1];
-	char instance[RGAPS_CFG_NAME_MAX]; /* names shm segments; "" = derived from socket path */
+	char instance[RGAPS_CFG_NAME_MAX]; /* a label in stats; "" = derived from socket path */
 	char plugin_dir[RGAPS_PATH_MAX];   /* "" = built-in default */
 	char topics_dir[RGAPS_PATH_MAX];   /* "" = <dir of config file>/topics.d, none without a file */
 	int log_level;			   /* enum rgaps_log_level */

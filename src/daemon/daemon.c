@@ -1,6 +1,8 @@
 /*
- * rgapsd start-up and shutdown: instance naming, stale segment removal, the
- * control server, signal handling. Everything here runs on the loop thread.
+ * rgapsd start-up and shutdown: the instance label, the control server,
+ * signal handling. Everything here runs on the loop thread. There is nothing
+ * to clean up from a predecessor: rgapsd's shared memory has no names, so a
+ * crashed daemon leaves none behind, and its clients see its connection close.
  */
 #include "daemon.h"
 #include "metrics.h"
@@ -15,11 +17,10 @@
 
 #include "../common/futex.h"
 #include "../common/log.h"
-#include "../common/shm.h"
 #include "notify.h"
 #include "remote.h"
 
-/* Instance name from the socket path, so two daemons on two sockets never share segments. */
+/* The instance label (logs, stats, rgaps-top) from the socket path: one per socket. */
 static void derive_instance(const char *path, char *out, size_t len)
 {
 	uint32_t h = 2166136261u; /* FNV-1a */
@@ -102,7 +103,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		.socket_mode = (unsigned)strtoul(cfg->socket_mode, NULL, 8),
 	};
 	char err[640];
-	int r, n;
+	int r;
 
 	memset(d, 0, sizeof(*d));
 	d->loop = loop;
@@ -142,7 +143,6 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 			return r;
 		}
 	}
-	/* The control socket's lock makes us the only daemon of this instance... */
 	r = rgapsd_control_start(loop, cfg->socket_path, &copts, &control_ops, d, &d->ctl);
 	if (r) {
 		rgaps_error("cannot serve %s: %s", cfg->socket_path, strerror(-r));
@@ -151,12 +151,6 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 		rgapsd_registry_free(&d->reg);
 		return r;
 	}
-	/* ...so whatever segments of this instance exist were left by a dead one: tell its
-	 * clients it is over (they end with -ENOTCONN at once), then remove them. */
-	rgapsd__topics_close_stale(d->instance);
-	n = rgaps_shm_cleanup_instance(d->instance);
-	if (n)
-		rgaps_warn("removed %d stale shared-memory segments of instance %s", n, d->instance);
 
 	rgapsd_looplag_start(loop, &d->lag);
 	r = rgapsd_remote_start(d);

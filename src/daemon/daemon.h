@@ -36,6 +36,7 @@ enum rgapsd_member_kind {
 #define RGAPSD_SERVE_ORIGINAL (-1) /* the topic's own streams (pools on its device) */
 
 enum rgapsd_member_state {
+	RGAPSD_MEMBER_PENDING,	/* made; its owner maps it: in no table, read by nobody */
 	RGAPSD_MEMBER_ACTIVE,	/* its owner is attached */
 	RGAPSD_MEMBER_DRAINING, /* publisher gone; subscribers read up to limit */
 	RGAPSD_MEMBER_GONE,	/* out of the topic; freed once nobody maps it through us */
@@ -52,15 +53,15 @@ struct rgapsd_member {
 	uint32_t refs; /* atomic: views of rgapsd's own that map it through this */
 	enum rgapsd_member_kind kind;
 	enum rgapsd_member_state state; /* under t->lock */
-	uint32_t slot;
+	uint32_t slot;			/* from activation on */
 	uint64_t gen;
 	uint64_t limit; /* DRAINING: the stream's final head (under t->lock) */
 	uint64_t since_ns; /* DRAINING since */
 	uint64_t conn_id;  /* 0: rgapsd's own */
 	pid_t pid;
-	char shm_name[RGAPS_SHM_NAME_MAX];
 	int fd;	  /* the region's fd (read-write; a read-only one is opened per share) */
-	void *map; /* rgapsd's mapping: read-write for its own members, else read-only */
+	void *map; /* rgapsd's mapping: read-write for its own members and until activation,
+		      else read-only */
 	size_t size;
 	struct rgaps_mem_region pool; /* publishers */
 	void *pool_mr[RGAPSD_MAX_TRANSPORTS]; /* transport registrations of a host pool (remote/) */
@@ -113,7 +114,6 @@ struct rgapsd_topic {
 	struct rgaps_topic_limits lim;
 	struct rgaps_topic_hdr *hdr; /* read-write here; clients map it read-only */
 	int hdr_fd;
-	char hdr_name[RGAPS_SHM_NAME_MAX];
 	struct rgaps_loaded_plugin *mem; /* shared, owned by struct rgapsd */
 	pthread_mutex_t lock;		 /* pubs/subs and member state: loop writes, forwarder reads */
 	struct rgapsd_member **pubs;	 /* [max_publishers] */
@@ -213,8 +213,6 @@ void rgapsd__topics_destroy(struct rgapsd *d);
  * nothing of the remote path (rgapsd_remote_topic_held). On the loop (the sweep).
  */
 void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now);
-/* Close the topics of a dead daemon of this instance: mark closed, wake everyone. */
-void rgapsd__topics_close_stale(const char *instance);
 
 /* What a client says of its GPUs at attach (requests.c): GPUs match by PCI address. */
 struct rgapsd_client_gpus {
@@ -291,6 +289,19 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 			  size_t errlen);
 int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			       struct rgapsd_member **m_p, char *err, size_t errlen);
+/*
+ * A client's attachment in two steps (docs/SHM-LAYOUT.md, "The objects"). Prepare:
+ * its region and pool made (sized, backed, resize-proof), in no table yet; the
+ * client maps them. Activate, once it has: sealed for good, a slot and stream id,
+ * the region formatted, visible to the others. Each fails with err saying why
+ * (-ENOSPC: no free slot). rgapsd__member_create_spec does both at once (rgapsd's
+ * own members). A PENDING member that is left is freed by rgapsd__member_leave.
+ */
+int rgapsd_member_prepare(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+			  struct rgapsd_member **m_p, char *err, size_t errlen);
+int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen);
+/* Is there a slot of kind for a new member (a free one, or a departed stream's)? */
+bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kind);
 /* The member's owner detached: a subscriber goes, a publisher's stream drains. */
 void rgapsd__member_leave(struct rgapsd_member *m);
 void rgapsd__member_get(struct rgapsd_member *m);

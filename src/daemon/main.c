@@ -23,7 +23,7 @@ static void usage(FILE *f)
 		"  -c, --config FILE      daemon configuration (default %s if it exists)\n"
 		"  -s, --socket PATH      control socket (overrides the configuration)\n"
 		"  -l, --log-level LEVEL  error, warn, info, debug, trace\n"
-		"  -i, --instance NAME    shared-memory instance name (default: from the socket)\n"
+		"  -i, --instance NAME    this daemon's name in stats (default: from the socket)\n"
 		"  -p, --plugin-dir DIR   where plugins are\n"
 		"  -b, --background       return once the socket serves (rgapsd goes on in the\n"
 		"                         background; exit 1, saying why, if it does not start)\n"
@@ -203,6 +203,8 @@ int main(int argc, char **argv)
 		return r ? 1 : 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	/* A segment beyond the file size limit (ulimit -f) is a refused attach, not our death. */
+	signal(SIGXFSZ, SIG_IGN);
 	/* Before any thread exists: the parent waits here until the child serves. */
 	if (background)
 		ready_fd = go_background(cfg.socket_path);

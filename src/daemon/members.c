@@ -86,7 +86,6 @@ struct member_remains {
 	void *map;
 	size_t size;
 	int fd;
-	char shm_name[RGAPS_SHM_NAME_MAX];
 };
 
 static void remains_release(struct member_remains *r)
@@ -97,8 +96,6 @@ static void remains_release(struct member_remains *r)
 		munmap(r->map, r->size);
 	if (r->fd >= 0)
 		close(r->fd);
-	if (r->shm_name[0])
-		shm_unlink(r->shm_name);
 }
 
 static void remains_run(struct rgapsd_job *job)
@@ -125,7 +122,6 @@ static void member_free(struct rgapsd_member *m)
 	*r = (struct member_remains){
 		.mem = t->mem, .pool = m->pool, .map = m->map, .size = m->size, .fd = m->fd
 	};
-	memcpy(r->shm_name, m->shm_name, sizeof(r->shm_name));
 	free(m);
 	if (r == &here) {
 		remains_release(r);
@@ -245,20 +241,26 @@ static uint64_t start_of(struct rgapsd_topic *t, const struct rgapsd_member *p)
 	return head - RGAPS_MIN((uint64_t)t->lim.history, head - s.tail);
 }
 
-static int map_region(struct rgapsd_member *m, size_t size, char *err, size_t errlen)
+/* The member's region: made (sized, resize-proof), backed, mapped read-write here for now. */
+static int map_region(struct rgapsd_member *m, const char *label, size_t size, char *err,
+		      size_t errlen)
 {
-	int r = rgaps_shm_create(m->shm_name, size);
+	char why[256];
+	int r = rgaps__shm_create(label, size, why, sizeof(why));
 
+	if (r >= 0) {
+		m->fd = r;
+		m->size = size;
+		r = rgaps__shm_back(m->fd, size, why, sizeof(why));
+	}
 	if (r < 0) {
-		snprintf(err, errlen, "cannot create %s: %s", m->shm_name, strerror(-r));
-		m->shm_name[0] = 0;
+		snprintf(err, errlen, "%s region: %s",
+			 m->kind == RGAPSD_MEMBER_PUB ? "publisher" : "subscriber", why);
 		return r;
 	}
-	m->fd = r;
-	m->size = size;
-	r = rgaps_shm_map(m->fd, size, &m->map);
+	r = rgaps__shm_map(m->fd, size, &m->map);
 	if (r) {
-		snprintf(err, errlen, "cannot map %s: %s", m->shm_name, strerror(-r));
+		snprintf(err, errlen, "cannot map a new region: %s", strerror(-r));
 		m->map = NULL;
 	}
 	return r;
@@ -321,26 +323,39 @@ int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, 
 int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			       struct rgapsd_member **m_p, char *err, size_t errlen)
 {
+	struct rgapsd_member *m;
+	char why[256];
+	int r = rgapsd_member_prepare(t, spec, &m, err, errlen);
+
+	if (r)
+		return r;
+	/* rgapsd's own pool is rgapsd's to back (a client backs the one it asked for). */
+	if (m->kind == RGAPSD_MEMBER_PUB && m->pool.kind == RGAPS_MEM_HOST) {
+		r = rgaps__shm_back(m->pool.fd, m->pool.size, why, sizeof(why));
+		if (r)
+			snprintf(err, errlen, "pool: %s", why);
+	}
+	if (!r)
+		r = rgapsd_member_activate(m, err, errlen);
+	if (r) {
+		member_free(m);
+		return r;
+	}
+	*m_p = m;
+	return 0;
+}
+
+int rgapsd_member_prepare(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+			  struct rgapsd_member **m_p, char *err, size_t errlen)
+{
 	enum rgapsd_member_kind kind = spec->kind;
-	struct rgapsd_member *m, **tab;
-	char role[48], pool_name[RGAPS_SHM_NAME_MAX + 8];
-	uint32_t n, slot;
+	char label[RGAPS_SHM_NAME_MAX], pool_label[RGAPS_SHM_NAME_MAX + 8];
+	struct rgapsd_member *m;
+	uint32_t n;
 	int r;
 
-	tab = table_of(t, kind, &n);
-	for (slot = 0; slot < n && tab[slot]; slot++)
-		;
-	if (slot == n && kind == RGAPSD_MEMBER_PUB) {
-		/* A departed stream kept for history gives its slot to a live publisher. */
-		for (uint32_t i = 0; i < n; i++) {
-			if (tab[i]->state == RGAPSD_MEMBER_DRAINING) {
-				member_gone(tab[i]);
-				slot = i;
-				break;
-			}
-		}
-	}
-	if (slot == n) {
+	if (!rgapsd_member_slot_free(t, kind)) {
+		table_of(t, kind, &n);
 		snprintf(err, errlen, "no free %s slot (max %u)",
 			 kind == RGAPSD_MEMBER_PUB ? "publisher" : "subscriber", n);
 		return -ENOSPC;
@@ -352,8 +367,7 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 	}
 	m->t = t;
 	m->kind = kind;
-	m->slot = slot;
-	m->gen = ++t->next_gen;
+	m->state = RGAPSD_MEMBER_PENDING;
 	m->conn_id = spec->conn_id;
 	m->pid = spec->pid;
 	m->own = spec->own;
@@ -365,40 +379,119 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 	m->fd = -1;
 	m->pool.fd = -1;
 	m->limit = UINT64_MAX;
-	snprintf(role, sizeof(role), "%c%u.%llu", kind == RGAPSD_MEMBER_PUB ? 'p' : 's', slot,
-		 (unsigned long long)m->gen);
-	r = rgaps_shm_name(m->shm_name, sizeof(m->shm_name), t->d->instance, t->cfg.name, role);
-	if (r) {
-		m->shm_name[0] = 0;
-		snprintf(err, errlen, "segment name too long");
+	/* Labels only (ls -l /proc/PID/fd): the objects have no name anyone can open. */
+	if (rgaps__shm_name(label, sizeof(label), t->d->instance, t->cfg.name,
+			    kind == RGAPSD_MEMBER_PUB ? "pub" : "sub"))
+		snprintf(label, sizeof(label), "rgaps-region");
+	r = map_region(m, label,
+		       kind == RGAPSD_MEMBER_PUB ? t->lim.pub_region_size : t->lim.sub_region_size,
+		       err, errlen);
+	if (r)
 		goto err;
-	}
 	if (kind == RGAPSD_MEMBER_PUB) {
-		r = map_region(m, t->lim.pub_region_size, err, errlen);
+		snprintf(pool_label, sizeof(pool_label), "%s-pool", label);
+		r = reserve_check(t, m->pool_dev, err, errlen);
 		if (r)
 			goto err;
-		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
-		snprintf(pool_name, sizeof(pool_name), "%s-pool", m->shm_name);
-		r = reserve_check(t, m->pool_dev, err, errlen);
-		if (r) {
-			m->pool.fd = -1;
-			m->pool.base = NULL;
-			goto err;
-		}
-		r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_name, t->lim.pool_size,
+		r = t->mem->ops.memory.pool_create(t->mem->ctx, pool_label, t->lim.pool_size,
 						   m->pool_dev, &m->pool);
 		if (r) {
-			snprintf(err, errlen, "memory '%s' cannot create a %llu-byte pool on device "
-				 "%d: %s", t->mem->name, (unsigned long long)t->lim.pool_size,
-				 (int)m->pool_dev, strerror(-r));
+			char size[32];
+
+			rgaps_format_size(t->lim.pool_size, size, sizeof(size));
+			snprintf(err, errlen,
+				 "memory '%s' cannot create a %s pool on device %d: %s "
+				 "(rgapsd's log says more)",
+				 t->mem->name, size, (int)m->pool_dev, strerror(-r));
 			m->pool.fd = -1;
 			m->pool.base = NULL;
 			goto err;
 		}
+	}
+	*m_p = m;
+	return 0;
+err:
+	member_free(m);
+	/* Memory that cannot be had, whatever limit says so: the client's code is no_memory. */
+	return r == -EFBIG || r == -ENOSPC ? -ENOMEM : r;
+}
+
+bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kind)
+{
+	uint32_t n;
+	struct rgapsd_member **tab = table_of(t, kind, &n);
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!tab[i] ||
+		    (kind == RGAPSD_MEMBER_PUB && tab[i]->state == RGAPSD_MEMBER_DRAINING))
+			return true;
+	return false;
+}
+
+/* A free slot of kind; a departed stream kept for history gives its slot to a live publisher. */
+static int take_slot(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint32_t *slot_p)
+{
+	uint32_t n, slot;
+	struct rgapsd_member **tab = table_of(t, kind, &n);
+
+	for (slot = 0; slot < n && tab[slot]; slot++)
+		;
+	if (slot == n && kind == RGAPSD_MEMBER_PUB) {
+		for (uint32_t i = 0; i < n; i++) {
+			if (tab[i]->state == RGAPSD_MEMBER_DRAINING) {
+				member_gone(tab[i]);
+				slot = i;
+				break;
+			}
+		}
+	}
+	if (slot == n)
+		return -ENOSPC;
+	*slot_p = slot;
+	return 0;
+}
+
+/*
+ * Seal what the owner has mapped and backed: no writable mapping, no hole, ever again
+ * (shm.h). A host pool is a memfd the plugin made through the environment (plugin.h);
+ * a device pool's memory is the driver's to keep.
+ */
+static int seal_memory(struct rgapsd_member *m, char *err, size_t errlen)
+{
+	char why[256];
+	int r = rgaps__shm_seal(m->fd, m->size, why, sizeof(why));
+
+	if (!r && m->kind == RGAPSD_MEMBER_PUB && m->pool.kind == RGAPS_MEM_HOST)
+		r = rgaps__shm_seal(m->pool.fd, m->pool.size, why, sizeof(why));
+	if (r)
+		snprintf(err, errlen, "cannot seal the attachment's memory: %s", why);
+	/* Its owner sealed it first (denied), or left it with holes (not what "mapped" says). */
+	return r == -EPERM ? -EACCES : r == -EFAULT ? -EPROTO : r;
+}
+
+int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen)
+{
+	struct rgapsd_topic *t = m->t;
+	enum rgapsd_member_kind kind = m->kind;
+	uint32_t n, slot;
+	struct rgapsd_member **tab = table_of(t, kind, &n);
+	int r;
+
+	rgaps_require(m->state == RGAPSD_MEMBER_PENDING);
+	r = seal_memory(m, err, errlen);
+	if (r)
+		return r;
+	if (take_slot(t, kind, &slot)) {
+		snprintf(err, errlen, "no free %s slot (max %u)",
+			 kind == RGAPSD_MEMBER_PUB ? "publisher" : "subscriber", n);
+		return -ENOSPC;
+	}
+	m->slot = slot;
+	m->gen = ++t->next_gen;
+	/* Formatted through our mapping, still writable: the seals stop new mappings only. */
+	if (kind == RGAPSD_MEMBER_PUB) {
+		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
 	} else {
-		r = map_region(m, t->lim.sub_region_size, err, errlen);
-		if (r)
-			goto err;
 		rgaps_sub_region_format(m->map, &t->lim, slot, m->gen);
 		/* Where it starts in every stream there is (read before it is visible: it can
 		 * miss nothing published after its attach completes). */
@@ -408,15 +501,15 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 							    start_of(t, t->pubs[k]),
 							    RGAPS_CURSOR_FRESH);
 	}
-	if (!spec->own) {
+	if (!m->own) {
 		r = remap_read_only(m);
 		if (r) {
-			snprintf(err, errlen, "cannot map %s read-only: %s", m->shm_name,
-				 strerror(-r));
-			goto err;
+			snprintf(err, errlen, "cannot map a region read-only: %s", strerror(-r));
+			return r;
 		}
 	}
 	pthread_mutex_lock(&t->lock);
+	m->state = RGAPSD_MEMBER_ACTIVE;
 	tab[slot] = m;
 	pthread_mutex_unlock(&t->lock);
 	if (kind == RGAPSD_MEMBER_PUB)
@@ -425,11 +518,7 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 		t->nsubs++;
 	counts_to_hdr(t);
 	dir_changed(t);
-	*m_p = m;
 	return 0;
-err:
-	member_free(m);
-	return r;
 }
 
 void rgapsd__member_leave(struct rgapsd_member *m)
@@ -437,6 +526,10 @@ void rgapsd__member_leave(struct rgapsd_member *m)
 	struct rgapsd_topic *t = m->t;
 	struct rgaps_pub_snapshot s;
 
+	if (m->state == RGAPSD_MEMBER_PENDING) { /* in no table: nobody else saw it */
+		member_free(m);
+		return;
+	}
 	if (m->kind == RGAPSD_MEMBER_SUB) {
 		member_gone(m);
 		return;
@@ -459,7 +552,6 @@ void rgapsd__member_leave(struct rgapsd_member *m)
 
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable)
 {
-	char path[64];
 	int fd = pool ? m->pool.fd : m->fd, r;
 
 	if (fd < 0)
@@ -469,11 +561,9 @@ int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writa
 		r = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		return r < 0 ? -errno : r;
 	}
-	/* A new open file description of the same object, read-only: mmap(PROT_WRITE) and
-	 * mprotect() fail on it, and the object's 0600 mode keeps others from reopening it. */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	r = open(path, O_RDONLY | O_CLOEXEC);
-	return r < 0 ? -errno : r;
+	/* mmap(PROT_WRITE) and mprotect() fail on it; the object's mode (0600) keeps other
+	 * users from reopening it read-write through /proc. */
+	return rgaps__shm_reopen_read_only(fd);
 }
 
 /* ---------------------------------------------------------------- sweeping */

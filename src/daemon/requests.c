@@ -1,7 +1,7 @@
 /*
  * The local control protocol of rgapsd (docs/PROTOCOL.md, "Local control"):
  * one JSON request per frame, one reply per request, in order. Requests:
- * hello, attach, detach, topics, stats. Every reply is {"ok":true,...} or
+ * hello, attach, mapped, sync, detach, topics, stats. Every reply is {"ok":true,...} or
  * {"ok":false,"error":{"code","errno","message"}}, echoing the request's "id".
  * Bad input of any kind gets an error reply; only a broken frame (which makes
  * the stream unusable) also closes the connection. `topics` and `stats` are
@@ -43,6 +43,7 @@ struct client {
 	enum client_role role;
 	struct rgapsd_topic *topic;
 	struct rgapsd_member *member; /* the attachment's own region (and pool) */
+	bool active;		      /* "mapped" came: the member is in the topic */
 	struct rgapsd_told told;      /* what it knows of the other kind of members */
 	cJSON *pending_reply; /* publisher attach waiting for the peers' topic set-up */
 };
@@ -165,7 +166,7 @@ static void detach(struct client *c)
 	}
 	if (c->member)
 		rgapsd__member_leave(c->member);
-	if (c->role == CLIENT_SUB && --c->topic->local_subs == 0)
+	if (c->role == CLIENT_SUB && c->active && --c->topic->local_subs == 0)
 		rgapsd_remote_subscribers_changed(c->d, c->topic);
 	if (c->topic) {
 		c->topic->attachments--;
@@ -173,58 +174,68 @@ static void detach(struct client *c)
 	}
 	rgapsd__told_free(&c->told);
 	c->member = NULL;
-	if (c->role != CLIENT_NONE)
+	if (c->active)
 		rgapsd_conn_set_attached(c->conn, false);
+	c->active = false;
 	c->role = CLIENT_NONE;
 	c->topic = NULL;
 }
 
 /*
- * The reply that completes an attach: the topic header (read-only), the
- * client's own region (read-write) and, for a publisher, its pool; then the
- * members it must know of, as a sync reply tells them.
+ * Send a reply of the attach with its fds, unless e (an error of preparing it);
+ * when it cannot be sent (EMFILE...), or e, there is no attachment, and the
+ * client is told.
+ */
+static void send_attach_part(struct client *c, cJSON *r, int *fds, int nfds, int e)
+{
+	if (!e) {
+		e = send_json(c->conn, r, fds, nfds);
+		if (e == -ENOTCONN || e == -ENOMEM)
+			e = 0; /* it left, or the connection closes after what was sent */
+	}
+	close_fds(fds, nfds);
+	cJSON_Delete(r);
+	if (!e)
+		return;
+	detach(c);
+	reply_error(c->d, c->conn, NULL, e, "cannot share the topic's memory: %s", strerror(-e));
+}
+
+/*
+ * The first reply of an attach: the topic header (read-only), the client's own
+ * region (read-write) and, for a publisher, its pool (read-write), still open to
+ * writable mappings until the client says "mapped".
  */
 static void send_attach_reply(struct client *c, cJSON *r)
 {
 	struct rgapsd_member *m = c->member;
-	int fds[MAX_REPLY_FDS], nfds = 0, e;
-	char path[64];
+	int fds[3], nfds = 0, e;
 
-	/* A read-only open of the header: clients cannot map it writable. */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", c->topic->hdr_fd);
-	e = open(path, O_RDONLY | O_CLOEXEC);
-	if (e < 0) {
-		e = -errno;
-		goto err;
-	}
-	fds[nfds++] = e;
-	e = rgapsd__member_share_fd(m, false, true);
-	if (e < 0)
-		goto err;
-	fds[nfds++] = e;
-	if (c->role == CLIENT_PUB) {
-		e = rgapsd__member_share_fd(m, true, true);
-		if (e < 0)
-			goto err;
+	/* A read-only open of the sealed header: clients cannot map it writable. */
+	e = rgaps__shm_reopen_read_only(c->topic->hdr_fd);
+	if (e >= 0)
 		fds[nfds++] = e;
+	if (e >= 0)
+		e = rgapsd__member_share_fd(m, false, true);
+	if (e >= 0)
+		fds[nfds++] = e;
+	if (e >= 0 && c->role == CLIENT_PUB) {
+		e = rgapsd__member_share_fd(m, true, true);
+		if (e >= 0)
+			fds[nfds++] = e;
 	}
-	e = rgapsd__told_diff(&c->told, c->topic,
-			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
-			      m->serve, r, fds, &nfds, MAX_REPLY_FDS);
-	if (e)
-		goto err;
-	e = send_json(c->conn, r, fds, nfds);
-	/* Descriptors that could not be passed (EMFILE): no attachment, and the client told. */
-	if (e && e != -ENOTCONN && e != -ENOMEM)
-		goto err;
-	close_fds(fds, nfds);
-	cJSON_Delete(r);
-	return;
-err:
-	close_fds(fds, nfds);
-	cJSON_Delete(r);
-	detach(c);
-	reply_error(c->d, c->conn, NULL, e, "cannot share the topic's memory: %s", strerror(-e));
+	send_attach_part(c, r, fds, nfds, e < 0 ? e : 0);
+}
+
+/* The reply that completes an attach ("mapped"): the members the client must know of. */
+static void send_members_reply(struct client *c, cJSON *r)
+{
+	int fds[MAX_REPLY_FDS], nfds = 0;
+	int e = rgapsd__told_diff(&c->told, c->topic,
+				  c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
+				  c->member->serve, r, fds, &nfds, MAX_REPLY_FDS);
+
+	send_attach_part(c, r, fds, nfds, e);
 }
 
 /* The peers answered (or the wait timed out): complete a publisher's attach. */
@@ -234,7 +245,7 @@ static void attach_done(void *arg, int status)
 	cJSON *r = c->pending_reply;
 
 	c->pending_reply = NULL;
-	send_attach_reply(c, r);
+	send_members_reply(c, r);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -380,7 +391,8 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		return;
 	}
 	spec.kind = sub ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB;
-	rc = rgapsd__member_create_spec(t, &spec, &c->member, err, sizeof(err));
+	/* Its memory now; it joins the topic once it has mapped it (do_mapped). */
+	rc = rgapsd_member_prepare(t, &spec, &c->member, err, sizeof(err));
 	if (rc) {
 		rgapsd__told_free(&c->told);
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
@@ -389,12 +401,9 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	c->role = sub ? CLIENT_SUB : CLIENT_PUB;
 	c->topic = t;
 	t->attachments++;
-	rgapsd_conn_set_attached(conn, true);
 
 	r = reply_ok(req);
 	cJSON_AddStringToObject(r, "topic", name);
-	cJSON_AddNumberToObject(r, "slot", c->member->slot);
-	cJSON_AddNumberToObject(r, "gen", (double)c->member->gen);
 	cJSON_AddNumberToObject(r, "hdr_size", (double)rgaps_topic_hdr_size());
 	cJSON_AddStringToObject(r, "memory", t->mem->name);
 	cJSON_AddNumberToObject(r, "device", t->cfg.device);
@@ -408,18 +417,49 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		cJSON_AddStringToObject(r, "my_device_pci", rgapsd__gpu_pci(t, spec.gpu));
 	cJSON_AddStringToObject(r, "gpu_path", path);
 	cJSON_AddBoolToObject(r, "grant_rw", grant_rw);
-	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu, GPU %d, %s)",
-		    (int)cred->pid, name, role, c->member->slot,
-		    (unsigned long long)c->member->gen, (int)spec.gpu, path);
-	if (sub && t->local_subs++ == 0)
-		rgapsd_remote_subscribers_changed(d, t);
+	send_attach_reply(c, r);
+}
+
+/*
+ * The client has mapped its own memory: seal it for good, let the member into the
+ * topic, and complete the attach with the members it must know of.
+ */
+static void do_mapped(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c,
+		      const cJSON *req)
+{
+	struct rgapsd_member *m = c->member;
+	char err[512];
+	cJSON *r;
+	int rc;
+
+	if (c->role == CLIENT_NONE || c->active) {
+		reply_error(d, conn, req, -EPROTO,
+			    c->active ? "\"mapped\" came already" : "\"mapped\" before attach");
+		return;
+	}
+	rc = rgapsd_member_activate(m, err, sizeof(err));
+	if (rc) {
+		reply_error(d, conn, req, rc, "topic '%s': %s", c->topic->cfg.name, err);
+		detach(c);
+		return;
+	}
+	c->active = true;
+	rgapsd_conn_set_attached(conn, true);
+	rgaps_debug("pid %d attached to '%s' as %s slot %u (stream %llu, GPU %d)", (int)m->pid,
+		    c->topic->cfg.name, c->role == CLIENT_SUB ? "sub" : "pub", m->slot,
+		    (unsigned long long)m->gen, (int)m->gpu);
+	r = reply_ok(req);
+	cJSON_AddNumberToObject(r, "slot", m->slot);
+	cJSON_AddNumberToObject(r, "gen", (double)m->gen);
+	if (c->role == CLIENT_SUB && c->topic->local_subs++ == 0)
+		rgapsd_remote_subscribers_changed(d, c->topic);
 	/* A publisher's attach completes once interested peers set the topic up
 	 * (docs/ARCHITECTURE.md section 7). */
-	if (!sub && rgapsd_remote_publisher_attach(d, t, attach_done, c)) {
+	if (c->role == CLIENT_PUB && rgapsd_remote_publisher_attach(d, c->topic, attach_done, c)) {
 		c->pending_reply = r;
 		return;
 	}
-	send_attach_reply(c, r);
+	send_members_reply(c, r);
 }
 
 /* The client saw the topic's directory move: tell it what changed since. */
@@ -429,7 +469,7 @@ static void do_sync(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c
 	int fds[MAX_REPLY_FDS], nfds = 0, e;
 	cJSON *r;
 
-	if (c->role == CLIENT_NONE || c->pending_reply) {
+	if (!c->active || c->pending_reply) {
 		reply_error(d, conn, req, -ENOTCONN, "not attached");
 		return;
 	}
@@ -1001,6 +1041,8 @@ void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, 
 		do_hello(d, conn, c, req);
 	else if (strcmp(type, "attach") == 0)
 		do_attach(d, conn, c, req);
+	else if (strcmp(type, "mapped") == 0)
+		do_mapped(d, conn, c, req);
 	else if (strcmp(type, "sync") == 0)
 		do_sync(d, conn, c, req);
 	else if (strcmp(type, "detach") == 0)

@@ -16,7 +16,6 @@
  * the message size suggest. Decided per GPU at its first attach, logged with
  * the reason; a GPU that cannot be served is refused at attach.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -521,10 +520,48 @@ static void topic_free(struct rgapsd_topic *t)
 		munmap(t->hdr, rgaps_topic_hdr_size());
 	if (t->hdr_fd >= 0)
 		close(t->hdr_fd);
-	if (t->hdr_name[0])
-		shm_unlink(t->hdr_name);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
+}
+
+/*
+ * The header: formatted through rgapsd's own mapping, then sealed at once, so that
+ * nobody else can ever map it writable (clients get read-only fds of it).
+ */
+static int topic_hdr_create(struct rgapsd_topic *t, const char *name, char *err, size_t errlen)
+{
+	char label[RGAPS_SHM_NAME_MAX], why[256];
+	void *hdr;
+	int r;
+
+	if (rgaps__shm_name(label, sizeof(label), t->d->instance, name, "meta"))
+		snprintf(label, sizeof(label), "rgaps-meta");
+	r = rgaps__shm_create(label, rgaps_topic_hdr_size(), why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "topic header: %s", why);
+		return r;
+	}
+	t->hdr_fd = r;
+	r = rgaps__shm_back(t->hdr_fd, rgaps_topic_hdr_size(), why, sizeof(why));
+	if (r) {
+		snprintf(err, errlen, "topic header: %s", why);
+		return r;
+	}
+	r = rgaps__shm_map(t->hdr_fd, rgaps_topic_hdr_size(), &hdr);
+	if (r) {
+		snprintf(err, errlen, "cannot map the topic header: %s", strerror(-r));
+		return r;
+	}
+	t->hdr = hdr;
+	r = rgaps_topic_hdr_format(hdr, rgaps_topic_hdr_size(), name, &t->lim);
+	if (r) {
+		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
+		return r;
+	}
+	r = rgaps__shm_seal(t->hdr_fd, rgaps_topic_hdr_size(), why, sizeof(why));
+	if (r)
+		snprintf(err, errlen, "topic header: %s", why);
+	return r;
 }
 
 /*
@@ -538,7 +575,6 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 	const struct rgaps_topic_config *tc = rgapsd__topic_configured(d, name);
 	struct rgapsd_topic *t = calloc(1, sizeof(*t));
 	char pool[32], msg[32];
-	void *hdr;
 	int r;
 
 	if (!t) {
@@ -575,30 +611,9 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 		r = -ENOMEM;
 		goto err_free;
 	}
-	if (rgaps_shm_name(t->hdr_name, sizeof(t->hdr_name), d->instance, name, "meta")) {
-		t->hdr_name[0] = 0;
-		snprintf(err, errlen, "segment name too long");
-		r = -ENAMETOOLONG;
+	r = topic_hdr_create(t, name, err, errlen);
+	if (r)
 		goto err_free;
-	}
-	r = rgaps_shm_create(t->hdr_name, rgaps_topic_hdr_size());
-	if (r < 0) {
-		snprintf(err, errlen, "cannot create %s: %s", t->hdr_name, strerror(-r));
-		t->hdr_name[0] = 0;
-		goto err_free;
-	}
-	t->hdr_fd = r;
-	r = rgaps_shm_map(t->hdr_fd, rgaps_topic_hdr_size(), &hdr);
-	if (r) {
-		snprintf(err, errlen, "cannot map %s: %s", t->hdr_name, strerror(-r));
-		goto err_free;
-	}
-	t->hdr = hdr;
-	r = rgaps_topic_hdr_format(hdr, rgaps_topic_hdr_size(), name, &t->lim);
-	if (r) {
-		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
-		goto err_free;
-	}
 	t->busy_ns = rgaps_now_ns(CLOCK_MONOTONIC);
 	t->next = d->topics;
 	d->topics = t;
@@ -698,41 +713,4 @@ void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now)
 		rgapsd__members_wake(t);
 		topic_free(t);
 	}
-}
-
-void rgapsd__topics_close_stale(const char *instance)
-{
-	char prefix[RGAPS_SHM_NAME_MAX];
-	DIR *dir = opendir("/dev/shm");
-	struct dirent *de;
-	size_t plen;
-
-	if (!dir)
-		return;
-	snprintf(prefix, sizeof(prefix), "rgaps-%s-", instance);
-	plen = strlen(prefix);
-	while ((de = readdir(dir))) {
-		size_t len = strlen(de->d_name);
-		char name[RGAPS_SHM_NAME_MAX + 2];
-		struct rgaps_topic_hdr *h;
-		int fd;
-
-		if (strncmp(de->d_name, prefix, plen) != 0 || len < 5 ||
-		    strcmp(de->d_name + len - 5, "-meta") != 0)
-			continue;
-		snprintf(name, sizeof(name), "/%s", de->d_name);
-		fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		close(fd);
-		if (h == MAP_FAILED)
-			continue;
-		/* Only what a daemon of ours made: then the old clients learn it is over. */
-		if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == RGAPS_TOPIC_MAGIC &&
-		    h->layout_version == RGAPS_TOPIC_LAYOUT_VERSION)
-			rgaps_topic_close(h);
-		munmap(h, sizeof(*h));
-	}
-	closedir(dir);
 }

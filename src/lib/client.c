@@ -25,6 +25,7 @@
 #include "../common/frame.h"
 #include "../common/futex.h"
 #include "../common/log.h"
+#include "../common/shm.h"
 #include "rgaps_build_config.h"
 
 #define REQUEST_TIMEOUT_MS 10000
@@ -314,16 +315,22 @@ static int take_fd(const cJSON *o, const char *key, int *fds, int nfds, int *fd_
 	return 0;
 }
 
+/*
+ * Map an object rgapsd made: our own read-write (open to writable mappings until
+ * we say "mapped"), anyone else's read-only, which must be sealed for good.
+ */
 static int map_fd(int fd, size_t size, bool writable, void **map_p)
 {
-	struct stat st;
 	void *p;
+	int r;
 
-	/* Never map past the object: a touch beyond it is SIGBUS. */
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size < size)
+	/* Never an object someone could shrink (a touch beyond its end is SIGBUS) or punch. */
+	r = rgaps__shm_check(fd, size, !writable);
+	if (r) {
+		rgaps_warn("rgapsd passed a %zu-byte segment that is %s: refused", size,
+			   r == -EPERM ? "not sealed" : "not a shared-memory object of that size");
 		return -EPROTO;
+	}
 	p = mmap(NULL, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return -errno;
@@ -475,6 +482,14 @@ static const cJSON *array_of(const cJSON *reply, const char *key)
 	return cJSON_IsArray(v) ? v : NULL;
 }
 
+/* Close the fds of a reply that were not taken (-1). */
+static void close_unused(int *fds, int nfds)
+{
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
 /*
  * Apply the "remove", "members" and "limits" of an attach or sync reply
  * (docs/PROTOCOL.md). Returns 1 if rgapsd has more to tell ("more"), 0, or
@@ -549,9 +564,7 @@ out:
 	__atomic_fetch_add(&a->view_gen, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&a->lock);
 	syscall(SYS_futex, &a->view_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-	for (int i = 0; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
+	close_unused(fds, nfds);
 	return r;
 }
 
@@ -720,19 +733,182 @@ static int gpu_path_of(const char *s)
 	return RGAPS_GPU_PATH_LOCAL;
 }
 
+/*
+ * The first half of an attach: our own memory (docs/PROTOCOL.md, "attach"). The
+ * header, read-only and sealed, and our own copy of its limits; our region and
+ * a publisher's pool, read-write; the memory plugin that maps the pools.
+ * Consumes fds[0..2].
+ */
+static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds,
+		   bool *grant_rw_p)
+{
+	uint64_t hdr_size, device, flags = 0, mine = UINT64_MAX;
+	const cJSON *mem = cJSON_GetObjectItemCaseSensitive(reply, "memory"), *v;
+	struct rgaps_plugin_env env;
+	char err[512], pools_pci[16], mine_pci[16];
+	int fd, r;
+
+	if (num_of(reply, "hdr_size", 1u << 20, &hdr_size) ||
+	    num_of(reply, "device", 1023, &device) ||
+	    (a->role == RGAPS__ROLE_PUB && num_of(reply, "mem_flags", 0xffff, &flags)) ||
+	    !cJSON_IsString(mem) || nfds < (a->role == RGAPS__ROLE_PUB ? 3 : 2))
+		return -EPROTO;
+	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
+	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
+	if ((v && (!cJSON_IsNumber(v) ||
+		   (v->valuedouble != -1 && num_of(reply, "my_device", 1023, &mine)))) ||
+	    pci_of(reply, "device_pci", pools_pci) || pci_of(reply, "my_device_pci", mine_pci))
+		return -EPROTO;
+	/* rgapsd's ordinals, as ours: by PCI address where it names one. */
+	a->device = rgaps__gpu_local(&a->gpus, pools_pci, (int32_t)device);
+	a->my_device =
+		mine == UINT64_MAX ? -1 : rgaps__gpu_local(&a->gpus, mine_pci, (int32_t)mine);
+	v = cJSON_GetObjectItemCaseSensitive(reply, "gpu_path");
+	a->gpu_path = gpu_path_of(cJSON_IsString(v) ? v->valuestring : NULL);
+	*grant_rw_p = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "grant_rw"));
+	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
+
+	a->hdr_size = (size_t)hdr_size;
+	r = map_fd(fds[0], a->hdr_size, false, &a->hdr);
+	close(fds[0]);
+	fds[0] = -1;
+	if (!r)
+		r = rgaps_topic_hdr_validate(a->hdr, a->hdr_size, &a->lim);
+	if (r)
+		return r;
+	/* Our region is formatted once we say "mapped": checked then. */
+	a->region_size =
+		a->role == RGAPS__ROLE_PUB ? a->lim.pub_region_size : a->lim.sub_region_size;
+	r = map_fd(fds[1], a->region_size, true, &a->region);
+	close(fds[1]);
+	fds[1] = -1;
+	if (r)
+		return r;
+	r = rgaps__plugin_load(rgaps__plugin_default_dir(), RGAPS_PLUGIN_MEMORY, a->memory_name,
+			       &a->mem, err, sizeof(err));
+	if (r) {
+		rgaps_warn("%s", err);
+		return r;
+	}
+	rgaps__plugin_env_init(&env, RGAPS_ROLE_CLIENT, NULL);
+	r = a->mem->ops.memory.init(&env, &a->mem->ctx);
+	if (r)
+		return r;
+	if (a->role != RGAPS__ROLE_PUB)
+		return 0;
+	if (a->device < 0) { /* rgapsd refuses such a publisher first */
+		rgaps_warn("topic '%.64s': the topic's pools are on the GPU at PCI %s, which this "
+			   "process does not see",
+			   ((const struct rgaps_topic_hdr *)a->hdr)->name, pools_pci);
+		return -ENODEV;
+	}
+	fd = fds[2];
+	fds[2] = -1;
+	r = a->mem->ops.memory.pool_import(a->mem->ctx, fd, a->lim.pool_size, a->device,
+					   (uint32_t)flags, &a->pool);
+	if (r)
+		return r;
+	a->have_pool = true;
+	/* A host pool is ours to back, whole, before rgapsd seals it (it refuses holes). */
+	if (a->pool.kind == RGAPS_MEM_HOST) {
+		r = rgaps__shm_back(a->pool.fd, a->pool.size, err, sizeof(err));
+		if (r)
+			rgaps__reason_set(r, "topic '%.64s': our pool: %s", a->topic, err);
+	}
+	return r;
+}
+
+/* A publisher on another GPU than its pool's: its kernels may write loans once let in. */
+static int grant_own_pool(struct rgaps__attach *a, const char *topic, bool grant_rw)
+{
+	int r;
+
+	if (a->my_device < 0 || a->my_device == a->device)
+		return 0;
+	if (!grant_rw) {
+		rgaps_warn("topic '%s': GPU %d has no peer access to its pool on GPU %d: push "
+			   "works (the driver copies through host memory), but kernels on GPU "
+			   "%d cannot write loans",
+			   topic, (int)a->my_device, (int)a->device, (int)a->my_device);
+		return 0;
+	}
+	r = a->mem->ops.memory.pool_grant(a->mem->ctx, &a->pool, a->my_device,
+					  RGAPS_MEM_GRANT_READ | RGAPS_MEM_GRANT_WRITE);
+	if (r) {
+		rgaps_warn("topic '%s': GPU %d cannot be given access to its pool on GPU %d: %s",
+			   topic, (int)a->my_device, (int)a->device, strerror(-r));
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/*
+ * The second half: tell rgapsd our memory is mapped (it seals it and lets us into
+ * the topic), check the region it formatted, and map the members it names.
+ */
+static int attach_mapped(struct rgaps__attach *a,
+			 int (*fence_done)(void *attach, const struct rgaps_sub_msg *m))
+{
+	struct rgaps_topic_cbs cbs = { .sync = rgaps__sync, .alive = rgaps__alive, .arg = a };
+	cJSON *req = cJSON_CreateObject(), *reply = NULL;
+	int fds[MAX_FDS], nfds = MAX_FDS, r;
+	uint64_t slot, gen;
+
+	if (!req)
+		return -ENOMEM;
+	cJSON_AddStringToObject(req, "type", "mapped");
+	r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
+	cJSON_Delete(req);
+	if (r)
+		return r;
+	if (num_of(reply, "slot", 1023, &slot) || num_of(reply, "gen", UINT64_MAX, &gen)) {
+		r = -EPROTO;
+		goto out;
+	}
+	a->slot = (uint32_t)slot;
+	a->gen = gen;
+	r = a->role == RGAPS__ROLE_PUB
+		    ? rgaps_pub_region_validate(a->region, a->region_size, &a->lim)
+		    : rgaps_sub_region_validate(a->region, a->region_size, &a->lim);
+	if (r)
+		goto out;
+	a->npeers = a->role == RGAPS__ROLE_PUB ? a->lim.max_subscribers : a->lim.max_publishers;
+	a->peers = calloc(a->npeers, sizeof(*a->peers));
+	if (!a->peers) {
+		r = -ENOMEM;
+		goto out;
+	}
+	if (a->role == RGAPS__ROLE_PUB) {
+		cbs.fence_pending = fence_pending;
+		cbs.fence_free = fence_free;
+		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
+	} else {
+		cbs.fence_done = fence_done;
+		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
+	}
+	if (r)
+		goto out;
+	/* The members there are, then whatever did not fit into this reply. */
+	r = apply_members(a, reply, fds, nfds);
+	nfds = 0;
+	if (r > 0)
+		r = rgaps__sync(a);
+out:
+	close_unused(fds, nfds);
+	cJSON_Delete(reply);
+	return r;
+}
+
 int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
 		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
 		       struct rgaps__attach *a)
 {
-	struct rgaps_plugin_env env;
-	struct rgaps_topic_cbs cbs = { .sync = rgaps__sync, .alive = rgaps__alive, .arg = a };
-	cJSON *req, *reply = NULL, *mem, *v;
-	int fds[MAX_FDS], nfds = MAX_FDS, fd, r;
-	uint64_t slot, gen, hdr_size, device, flags = 0, mine = UINT64_MAX;
+	cJSON *req, *reply = NULL;
+	int fds[MAX_FDS], nfds = MAX_FDS, r;
 	int32_t want = -1;
-	char err[512], pools_pci[16], mine_pci[16];
 	const char *pci;
-	bool grant_rw;
+	char err[256];
+	bool grant_rw = false;
 
 	memset(a, 0, sizeof(*a));
 	a->fd = -1;
@@ -744,7 +920,8 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		return rgaps__reason_set(-EINVAL, "%s", err);
 	snprintf(a->topic, sizeof(a->topic), "%s", topic);
 	if (opts) {
-		if (opts->struct_size < offsetof(rgaps_attach_opts_t, device) + sizeof(opts->device) ||
+		if (opts->struct_size <
+			    offsetof(rgaps_attach_opts_t, device) + sizeof(opts->device) ||
 		    opts->struct_size > 4096 || opts->device < -1 || opts->device > 1023)
 			return -EINVAL;
 		want = opts->device;
@@ -776,130 +953,17 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 	cJSON_Delete(req);
 	if (r)
 		goto err_close;
-	mem = cJSON_GetObjectItemCaseSensitive(reply, "memory");
-	if (num_of(reply, "slot", 1023, &slot) || num_of(reply, "gen", UINT64_MAX, &gen) ||
-	    num_of(reply, "hdr_size", 1u << 20, &hdr_size) || num_of(reply, "device", 1023, &device) ||
-	    (role == RGAPS__ROLE_PUB && num_of(reply, "mem_flags", 0xffff, &flags)) ||
-	    !cJSON_IsString(mem) || nfds < (role == RGAPS__ROLE_PUB ? 3 : 2)) {
-		r = -EPROTO;
-		goto err_fds;
-	}
-	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
-	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
-	if ((v && (!cJSON_IsNumber(v) ||
-		   (v->valuedouble != -1 && num_of(reply, "my_device", 1023, &mine)))) ||
-	    pci_of(reply, "device_pci", pools_pci) || pci_of(reply, "my_device_pci", mine_pci)) {
-		r = -EPROTO;
-		goto err_fds;
-	}
-	a->slot = (uint32_t)slot;
-	a->gen = gen;
-	/* rgapsd's ordinals, as ours: by PCI address where it names one. */
-	a->device = rgaps__gpu_local(&a->gpus, pools_pci, (int32_t)device);
-	a->my_device =
-		mine == UINT64_MAX ? -1 : rgaps__gpu_local(&a->gpus, mine_pci, (int32_t)mine);
-	v = cJSON_GetObjectItemCaseSensitive(reply, "gpu_path");
-	a->gpu_path = gpu_path_of(cJSON_IsString(v) ? v->valuestring : NULL);
-	grant_rw = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "grant_rw"));
-	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
-
-	/* The header, read-only, and our own copy of its limits. */
-	a->hdr_size = (size_t)hdr_size;
-	r = map_fd(fds[0], a->hdr_size, false, &a->hdr);
-	close(fds[0]);
-	fds[0] = -1;
-	if (!r)
-		r = rgaps_topic_hdr_validate(a->hdr, a->hdr_size, &a->lim);
-	if (r)
-		goto err_fds;
-	/* Our own region, read-write. */
-	a->region_size = role == RGAPS__ROLE_PUB ? a->lim.pub_region_size : a->lim.sub_region_size;
-	r = map_fd(fds[1], a->region_size, true, &a->region);
-	close(fds[1]);
-	fds[1] = -1;
-	if (!r)
-		r = role == RGAPS__ROLE_PUB ? rgaps_pub_region_validate(a->region, a->region_size,
-									 &a->lim) :
-					      rgaps_sub_region_validate(a->region, a->region_size,
-									 &a->lim);
-	if (r)
-		goto err_fds;
-
-	r = rgaps__plugin_load(rgaps__plugin_default_dir(), RGAPS_PLUGIN_MEMORY, a->memory_name,
-			       &a->mem, err, sizeof(err));
-	if (r) {
-		rgaps_warn("%s", err);
-		goto err_fds;
-	}
-	rgaps__plugin_env_init(&env, RGAPS_ROLE_CLIENT, NULL);
-	r = a->mem->ops.memory.init(&env, &a->mem->ctx);
-	if (r)
-		goto err_fds;
-	a->npeers = role == RGAPS__ROLE_PUB ? a->lim.max_subscribers : a->lim.max_publishers;
-	a->peers = calloc(a->npeers, sizeof(*a->peers));
-	if (!a->peers) {
-		r = -ENOMEM;
-		goto err_fds;
-	}
-	if (role == RGAPS__ROLE_PUB) {
-		if (a->device < 0) { /* rgapsd refuses such a publisher first */
-			rgaps_warn(
-				"topic '%s': the topic's pools are on the GPU at PCI %s, which this "
-				"process does not see",
-				topic, pools_pci);
-			r = -ENODEV;
-			goto err_fds;
-		}
-		fd = fds[2];
-		fds[2] = -1;
-		r = a->mem->ops.memory.pool_import(a->mem->ctx, fd, a->lim.pool_size, a->device,
-						   (uint32_t)flags, &a->pool);
-		if (r)
-			goto err_fds;
-		a->have_pool = true;
-		/* A publisher on another GPU: its kernels may write loans once let in. */
-		if (!grant_rw && a->my_device >= 0 && a->my_device != a->device)
-			rgaps_warn("topic '%s': GPU %d has no peer access to its pool on GPU %d: push "
-				   "works (the driver copies through host memory), but kernels on GPU "
-				   "%d cannot write loans", topic, (int)a->my_device, (int)a->device,
-				   (int)a->my_device);
-		if (grant_rw && a->my_device >= 0 && a->my_device != a->device) {
-			r = a->mem->ops.memory.pool_grant(a->mem->ctx, &a->pool, a->my_device,
-							  RGAPS_MEM_GRANT_READ |
-								  RGAPS_MEM_GRANT_WRITE);
-			if (r) {
-				rgaps_warn("topic '%s': GPU %d cannot be given access to its pool on "
-					   "GPU %d: %s", topic, (int)a->my_device, (int)a->device,
-					   strerror(-r));
-				r = -ENODEV;
-				goto err_fds;
-			}
-		}
-		cbs.fence_pending = fence_pending;
-		cbs.fence_free = fence_free;
-		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
-	} else {
-		cbs.fence_done = fence_done;
-		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
-	}
-	if (r)
-		goto err_fds;
-	/* The members there are, then whatever did not fit into this reply. */
-	r = apply_members(a, reply, fds, nfds);
-	nfds = 0;
+	r = map_own(a, reply, fds, nfds, &grant_rw);
+	close_unused(fds, nfds);
 	cJSON_Delete(reply);
-	reply = NULL;
-	if (r > 0)
-		r = rgaps__sync(a);
+	if (!r && role == RGAPS__ROLE_PUB)
+		r = grant_own_pool(a, topic, grant_rw);
+	if (!r)
+		r = attach_mapped(a, fence_done);
 	if (r)
 		goto err_close;
 	return 0;
 
-err_fds:
-	for (int i = 0; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	cJSON_Delete(reply);
 err_close:
 	rgaps__attach_close(a);
 	return r;

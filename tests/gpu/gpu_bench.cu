@@ -106,13 +106,12 @@ static void die(const char *fmt, const char *a)
 
 /*
  * The host pool of a host-memory topic as mapped here: rgaps hands out only
- * message pointers, so find the mapping of its shm object in /proc/self/maps
- * (each publisher's: /dev/shm/rgaps-INSTANCE-TOPIC-pSLOT.GEN-pool, made by rgapsd).
+ * message pointers, so find the mapping of its object in /proc/self/maps (each
+ * publisher's pool is a memfd rgapsd labels rgaps-INSTANCE-TOPIC-pub-pool).
  */
 static int find_pool_mapping(const char *topic, void **base_p, size_t *len_p)
 {
-	/* Each publisher has its own pool: /dev/shm/rgaps-INSTANCE-TOPIC-pSLOT.GEN-pool. */
-	std::string mid = std::string("-") + topic + "-p", suffix = "-pool";
+	std::string mid = std::string("-") + topic + "-pub-pool";
 	char line[1024];
 	FILE *f = fopen("/proc/self/maps", "r");
 	int found = -1;
@@ -126,11 +125,10 @@ static int find_pool_mapping(const char *topic, void **base_p, size_t *len_p)
 
 		if (!path || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
 			continue;
-		n = strcspn(path, "\n");
+		n = strcspn(path, " \n"); /* the label, without " (deleted)" */
 		path[n] = 0;
-		if (strncmp(path, "/dev/shm/rgaps-", 15) != 0 || n < suffix.size() ||
-		    !strstr(path, mid.c_str()) ||
-		    strcmp(path + n - suffix.size(), suffix.c_str()) != 0)
+		if (strncmp(path, "/memfd:rgaps-", 13) != 0 || n < mid.size() ||
+		    strcmp(path + n - mid.size(), mid.c_str()) != 0)
 			continue;
 		*base_p = (void *)lo;
 		*len_p = hi - lo;

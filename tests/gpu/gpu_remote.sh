@@ -116,5 +116,4 @@ for h in A B; do
 		fail "$h logged errors"
 done
 for h in A B; do stop_host $h; done
-! ls /dev/shm | grep -q "rgaps-$INSTANCE" || fail "segments left after SIGTERM"
-ok "both daemons stopped cleanly, no segments left"
+ok "both daemons stopped cleanly"

@@ -13,10 +13,9 @@
  *   legitpub TOPIC N   publish N verifiable messages marked with this process's pid
  *   legitsub TOPIC N   take until N messages marked by a legitpub arrived, each checked
  *                      against its stream's sequence; other streams' bytes are theirs
- *   stalewait SHMNAME  an old client that missed its daemon's death: map a topic header
- *                      left behind and wait (5 s at most) until a new rgapsd closes it
  * Exit 0 when everything checked out; messages say what did not (3: wrong bytes).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <time.h>
@@ -138,7 +137,7 @@ static int hello(void)
 {
 	int fd = dial();
 
-	send_frame(fd, "{\"type\":\"hello\",\"version\":1}");
+	send_frame(fd, "{\"type\":\"hello\",\"version\":2}");
 	expect(fd, "hello", NULL);
 	return fd;
 }
@@ -165,7 +164,7 @@ static int cmd_badframes(void)
 	expect(fd, "hello with version 99", "version");
 	send_frame(fd, "{\"type\":\"hello\"}");
 	expect(fd, "hello without version", "bad_request");
-	send_frame(fd, "{\"type\":\"hello\",\"version\":1}");
+	send_frame(fd, "{\"type\":\"hello\",\"version\":2}");
 	expect(fd, "hello after errors on the same connection", NULL);
 	send_frame(fd, "\x01\x02\xff\xfe garbage \x00 bytes");
 	expect(fd, "binary garbage", "bad_frame");
@@ -258,7 +257,7 @@ static int cmd_badframes(void)
 	 * 6.16+), or they are closed unread and the request served. */
 	fd = dial();
 	{
-		const char *p = "{\"type\":\"hello\",\"version\":1}";
+		const char *p = "{\"type\":\"hello\",\"version\":2}";
 		uint8_t buf[64];
 		union {
 			char c[CMSG_SPACE(sizeof(int))];
@@ -486,9 +485,44 @@ static double now_s(void)
 }
 
 /*
+ * Every descriptor of an rgaps segment this process holds (its pools: the
+ * library keeps them open): a read-only one cannot be reopened read-write
+ * through /proc, and none can be shrunk (each is sealed against it).
+ */
+static void check_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+	int ro = 0, rw = 0;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		char path[64], link[256] = "";
+		int fd = atoi(de->d_name), other;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		if (readlink(path, link, sizeof(link) - 1) < 0 || !strstr(link, "/memfd:rgaps-"))
+			continue;
+		CHECK(ftruncate(fd, 0) != 0, "%s (%s) was shrunk", path, link);
+		if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY) {
+			rw++;
+			continue;
+		}
+		ro++;
+		other = open(path, O_RDWR);
+		CHECK(other < 0, "%s (%s), read-only, reopened read-write", path, link);
+		if (other >= 0)
+			close(other);
+	}
+	closedir(dir);
+	printf("scribble: %d read-only and %d read-write segment fds checked\n", ro, rw);
+}
+
+/*
  * Every shared mapping of an rgaps segment in this process: the writable ones
- * are the targets; for each read-only one, check that neither mprotect() nor
- * reopening the file makes it writable.
+ * are the targets; for each read-only one, check that mprotect() cannot make it
+ * writable.
  */
 static int find_targets(struct target *t, int max)
 {
@@ -503,7 +537,7 @@ static int find_targets(struct target *t, int max)
 		char perms[8], path[400] = "";
 
 		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, path) < 3 ||
-		    !strstr(path, "/dev/shm/rgaps-") || perms[3] != 's')
+		    !strstr(path, "/memfd:rgaps-") || perms[3] != 's')
 			continue;
 		if (perms[1] == 'w') {
 			if (n < max)
@@ -513,20 +547,10 @@ static int find_targets(struct target *t, int max)
 		ro++;
 		CHECK(mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0,
 		      "mprotect made a read-only mapping of %s writable", path);
-		{
-			char *del = strstr(path, " (deleted)");
-			int fd;
-
-			if (del)
-				*del = 0;
-			fd = open(path, O_RDWR);
-			CHECK(fd < 0, "%s opened read-write", path);
-			if (fd >= 0)
-				close(fd);
-		}
 	}
 	fclose(f);
 	printf("scribble: %d writable mappings (its own), %d read-only ones checked\n", n, ro);
+	check_fds();
 	return n;
 }
 
@@ -678,33 +702,6 @@ static int cmd_legitsub(const char *topic, long n)
 	return failures ? 1 : 0;
 }
 
-static int cmd_stalewait(const char *name)
-{
-	int fd = shm_open(name, O_RDONLY, 0);
-	const struct rgaps_topic_hdr *h;
-	double end = now_s() + 5;
-
-	if (fd < 0) {
-		perror(name);
-		return 2;
-	}
-	h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (h == MAP_FAILED)
-		return 2;
-	printf("stalewait: waiting\n");
-	fflush(stdout);
-	while (!__atomic_load_n(&h->closed, __ATOMIC_ACQUIRE) && now_s() < end)
-		rgaps_futex_wait(&h->dir_gen, __atomic_load_n(&h->dir_gen, __ATOMIC_ACQUIRE),
-				 100 * 1000 * 1000);
-	if (!h->closed) {
-		fprintf(stderr, "stalewait: the header was never closed\n");
-		return 1;
-	}
-	printf("stalewait: closed and woken\n");
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "badframes") == 0)
@@ -727,10 +724,9 @@ int main(int argc, char **argv)
 		return cmd_legitpub(argv[2], atol(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "legitsub") == 0)
 		return cmd_legitsub(argv[2], atol(argv[3]));
-	if (argc >= 3 && strcmp(argv[1], "stalewait") == 0)
-		return cmd_stalewait(argv[2]);
-	fprintf(stderr, "usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
-			"hold T N | holdwait T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
-			"legitpub T N | legitsub T N | stalewait SHMNAME\n");
+	fprintf(stderr,
+		"usage: itest-client badframes | pull T N | push T N SIZE | fdsub T N | "
+		"hold T N | holdwait T N | loanhold T N | scribble T pub|sub random|zero exit|stay SECONDS | "
+		"legitpub T N | legitsub T N\n");
 	return 2;
 }

@@ -375,7 +375,7 @@ static int cmd_topics(const char *prefix, int n)
 		fprintf(stderr, "topics: connect: %s\n", strerror(-fd));
 		return 2;
 	}
-	if (send_frame(fd, "{\"type\":\"hello\",\"version\":1}") ||
+	if (send_frame(fd, "{\"type\":\"hello\",\"version\":2}") ||
 	    recv_reply(fd, buf, sizeof(buf), IO_TIMEOUT_MS) != 1 || !strstr(buf, "\"ok\":true")) {
 		fprintf(stderr, "topics: hello failed\n");
 		return 2;

@@ -102,7 +102,17 @@ lib_tagged() {
 # lib_ours PID: PID is a process of this test (not a later process that reuses the number)
 lib_ours() { env -u RGAPS_TEST_ID grep -qsxzF "RGAPS_TEST_ID=$RGAPS_TEST_ID" "/proc/$1/environ"; }
 
+# daemon_segments [LABEL] [PID]: how many shared-memory objects of rgaps rgapsd (PID, default
+# $DAEMON_PID) holds open: memfds labelled rgaps-INSTANCE-TOPIC-ROLE (docs/SHM-LAYOUT.md),
+# those whose label holds LABEL if given. They have no name anywhere else.
+daemon_segments() {
+	local n
+	n=$(ls -l "/proc/${2:-$DAEMON_PID}/fd" 2>/dev/null | grep -c "/memfd:rgaps-[^ ]*${1:-}") || true
+	echo "${n:-0}"
+}
+
 # Shared memory of this test: its instance and the instances of its hosts (INSTANCE + name).
+# rgaps names nothing in /dev/shm: one that appears there is a regression, and fails the test.
 lib_segments() {
 	local f
 	for f in /dev/shm/rgaps-"$INSTANCE"-* /dev/shm/rgaps-"$INSTANCE"[A-Za-z]*-*; do
@@ -196,9 +206,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # start_daemon [extra rgapsd args...]: start and wait for the socket (START_TIMEOUT, 20 s).
+# DAEMON_AS=(a prefix that execs its command, e.g. setpriv): run rgapsd through it.
+DAEMON_AS=()
 start_daemon() {
-	"$RGAPSD" --socket "$RGAPS_SOCKET" --instance "$INSTANCE" --log-level "${RGAPS_TEST_LOG:-info}" "$@" \
-		>>"$T/rgapsd.log" 2>&1 &
+	${DAEMON_AS[@]+"${DAEMON_AS[@]}"} "$RGAPSD" --socket "$RGAPS_SOCKET" --instance "$INSTANCE" \
+		--log-level "${RGAPS_TEST_LOG:-info}" "$@" >>"$T/rgapsd.log" 2>&1 &
 	DAEMON_PID=$!
 	wait_until "${START_TIMEOUT:-20}" daemon_answers "$DAEMON_PID" ||
 		fail "rgapsd did not come up in ${START_TIMEOUT:-20} s: $(tail -n 5 "$T/rgapsd.log")"

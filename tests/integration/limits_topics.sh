@@ -3,13 +3,13 @@
 # a topic cannot create it. Here the allow-list decides before anything
 # exists; max_topics_per_user (10) stops nobody's flood with "quota",
 # max_topics (50) everyone's with "limit"; configured topics are always
-# created; /dev/shm holds one segment per topic; root is served within 1 s
+# created; rgapsd holds one segment per topic; root is served within 1 s
 # throughout; and with create_topics "configured" no other topic can be made.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/limits_lib.sh"
 need_users
 
-shm_count() { ls /dev/shm | grep -c "^rgaps-$INSTANCE-" || true; }
+shm_count() { daemon_segments "$INSTANCE-"; }
 mkdir -p "$T/topics.d"
 echo '{ "allowed_uids": [0] }' >"$T/topics.d/secret.json"
 conf() { # conf CREATE_TOPICS
@@ -25,7 +25,7 @@ rss0=$(rss_kb)
 # Denied on 'secret': refused, and nothing made.
 "${NOBODY[@]}" "$RGAPS" sub secret --count 1 --timeout 1 >"$T/secret.out" 2>&1 && fail "nobody attached to secret"
 grep -q "allow-list" "$T/secret.out" || fail "no allow-list error: $(cat "$T/secret.out")"
-[ "$(ls /dev/shm | grep -c "^rgaps-$INSTANCE-secret")" = 0 ] || fail "segments of 'secret' exist"
+[ "$(daemon_segments "$INSTANCE-secret-")" = 0 ] || fail "segments of 'secret' exist"
 "$RGAPS" topics | grep -q "^secret " && fail "topic 'secret' was created by a denied attach"
 ok "nobody denied on 'secret', and 'secret' was not created"
 
@@ -42,8 +42,8 @@ cat "$T/rt.out"
 	fail "max_topics did not stop at 50 topics"
 # One header segment per topic; the regions of the attachments went with their detach.
 shm_is() { test "$(shm_count)" = "$1"; }
-wait_until 5 shm_is 50 || fail "$(shm_count) segments in /dev/shm for 50 topics"
-ok "50 topics, 50 segments in /dev/shm"
+wait_until 5 shm_is 50 || fail "rgapsd holds $(shm_count) segments for 50 topics"
+ok "50 topics, 50 segments"
 probe "at max_topics"
 rss_bounded "$rss0" 30000 "a flood of 200 topics"
 # Configured topics do not count and are always created.

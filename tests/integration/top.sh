@@ -13,6 +13,9 @@ start_daemon
 bg sub "$RGAPS" sub toptopic --count 1000000 --timeout 50
 wait_until 20 subs_are toptopic 1 || fail "subscriber did not attach"
 bg pub "$RGAPS" pub toptopic --count 1000000 --size 4KiB --rate 200 --timeout 50
+# Its attach makes a pool of 256 MiB (allocated whole): frames from its first message on.
+published() { stat_json toptopic | flat | grep -q '"published":[1-9]'; }
+wait_until 20 published || fail "the publisher published nothing in 20 s: $(tail -n 3 "$T/pub.out")"
 timeout -k 2 20 "$TOP" --batch 2 --interval 300 >"$T/batch.out" 2>"$T/batch.err" ||
 	fail "rgaps-top --batch 2 exited $?: $(cat "$T/batch.err")"
 [ "$(grep -c '^rgaps-top frame [12]/2 ' "$T/batch.out")" = 2 ] || fail "expected 2 frames: $(head -5 "$T/batch.out")"

@@ -9,8 +9,7 @@
 . "$(dirname "$0")/limits_lib.sh"
 need_users
 
-shm_count() { ls /dev/shm | grep -c "^rgaps-$INSTANCE-" || true; }
-shm_is() { test "$(shm_count)" = "$1"; }
+shm_count() { daemon_segments "$INSTANCE-"; }
 mkdir -p "$T/topics.d"
 echo '{}' >"$T/topics.d/conf.json"
 cat >"$T/rgapsd.json" <<JSON
@@ -28,7 +27,7 @@ wait_until 10 subs_are kept 1 || fail "the subscriber of 'kept' did not attach"
 [ "$(field "$T/idle.out" created)" = 40 ] || fail "nobody could not make 40 topics: $(cat "$T/idle.out")"
 n0=$(dstat topics); s0=$(shm_count)
 [ "$n0" = 42 ] || fail "$n0 topics after the flood, expected 42"
-ok "42 topics (40 left by nobody, 'kept', 'conf'), $s0 segments in /dev/shm"
+ok "42 topics (40 left by nobody, 'kept', 'conf'), rgapsd holds $s0 segments"
 
 # Past topic_idle_s (2 s, looked at every second): the 40 go, with their segments.
 wait_until 20 dstat_is topics_removed_idle 40 || fail "$(dstat topics_removed_idle) of 40 idle topics removed in 20 s"
@@ -36,10 +35,10 @@ wait_until 20 dstat_is topics_removed_idle 40 || fail "$(dstat topics_removed_id
 "$RGAPS" topics | grep -q "^idle" && fail "'rgaps topics' still lists an idle topic: $("$RGAPS" topics)"
 "$RGAPS" topics | grep -q "^kept " || fail "'kept', with its subscriber, was removed"
 "$RGAPS" topics | grep -q "^conf " || fail "the configured topic was removed"
-ls /dev/shm | grep -q "^rgaps-$INSTANCE-idle" && fail "segments of removed topics are left: $(ls /dev/shm | grep "^rgaps-$INSTANCE-idle" | head -3)"
+[ "$(daemon_segments "$INSTANCE-idle")" = 0 ] || fail "segments of removed topics are left: $(daemon_segments "$INSTANCE-idle")"
 s1=$(shm_count)
-[ "$s1" -lt "$s0" ] || fail "/dev/shm did not shrink: $s0 -> $s1"
-ok "40 idle topics removed (topics_removed_idle 40), /dev/shm $s0 -> $s1 segments; 'kept' and 'conf' stay"
+[ "$s1" -lt "$s0" ] || fail "rgapsd's segments did not go: $s0 -> $s1"
+ok "40 idle topics removed (topics_removed_idle 40), rgapsd's segments $s0 -> $s1; 'kept' and 'conf' stay"
 
 # 'kept' still works for its subscriber, and a removed topic comes back on attach.
 "$RGAPS" pub kept --count 1 --size 1KiB >/dev/null || fail "cannot publish on 'kept'"

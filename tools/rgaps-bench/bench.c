@@ -18,7 +18,6 @@
  * the pool (device memory) and subscribers check sequence numbers only.
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -662,27 +661,6 @@ static int topic_subscribers(const char *topic)
 	return n;
 }
 
-static void shm_cleanup(const char *instance)
-{
-	char prefix[64];
-	struct dirent *de;
-	DIR *d;
-
-	snprintf(prefix, sizeof(prefix), "rgaps-%s-", instance);
-	d = opendir("/dev/shm");
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char path[300];
-
-		if (strncmp(de->d_name, prefix, strlen(prefix)))
-			continue;
-		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-		unlink(path);
-	}
-	closedir(d);
-}
-
 static void daemon_stop(struct bench *b)
 {
 	if (b->daemon_pid > 0) {
@@ -702,8 +680,6 @@ static void daemon_stop(struct bench *b)
 		}
 		b->daemon_pid = 0;
 	}
-	if (b->instance[0])
-		shm_cleanup(b->instance);
 	if (b->dir[0]) {
 		unlink(b->config);
 		unlink(b->log);

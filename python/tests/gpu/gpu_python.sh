@@ -55,7 +55,6 @@ cleanup() {
 		kill -9 "$DAEMON" 2>/dev/null
 	fi
 	cp "$T/rgapsd.log" "$OUT/rgapsd.log" 2>/dev/null
-	rm -f /dev/shm/rgaps-"$INSTANCE"-* 2>/dev/null
 	rm -rf "$T"
 	exit $rc
 }
