@@ -77,12 +77,35 @@ const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const
 	return tc ? tc : &d->cfg.topic_defaults;
 }
 
+/*
+ * Where a client cannot create topics (create_topics "configured"), a topic that
+ * does not exist and one it may not attach to get one answer, not_found, and one
+ * count, so that a name tells a client nothing about a topic it may not see. The
+ * debug log keeps the reason (why); the refusal itself is logged as any other.
+ */
+static int refuse_unseen(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
+			 const char *why, char *err, size_t errlen)
+{
+	d->refused.attach_denied++;
+	rgaps_debug("uid %u on topic '%s': %s; answered as if there were no such topic",
+		    (unsigned)id->uid, name, why);
+	snprintf(err, errlen, "no topic '%s' that uid %u may attach to", name, (unsigned)id->uid);
+	return -ENOENT;
+}
+
 int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
 			 struct rgapsd_topic **t_p, char *err, size_t errlen)
 {
 	const struct rgaps_topic_config *cfg = rgapsd__config_of(d, name, t_p);
+	bool known = *t_p || rgapsd__topic_configured(d, name);
 	uint32_t mine = 0;
 
+	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED && !rgapsd__sees_all(id)) {
+		if (!known)
+			return refuse_unseen(d, name, id, "not configured", err, errlen);
+		if (!rgapsd__allows(cfg, id))
+			return refuse_unseen(d, name, id, "not on its allow-list", err, errlen);
+	}
 	if (!rgapsd__allows(cfg, id)) {
 		d->refused.attach_denied++;
 		snprintf(err, errlen, "uid %u gid %u is not allowed on topic '%s'",

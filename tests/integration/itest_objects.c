@@ -13,6 +13,9 @@
  *       header, the members'): shrink, punch, reopen read-write through /proc,
  *       map writable, add seals. Then it stays SECONDS, attached, and leaves
  *       without a word (the kernel closes its connection).
+ *   ask TOPIC
+ *       attach as a subscriber and print rgapsd's reply as it came (what a
+ *       client learns of a topic from its name alone), then leave.
  *
  * Each attempt that must fail and did not is a line "FAIL: ..."; the summary
  * line "objects: N attempts refused, M allowed as they should be" ends a run.
@@ -302,11 +305,30 @@ static int cmd_shrink(const char *topic, const char *role, double seconds)
 	_exit(failures ? 1 : 0); /* no detach: the kernel closes the connection */
 }
 
+static int cmd_ask(const char *topic)
+{
+	int sock = dial(), fds[MAX_FDS], nfds;
+	char req[256], *text;
+	cJSON *r;
+
+	cJSON_Delete(request(sock, "{\"type\":\"hello\",\"version\":2}", fds, &nfds));
+	snprintf(req, sizeof(req), "{\"type\":\"attach\",\"topic\":\"%s\",\"role\":\"sub\"}",
+		 topic);
+	r = request(sock, req, fds, &nfds);
+	text = r ? cJSON_PrintUnformatted(r) : NULL;
+	printf("%s\n", text ? text : "EOF");
+	free(text);
+	cJSON_Delete(r);
+	return r ? 0 : 2;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 5 && strcmp(argv[1], "shrink") == 0)
 		return cmd_shrink(argv[2], argv[3], atof(argv[4]));
-	fprintf(stderr, "usage: itest-objects shrink TOPIC pub|sub SECONDS\n");
+	if (argc == 3 && strcmp(argv[1], "ask") == 0)
+		return cmd_ask(argv[2]);
+	fprintf(stderr, "usage: itest-objects shrink TOPIC pub|sub SECONDS | ask TOPIC\n");
 	return 2;
 }
