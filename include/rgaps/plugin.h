@@ -227,8 +227,8 @@ struct rgaps_memory_ops {
 			   struct rgaps_mem_region *region_p);
 	/**
 	 * Unmap / free this process's view; the creator's destroy frees the memory.
-	 * For a pool of kind RGAPS_MEM_HOST, any thread may call it (rgapsd frees
-	 * host pools on a thread of their own, never on its loop).
+	 * Any thread may call it (rgapsd releases pools on a thread of their own,
+	 * never on its loop).
 	 */
 	void (*pool_release)(void *ctx, struct rgaps_mem_region *region);
 	/** Synchronous copy of n bytes between pool and caller memory (either side device). */

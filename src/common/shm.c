@@ -125,7 +125,7 @@ static bool fully_backed(int fd, uint64_t size)
 	return fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= size;
 }
 
-int rgaps__shm_seal(int fd, uint64_t size, char *why, size_t whylen)
+int rgaps__shm_seal(int fd, uint64_t size, bool whole, char *why, size_t whylen)
 {
 	int seals = fcntl(fd, F_GET_SEALS), e;
 
@@ -142,7 +142,7 @@ int rgaps__shm_seal(int fd, uint64_t size, char *why, size_t whylen)
 		return e;
 	}
 	/* ...then every page must be there: one missing now stays missing. */
-	if (!fully_backed(fd, size)) {
+	if (whole && !fully_backed(fd, size)) {
 		snprintf(why, whylen,
 			 "a page of the object is missing: it was not backed whole, "
 			 "or a hole was punched in it");

@@ -44,11 +44,13 @@ int rgaps__shm_create(const char *name, uint64_t size, char *why, size_t whylen)
  */
 int rgaps__shm_back(int fd, uint64_t size, char *why, size_t whylen);
 /*
- * Seal an object for good (see above): its owner has mapped and backed it. 0,
- * or -errno with why: -EPERM its owner sealed its seals first, -EFAULT a page
- * of it is missing (a hole: never backed, or punched).
+ * Seal an object for good (see above): its owner has mapped and, if whole, backed
+ * it. 0, or -errno with why: -EPERM its owner sealed its seals first, -EFAULT
+ * (whole) a page of it is missing: never backed, or punched. Not whole: an object
+ * of rgapsd's own, which it backs once sealed (rgaps__shm_back works on through
+ * the seals), away from its loop.
  */
-int rgaps__shm_seal(int fd, uint64_t size, char *why, size_t whylen);
+int rgaps__shm_seal(int fd, uint64_t size, bool whole, char *why, size_t whylen);
 /*
  * Is fd an object of exactly size bytes that nobody can resize (made), and, if
  * sealed, one that nobody can map writable or punch any more? 0, -errno of

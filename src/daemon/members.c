@@ -106,6 +106,56 @@ static void remains_run(struct rgapsd_job *job)
 	free(r);
 }
 
+/* Back rgapsd's own pool; if it cannot be, its pages come as rgapsd writes them. */
+static void back_own(const char *topic, int fd, uint64_t size)
+{
+	char why[256];
+
+	if (rgaps__shm_back(fd, size, why, sizeof(why)))
+		rgaps_warn("topic '%s': rgapsd's own pool: %s; its pages come as rgapsd writes "
+			   "them",
+			   topic, why);
+}
+
+/* Allocating a pool takes 55 ms per 256 MiB, much more on a loaded host: the reaper's. */
+struct pool_backing {
+	struct rgapsd_job job; /* manual: the reaper frees it */
+	int fd;		       /* a dup of the pool's fd: the pool may go first */
+	uint64_t size;
+	char topic[RGAPS_CFG_NAME_MAX];
+};
+
+static void backing_run(struct rgapsd_job *job)
+{
+	struct pool_backing *b = RGAPS_CONTAINER_OF(job, struct pool_backing, job);
+
+	back_own(b->topic, b->fd, b->size);
+	close(b->fd);
+	free(b);
+}
+
+/*
+ * rgapsd's own pool (a replica, a stream from a peer), sealed already: backed on the
+ * reaper (before any release queued after it), else here.
+ */
+static void pool_back(struct rgapsd_topic *t, const struct rgaps_mem_region *pool)
+{
+	struct pool_backing *b = t->d->reaper.nthreads ? calloc(1, sizeof(*b)) : NULL;
+
+	if (b) {
+		b->fd = fcntl(pool->fd, F_DUPFD_CLOEXEC, 0);
+		b->size = pool->size;
+		snprintf(b->topic, sizeof(b->topic), "%s", t->cfg.name);
+		if (b->fd >= 0) {
+			b->job = (struct rgapsd_job){ .run = backing_run, .manual = true };
+			rgapsd_worker_submit(&t->d->reaper, &b->job);
+			return;
+		}
+		free(b);
+	}
+	back_own(t->cfg.name, pool->fd, pool->size);
+}
+
 /*
  * Free the member (the loop thread, nobody maps it through us); its memory goes
  * on the reaper, or here when the reaper is not running (start, shutdown).
@@ -324,19 +374,14 @@ int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_membe
 			       struct rgapsd_member **m_p, char *err, size_t errlen)
 {
 	struct rgapsd_member *m;
-	char why[256];
 	int r = rgapsd_member_prepare(t, spec, &m, err, errlen);
 
 	if (r)
 		return r;
+	r = rgapsd_member_activate(m, err, errlen);
 	/* rgapsd's own pool is rgapsd's to back (a client backs the one it asked for). */
-	if (m->kind == RGAPSD_MEMBER_PUB && m->pool.kind == RGAPS_MEM_HOST) {
-		r = rgaps__shm_back(m->pool.fd, m->pool.size, why, sizeof(why));
-		if (r)
-			snprintf(err, errlen, "pool: %s", why);
-	}
-	if (!r)
-		r = rgapsd_member_activate(m, err, errlen);
+	if (!r && m->kind == RGAPSD_MEMBER_PUB && m->pool.kind == RGAPS_MEM_HOST)
+		pool_back(t, &m->pool);
 	if (r) {
 		member_free(m);
 		return r;
@@ -459,10 +504,11 @@ static int take_slot(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint3
 static int seal_memory(struct rgapsd_member *m, char *err, size_t errlen)
 {
 	char why[256];
-	int r = rgaps__shm_seal(m->fd, m->size, why, sizeof(why));
+	int r = rgaps__shm_seal(m->fd, m->size, true, why, sizeof(why));
 
+	/* A client's pool must be whole now; rgapsd's own is backed once sealed. */
 	if (!r && m->kind == RGAPSD_MEMBER_PUB && m->pool.kind == RGAPS_MEM_HOST)
-		r = rgaps__shm_seal(m->pool.fd, m->pool.size, why, sizeof(why));
+		r = rgaps__shm_seal(m->pool.fd, m->pool.size, !m->own, why, sizeof(why));
 	if (r)
 		snprintf(err, errlen, "cannot seal the attachment's memory: %s", why);
 	/* Its owner sealed it first (denied), or left it with holes (not what "mapped" says). */

@@ -558,7 +558,7 @@ static int topic_hdr_create(struct rgapsd_topic *t, const char *name, char *err,
 		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
 		return r;
 	}
-	r = rgaps__shm_seal(t->hdr_fd, rgaps_topic_hdr_size(), why, sizeof(why));
+	r = rgaps__shm_seal(t->hdr_fd, rgaps_topic_hdr_size(), true, why, sizeof(why));
 	if (r)
 		snprintf(err, errlen, "topic header: %s", why);
 	return r;

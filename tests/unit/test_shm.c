@@ -81,7 +81,7 @@ static void test_sealed_keeps_the_owners_mapping_and_nothing_else(void **state)
 	(void)state;
 	own = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	assert_ptr_not_equal(own, MAP_FAILED);
-	assert_int_equal(rgaps__shm_seal(fd, SIZE, why, sizeof(why)), 0);
+	assert_int_equal(rgaps__shm_seal(fd, SIZE, true, why, sizeof(why)), 0);
 	/* Sealed: nothing can punch, map writable or resize it. */
 	assert_true(allocated(fd) >= (blkcnt_t)SIZE);
 	assert_int_equal(rgaps__shm_check(fd, SIZE, true), 0);
@@ -107,7 +107,7 @@ static void test_seal_refuses_holes(void **state)
 	(void)state;
 	/* The owner punched a page before saying "mapped": missing for good once sealed. */
 	assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 4096), 0);
-	assert_int_equal(rgaps__shm_seal(fd, SIZE, why, sizeof(why)), -EFAULT);
+	assert_int_equal(rgaps__shm_seal(fd, SIZE, true, why, sizeof(why)), -EFAULT);
 	assert_non_null(strstr(why, "a page of the object is missing"));
 	assert_int_not_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, SIZE),
 			     0); /* and no more can be punched */
@@ -115,7 +115,7 @@ static void test_seal_refuses_holes(void **state)
 	/* An owner that never backed its memory. */
 	sparse = rgaps__shm_create("rgaps-test-sparse", SIZE, why, sizeof(why));
 	assert_true(sparse >= 0);
-	assert_int_equal(rgaps__shm_seal(sparse, SIZE, why, sizeof(why)), -EFAULT);
+	assert_int_equal(rgaps__shm_seal(sparse, SIZE, true, why, sizeof(why)), -EFAULT);
 	close(sparse);
 }
 
@@ -127,7 +127,7 @@ static void test_seal_refused_when_the_owner_sealed_first(void **state)
 	(void)state;
 	/* A hostile owner seals the seals: rgapsd cannot take write access away any more. */
 	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL), 0);
-	assert_int_equal(rgaps__shm_seal(fd, SIZE, why, sizeof(why)), -EPERM);
+	assert_int_equal(rgaps__shm_seal(fd, SIZE, true, why, sizeof(why)), -EPERM);
 	assert_non_null(strstr(why, "its owner sealed its seals first"));
 	assert_int_equal(rgaps__shm_check(fd, SIZE, true), -EPERM);
 	close(fd);
@@ -140,7 +140,7 @@ static void test_read_only_reopen_stays_read_only(void **state)
 	void *p;
 
 	(void)state;
-	assert_int_equal(rgaps__shm_seal(fd, SIZE, why, sizeof(why)), 0);
+	assert_int_equal(rgaps__shm_seal(fd, SIZE, true, why, sizeof(why)), 0);
 	ro = rgaps__shm_reopen_read_only(fd);
 	assert_true(ro >= 0);
 	assert_int_equal(fcntl(ro, F_GETFL) & O_ACCMODE, O_RDONLY);
