@@ -761,7 +761,8 @@ static int cmd_sub(int argc, char **argv)
 			ended = why;
 			break;
 		}
-		r = rgaps_subscriber_take(sub, &m, (int)TOOL_MIN(left * 1000 + 1, INT32_MAX));
+		/* In slices: a signal that comes between two waits (no EINTR) ends us soon. */
+		r = rgaps_subscriber_take(sub, &m, (int)TOOL_MIN(left * 1000 + 1, 100));
 		if (r == -ETIMEDOUT || r == -EINTR)
 			continue; /* the checks above say which */
 		if (r) {
