@@ -32,9 +32,11 @@ extern "C" {
  * two are extended compatibly, through their struct_size.) 3: every plugin
  * declares its priority for "auto" and, a transport, its data-port offset
  * (struct rgaps_plugin), so that rgapsd finds plugins without knowing their
- * names.
+ * names. 4: fence_create and fence_open take the fence slot's state word, so
+ * that a backend's shared fence state lives in memory rgapsd made, never in
+ * an object that a handle names.
  */
-#define RGAPS_PLUGIN_ABI_VERSION 3
+#define RGAPS_PLUGIN_ABI_VERSION 4
 /** Name of the one symbol every plugin exports. */
 #define RGAPS_PLUGIN_SYMBOL "rgaps_plugin"
 #define RGAPS_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -279,12 +281,26 @@ struct rgaps_memory_ops {
 	 * A fence: a point in a stream that other streams and processes can wait
 	 * for (a CUDA event). device: where its records happen. With
 	 * RGAPS_FENCE_IPC it is shareable: handle receives the bytes that
-	 * fence_open() takes in another process of the host.
+	 * fence_open() takes in another process of the host, and state is the
+	 * fence slot's 8-byte state word in the creator's region (zero at first;
+	 * NULL for a fence that is not shared): memory rgapsd made and sealed, so
+	 * reading it never faults, writable here and read-only in every other
+	 * process. A backend whose fences need state that other processes read
+	 * (the host backend's completion time) keeps it there, never in an
+	 * object of its own that a handle would name. The word stays mapped while
+	 * the fence may be recorded, queried or waited on; fence_destroy() must
+	 * not touch it.
 	 */
 	int (*fence_create)(void *ctx, int32_t device, uint32_t flags, void **fence_p,
-			    uint8_t handle[RGAPS_FENCE_HANDLE_LEN]);
-	/** Open another process's fence from its handle (untrusted bytes: checked by the backend). */
-	int (*fence_open)(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN], void **fence_p);
+			    uint8_t handle[RGAPS_FENCE_HANDLE_LEN], uint64_t *state);
+	/**
+	 * Open another process's fence from its handle and state word (both
+	 * untrusted: written by that process; the backend checks them). state is
+	 * the slot's word in this process's read-only mapping of the creator's
+	 * region, mapped as fence_create() says.
+	 */
+	int (*fence_open)(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
+			  const uint64_t *state, void **fence_p);
 	void (*fence_destroy)(void *ctx, void *fence);
 	/** The fence completes when the stream's work queued so far has. */
 	int (*fence_record)(void *ctx, void *fence, void *stream);

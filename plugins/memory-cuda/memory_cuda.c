@@ -1771,8 +1771,9 @@ struct cuda_fence {
 	int device; /* where it was created or opened (records must be on this device's streams) */
 };
 
+/* A CUDA event is the driver's: its handle names it, no shared state word is needed. */
 static int cuda_fence_create(void *vctx, int32_t device, uint32_t flags, void **fence_p,
-			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN], uint64_t *state)
 {
 	struct cuda_ctx *ctx = vctx;
 	struct cuda_fence *f;
@@ -1820,7 +1821,7 @@ err_free:
 }
 
 static int cuda_fence_open(void *vctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
-			   void **fence_p)
+			   const uint64_t *state, void **fence_p)
 {
 	struct cuda_fence *f = calloc(1, sizeof(*f));
 	cudaIpcEventHandle_t h;

@@ -13,11 +13,11 @@
  * between peer access and replicas, its refusals and its replicators run
  * here. Stream order needs nothing on the host (every copy is done when it
  * returns), so fences are complete at once; RGAPS_HOST_FENCE_DELAY_US=N makes
- * each record complete N microseconds later, through a small shared segment
- * per fence, so that the code that waits for fences runs too. A process whose
- * CUDA_VISIBLE_DEVICES lists emulated devices ("2" or "2,0") sees only those,
- * numbered in that order, as CUDA would show it real ones: the container case
- * (docs/GPU.md, "GPU identity").
+ * each record complete N microseconds later, through the fence slot's state
+ * word in its publisher's region, so that the code that waits for fences runs
+ * too. A process whose CUDA_VISIBLE_DEVICES lists emulated devices ("2" or
+ * "2,0") sees only those, numbered in that order, as CUDA would show it real
+ * ones: the container case (docs/GPU.md, "GPU identity").
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -361,16 +361,16 @@ static int host_stream_sync(void *ctx, void *stream)
 }
 
 /*
- * Fences. Without a delay: nothing to wait for, the handle names nothing.
- * With RGAPS_HOST_FENCE_DELAY_US: a shared 8-byte word "complete at" (CLOCK_MONOTONIC
- * ns), in a segment named by the handle, which its creator unlinks.
+ * Fences. Host copies are done when they return, so a fence is complete at its
+ * record; with RGAPS_HOST_FENCE_DELAY_US a record completes that much later. The
+ * completion time (CLOCK_MONOTONIC ns) is the fence slot's state word in its
+ * publisher's region, which rgapsd made: a reader reads it there. The handle names
+ * nothing and is all zeros; any other handle is refused, so no reader ever opens
+ * an object that a publisher chose.
  */
-#define HOST_FENCE_MAGIC "RGHF1"
-
 struct host_fence {
-	uint64_t *ready_at; /* NULL: always complete */
-	char name[48];
-	bool owner;
+	uint64_t *state; /* the slot's state word; NULL: not shared, complete at once */
+	bool owner;	 /* ours: records write the word; else a reader's view of it */
 };
 
 static uint64_t mono_ns(void)
@@ -381,99 +381,41 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int fence_map(struct host_fence *f, int fd)
-{
-	void *p = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-
-	if (p == MAP_FAILED)
-		return -errno;
-	f->ready_at = p;
-	return 0;
-}
-
 static int host_fence_create(void *ctx, int32_t device, uint32_t flags, void **fence_p,
-			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+			     uint8_t handle[RGAPS_FENCE_HANDLE_LEN], uint64_t *state)
 {
-	static uint32_t seq;
-	struct host_ctx *c = ctx;
 	struct host_fence *f = calloc(1, sizeof(*f));
-	int fd, e;
 
 	if (!f)
 		return -ENOMEM;
 	if (handle)
 		memset(handle, 0, RGAPS_FENCE_HANDLE_LEN);
-	if (c && c->fence_delay_ns) {
-		snprintf(f->name, sizeof(f->name), "/rgaps-hostfence-%d-%u", (int)getpid(),
-			 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-		fd = shm_open(f->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			e = -errno;
-			free(f);
-			return e;
-		}
-		e = ftruncate(fd, sizeof(uint64_t)) < 0 ? -errno : fence_map(f, fd);
-		close(fd);
-		if (e) {
-			shm_unlink(f->name);
-			free(f);
-			return e;
-		}
-		f->owner = true;
-		if (handle) {
-			memcpy(handle, HOST_FENCE_MAGIC, sizeof(HOST_FENCE_MAGIC));
-			memcpy(handle + 8, f->name, strlen(f->name));
-		}
-	}
+	f->state = state;
+	f->owner = true;
 	*fence_p = f;
 	return 0;
 }
 
 static int host_fence_open(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
-			   void **fence_p)
+			   const uint64_t *state, void **fence_p)
 {
-	struct host_fence *f = calloc(1, sizeof(*f));
-	int fd, e;
+	struct host_fence *f;
 
+	/* The caller reports the refusal (the message is lost, its stream skipped). */
+	for (uint32_t i = 0; i < RGAPS_FENCE_HANDLE_LEN; i++)
+		if (handle[i])
+			return -EINVAL;
+	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	if (memcmp(handle, HOST_FENCE_MAGIC, sizeof(HOST_FENCE_MAGIC)) == 0) {
-		/* Untrusted bytes: a NUL-terminated name of our own prefix, or nothing. */
-		if (!memchr(handle + 8, 0, RGAPS_FENCE_HANDLE_LEN - 8) ||
-		    strncmp((const char *)handle + 8, "/rgaps-hostfence-", 17) != 0 ||
-		    strchr((const char *)handle + 9, '/')) {
-			free(f);
-			return -EINVAL;
-		}
-		snprintf(f->name, sizeof(f->name), "%s", (const char *)handle + 8);
-		fd = shm_open(f->name, O_RDWR | O_CLOEXEC, 0);
-		if (fd < 0) {
-			e = -errno;
-			free(f);
-			return e;
-		}
-		e = fence_map(f, fd);
-		close(fd);
-		if (e) {
-			free(f);
-			return e;
-		}
-	}
+	f->state = (uint64_t *)state; /* read only: a reader never records */
 	*fence_p = f;
 	return 0;
 }
 
 static void host_fence_destroy(void *ctx, void *fence)
 {
-	struct host_fence *f = fence;
-
-	if (!f)
-		return;
-	if (f->ready_at)
-		munmap(f->ready_at, sizeof(uint64_t));
-	if (f->owner)
-		shm_unlink(f->name);
-	free(f);
+	free(fence); /* the state word is the region's: not ours to touch */
 }
 
 static int host_fence_record(void *ctx, void *fence, void *stream)
@@ -481,8 +423,8 @@ static int host_fence_record(void *ctx, void *fence, void *stream)
 	struct host_fence *f = fence;
 	struct host_ctx *c = ctx;
 
-	if (f->ready_at)
-		__atomic_store_n(f->ready_at, mono_ns() + (c ? c->fence_delay_ns : 0),
+	if (f->owner && f->state)
+		__atomic_store_n(f->state, mono_ns() + (c ? c->fence_delay_ns : 0),
 				 __ATOMIC_RELEASE);
 	return 0;
 }
@@ -491,7 +433,7 @@ static int host_fence_query(void *ctx, void *fence)
 {
 	struct host_fence *f = fence;
 
-	if (f->ready_at && mono_ns() < __atomic_load_n(f->ready_at, __ATOMIC_ACQUIRE))
+	if (f->state && mono_ns() < __atomic_load_n(f->state, __ATOMIC_ACQUIRE))
 		return -EAGAIN;
 	return 0;
 }

@@ -114,10 +114,12 @@ static void table_put(const struct rgaps_memory_ops *ops, void *ctx, void *fence
 
 /*
  * The fence of handle: this process's own (*own_p true), or opened once per
- * process and counted. 0 or the backend's error.
+ * process and counted. 0 or the backend's error. A handle of zeros names no
+ * object (a backend whose fences live in their state word): each reader opens
+ * its own, on the state word of the stream it reads.
  */
 static int table_get(const struct rgaps_memory_ops *ops, void *ctx, const uint8_t *handle,
-		     void **fence_p, bool *own_p)
+		     const uint64_t *state, void **fence_p, bool *own_p)
 {
 	struct shared_fence *l;
 	void *f = NULL;
@@ -135,7 +137,7 @@ static int table_get(const struct rgaps_memory_ops *ops, void *ctx, const uint8_
 		return 0;
 	}
 	pthread_mutex_unlock(&table_lock);
-	e = ops->fence_open(ctx, handle, &f);
+	e = ops->fence_open(ctx, handle, state, &f);
 	if (e)
 		return e;
 	if (handle_empty(handle)) { /* a backend whose fences carry no handle: not shared */
@@ -270,7 +272,8 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 		fs->gen = gen;
 	}
 	memcpy(handle, rgaps_pub_fence_handle(&fc->lim, r, k), sizeof(handle));
-	e = table_get(fc->ops, fc->ctx, handle, &fs->open[k], &own);
+	e = table_get(fc->ops, fc->ctx, handle, rgaps_pub_fence_state(&fc->lim, r, k),
+		      &fs->open[k], &own);
 	fs->own[k] = own;
 	if (e) {
 		fs->open[k] = NULL;

@@ -154,13 +154,13 @@ static int mem_stub_stream_sync(void *ctx, void *stream)
 }
 
 static int mem_stub_fence_create(void *ctx, int32_t device, uint32_t flags, void **fence_p,
-				 uint8_t handle[RGAPS_FENCE_HANDLE_LEN])
+				 uint8_t handle[RGAPS_FENCE_HANDLE_LEN], uint64_t *state)
 {
 	return -ENOTSUP;
 }
 
 static int mem_stub_fence_open(void *ctx, const uint8_t handle[RGAPS_FENCE_HANDLE_LEN],
-			       void **fence_p)
+			       const uint64_t *state, void **fence_p)
 {
 	return -ENOTSUP;
 }

@@ -55,9 +55,17 @@ static uint64_t pub_fences_off(uint32_t depth)
 			      (uint64_t)RGAPS_CACHELINE);
 }
 
-static uint64_t pub_region_size(uint32_t depth)
+/* Each fence slot's state word, after the handles (a line of their own: they change). */
+static uint64_t pub_fence_states_off(uint32_t depth)
 {
 	return RGAPS_ALIGN_UP(pub_fences_off(depth) + (uint64_t)nfences_of(depth) * RGAPS_FENCE_BYTES,
+			      (uint64_t)RGAPS_CACHELINE);
+}
+
+static uint64_t pub_region_size(uint32_t depth)
+{
+	return RGAPS_ALIGN_UP(pub_fence_states_off(depth) +
+				      (uint64_t)nfences_of(depth) * sizeof(uint64_t),
 			      4096ull);
 }
 
@@ -169,6 +177,12 @@ uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k)
 {
 	return (uint8_t *)r + pub_fences_off(lim->queue_depth) + (uint64_t)k * RGAPS_FENCE_BYTES;
+}
+
+uint64_t *rgaps_pub_fence_state(const struct rgaps_topic_limits *lim,
+				const struct rgaps_pub_region *r, uint32_t k)
+{
+	return (uint64_t *)((uint8_t *)r + pub_fence_states_off(lim->queue_depth)) + k;
 }
 
 struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,

@@ -60,8 +60,9 @@
 #define RGAPS_SUB_MAGIC 0x3242555353504752ull	 /* "RGPSSUB2" */
 /* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions);
  * 5: `accounted` in entries and publisher regions (what entries a reader skipped stood for);
- * 6: fence_timeout_ms in the limits */
-#define RGAPS_TOPIC_LAYOUT_VERSION 6
+ * 6: fence_timeout_ms in the limits;
+ * 7: a state word per fence slot (a backend's shared fence state: no object of its own) */
+#define RGAPS_TOPIC_LAYOUT_VERSION 7
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 #define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
 #define RGAPS_FENCE_BYTES 64u /* a fence handle (RGAPS_FENCE_HANDLE_LEN of plugin.h) */
@@ -260,6 +261,9 @@ struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim
 uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r);
 /* Fence handle k (RGAPS_FENCE_BYTES bytes), k < rgaps_topic_nfences(lim). */
 uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
+				const struct rgaps_pub_region *r, uint32_t k);
+/* Fence slot k's state word (plugin.h, fence_create): the publisher's, read by readers. */
+uint64_t *rgaps_pub_fence_state(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k);
 struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
 					   const struct rgaps_sub_region *r);

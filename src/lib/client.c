@@ -687,7 +687,8 @@ int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p)
 		return -ENOSPC; /* every slot guards a block: the caller waits for its copy */
 	k = fs->made;
 	e = a->mem->ops.memory.fence_create(a->mem->ctx, a->my_device, RGAPS_FENCE_IPC, &fs->f[k],
-					    rgaps_pub_fence_handle(&a->lim, r, k));
+					    rgaps_pub_fence_handle(&a->lim, r, k),
+					    rgaps_pub_fence_state(&a->lim, r, k));
 	if (e) {
 		fs->f[k] = NULL;
 		return e;

@@ -478,7 +478,7 @@ RGAPS_EXPORT int rgaps_subscriber_release_async(rgaps_subscriber_t *sub, rgaps_m
 	k = msg->token;
 	f = sub->rel_fence[k];
 	if (!f) {
-		r = mops(sub)->fence_create(sub->a.mem->ctx, sub->a.my_device, 0, &f, NULL);
+		r = mops(sub)->fence_create(sub->a.mem->ctx, sub->a.my_device, 0, &f, NULL, NULL);
 		if (r)
 			f = NULL;
 		else

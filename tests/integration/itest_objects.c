@@ -16,6 +16,12 @@
  *   ask TOPIC
  *       attach as a subscriber and print rgapsd's reply as it came (what a
  *       client learns of a topic from its name alone), then leave.
+ *   fence TOPIC N SECONDS
+ *       attach as a publisher (host memory) and publish N stream-ordered
+ *       messages whose fence slots all hold a host fence handle naming a file
+ *       of its own in /dev/shm (empty, mode 0666): a backend that opened what a
+ *       handle names would map it and die of SIGBUS at the first read, in every
+ *       subscriber and in rgapsd's forwarder. Then it stays SECONDS.
  *
  * Each attempt that must fail and did not is a line "FAIL: ..."; the summary
  * line "objects: N attempts refused, M allowed as they should be" ends a run.
@@ -322,6 +328,83 @@ static int cmd_ask(const char *topic)
 	return r ? 0 : 2;
 }
 
+/* A host fence handle as the backend once made them: magic, then a path to open. */
+#define OLD_HOST_FENCE_MAGIC "RGHF1"
+
+static int cmd_fence(const char *topic, long n, double seconds)
+{
+	int fds[MAX_FDS], nfds, mfds[MAX_FDS], nm, sock = attach_raw(topic, "pub", fds, &nfds);
+	struct rgaps_topic_limits lim;
+	struct rgaps_topic_cbs cbs = { 0 };
+	uint8_t handle[RGAPS_FENCE_BYTES] = OLD_HOST_FENCE_MAGIC;
+	struct rgaps_pub_region *region;
+	struct rgaps_pub *pub;
+	void *hdr, *pool;
+	char path[64];
+	uint32_t nfences;
+	long sent = 0;
+	cJSON *r;
+	int f;
+
+	hdr = mmap(NULL, (size_t)size_of(fds[0]), PROT_READ, MAP_SHARED, fds[0], 0);
+	if (nfds < 3 || hdr == MAP_FAILED ||
+	    rgaps_topic_hdr_validate(hdr, (size_t)size_of(fds[0]), &lim) ||
+	    size_of(fds[2]) != (off_t)lim.pool_size) {
+		fprintf(stderr, "objects: not a host topic, or its header does not validate\n");
+		return 2;
+	}
+	region = mmap(NULL, lim.pub_region_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+	pool = mmap(NULL, lim.pool_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
+	if (region == MAP_FAILED || pool == MAP_FAILED ||
+	    fallocate(fds[2], 0, 0, (off_t)lim.pool_size)) {
+		fprintf(stderr, "objects: cannot map and back its memory\n");
+		return 2;
+	}
+	r = request(sock, "{\"type\":\"mapped\"}", mfds, &nm);
+	if (!ok_reply(r)) {
+		fprintf(stderr, "objects: mapped refused\n");
+		return 2;
+	}
+	cJSON_Delete(r);
+	/* The file its handles name: empty, anyone may map it read-write. */
+	snprintf(path, sizeof(path), "/dev/shm/rgaps-hostfence-%d-0", (int)getpid());
+	umask(0);
+	f = open(path, O_CREAT | O_RDWR | O_TRUNC, 0666);
+	if (f < 0) {
+		perror(path);
+		return 2;
+	}
+	close(f);
+	snprintf((char *)handle + 8, sizeof(handle) - 8, "%s", path + 8);
+	nfences = rgaps_topic_nfences(&lim);
+	for (uint32_t k = 0; k < nfences; k++)
+		memcpy(rgaps_pub_fence_handle(&lim, region, k), handle, sizeof(handle));
+	__atomic_store_n(&region->nfences, nfences, __ATOMIC_RELEASE);
+	if (rgaps_pub_create(hdr, &lim, region, pool, &cbs, &pub)) {
+		fprintf(stderr, "objects: cannot publish over its region\n");
+		unlink(path);
+		return 2;
+	}
+	for (long i = 0; i < n; i++) {
+		struct rgaps_pub_commit c = { .has_fence = true, .fence = (uint32_t)(i % nfences) };
+		uint32_t token;
+		uint64_t off;
+
+		if (rgaps_pub_loan(pub, 4096, 100, &token, &off))
+			continue;
+		memset((uint8_t *)pool + off, 0x5a, 4096);
+		if (rgaps_pub_commit(pub, token, 4096, &c, 100, false, NULL) == 0)
+			sent++;
+		usleep(2000);
+	}
+	printf("objects: %ld messages fenced by handles naming %s; staying %.1f s\n", sent, path,
+	       seconds);
+	fflush(stdout);
+	usleep((useconds_t)(seconds * 1e6));
+	unlink(path);
+	_exit(sent == n ? 0 : 1);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -329,6 +412,9 @@ int main(int argc, char **argv)
 		return cmd_shrink(argv[2], argv[3], atof(argv[4]));
 	if (argc == 3 && strcmp(argv[1], "ask") == 0)
 		return cmd_ask(argv[2]);
-	fprintf(stderr, "usage: itest-objects shrink TOPIC pub|sub SECONDS | ask TOPIC\n");
+	if (argc == 5 && strcmp(argv[1], "fence") == 0)
+		return cmd_fence(argv[2], atol(argv[3]), atof(argv[4]));
+	fprintf(stderr, "usage: itest-objects shrink TOPIC pub|sub SECONDS | ask TOPIC | "
+			"fence TOPIC N SECONDS\n");
 	return 2;
 }

@@ -82,6 +82,7 @@ static void test_discover(void **state)
 	};
 	struct fx fx = { 0 };
 	struct rgaps_plugin_info *l;
+	char want[96];
 	uint32_t n;
 
 	make_dir(&fx, files);
@@ -103,7 +104,9 @@ static void test_discover(void **state)
 	assert_int_equal(l[0].data_port_offset, 7);
 	assert_string_equal(l[1].name, "a");
 	free(l);
-	if (!skipped_with(&fx, "plugin ABI version 2, this rgaps needs 3: rebuild it"))
+	snprintf(want, sizeof(want), "plugin ABI version 2, this rgaps needs %d: rebuild it",
+		 RGAPS_PLUGIN_ABI_VERSION);
+	if (!skipped_with(&fx, want))
 		fail_msg("old ABI not refused: %s", fx.why[0]);
 	if (!skipped_with(&fx, "data-port offset 0 is not in 1..99"))
 		fail_msg("transport without a port offset not refused");
