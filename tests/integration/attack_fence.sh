@@ -16,7 +16,7 @@
 . "$(dirname "$0")/remote_lib.sh"
 need_users
 OBJECTS="$RGAPS_BUILD/tests/integration/itest-objects"
-AUID=61031 HUID=61032 # the attacker, the honest user
+AUID=61061 HUID=61062 # the attacker, the honest user (rgapsd runs as root here)
 N=600
 
 host A 0

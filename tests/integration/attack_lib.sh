@@ -5,7 +5,10 @@
 
 # three_users BASE: DUID=BASE (rgapsd's user), AUID=BASE+1 (the attacker), HUID=BASE+2 (the
 # honest user), each its own group; rgapsd's socket in $T/run, which its user owns.
-# DAEMON_AS, ATTACKER, HONEST: the prefixes that run a command as each.
+# DAEMON_AS, ATTACKER, HONEST: the prefixes that run a command as each. Each test takes a
+# base of its own (tests of other worktrees may run at the same time): attack_objects
+# 61010, attack_shm_full 61020, attack_names 61050, attack_fence 61060 (its attacker and
+# honest user only).
 three_users() {
 	DUID=$1 AUID=$(($1 + 1)) HUID=$(($1 + 2))
 	mkdir -p "$T/run"

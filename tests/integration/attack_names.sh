@@ -12,7 +12,7 @@
 need_users
 OBJECTS="$RGAPS_BUILD/tests/integration/itest-objects"
 
-three_users 61040
+three_users 61050
 mkdir -p "$T/topics.d"
 echo "{ \"allowed_uids\": [$HUID] }" >"$T/topics.d/secret.json"
 echo '{}' >"$T/topics.d/open.json"
