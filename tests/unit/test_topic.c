@@ -1047,10 +1047,10 @@ static void test_forged_holds_are_ignored(void **state)
 		uint32_t policy = pass ? RGAPS_OVERFLOW_BLOCK : RGAPS_OVERFLOW_DROP_OLDEST;
 		struct fixture *f = make_max(1 << 20, 256 << 10, 16, 0, policy);
 		struct client *honest = sub_open(f, 0), *p = pub_open(f, 0);
+		struct client *liar = sub_open(f, 1); /* its region is written here */
 		struct rgaps_sub_msg m;
 		int r = 0;
 
-		sub_open(f, 1); /* the liar: only its region matters, written here */
 		publish_now(p, 100);
 		take_ok(honest, &m);
 		rgaps_sub_release(honest->sub, m.token);
@@ -1073,6 +1073,7 @@ static void test_forged_holds_are_ignored(void **state)
 		}
 		check_pub(p);
 		client_close(p);
+		client_close(liar);
 		client_close(honest);
 		destroy(f);
 	}
