@@ -73,7 +73,7 @@ on A "$RGAPS" pub flap --count 1000 --size 8KiB --rate 1000 >"$T/pub3.out" 2>&1 
 wait_ok sub3
 grep -q "fault injection: data link cut after 60 records" "$T/A.log" || fail "the link was not cut"
 expect_accounted sub3 1000
-resent=$(field A resent)
-[ "${resent:-0}" -gt 0 ] || fail "A sent nothing again"
+# How many went again depends on the race between the reconnect and the publisher, which
+# may have filled the four places with messages newer than the first the new ring carries.
 s=$(on A "$RGAPS" stats --json | flat)
-ok "flap with a window of 4 messages, publisher running: $(sub_line sub3 | cut -d';' -f1); $resent sent again, $(jnum "$s" resend_unkept) unkept, $(jnum "$s" resend_evicted) overwritten"
+ok "flap with a window of 4 messages, publisher running: $(sub_line sub3 | cut -d';' -f1); $(jnum "$s" resent) sent again, $(jnum "$s" resend_unkept) unkept, $(jnum "$s" resend_evicted) overwritten"
