@@ -3,7 +3,7 @@
  * (include/rgaps/plugin.h, section "transport"), for the Soft-RoCE VM
  * (tests/rdma/rdma_suite.sh). It plays the core on both ends: two contexts of
  * the plugin on one uv loop, A (listens) and B (connects), rings set up in the
- * ABI order, and the ring arithmetic of src/common/ring.h around them. The
+ * ABI order, and the ring arithmetic of src/daemon/remote/ring.h around them. The
  * verbs transport reports a landed record as its 64-byte aligned footprint
  * with no offset (docs/PROTOCOL.md section 3), so the receiver places it from
  * that length alone and reads the exact length from the record's own header
@@ -56,7 +56,7 @@
 #include "log.h"
 #include "pattern.h"
 #include "plugin_loader.h"
-#include "ring.h"
+#include "remote/ring.h"
 #include "util.h"
 
 #define KiB ((uint64_t)1024)

@@ -5,7 +5,7 @@
  * It plays the core on both ends: two independent contexts of the plugin on
  * one uv loop, A (sender) and B (receiver), a data link from A to B presenting
  * a token, rings set up in the ABI order, and the core's ring logic from
- * src/common/ring.h around them: A reserves (the Exceed check) and posts
+ * src/daemon/remote/ring.h around them: A reserves (the Exceed check) and posts
  * records gathered from registered memory, B places each landed record (or
  * checks the offset the transport claims), checks every byte, consumes and
  * writes Head back per the watermark, A takes it as its Delayed Head. The pair
@@ -58,7 +58,7 @@
 #include "log.h"
 #include "pattern.h"
 #include "plugin_loader.h"
-#include "ring.h"
+#include "remote/ring.h"
 #include "util.h"
 
 #define KiB ((uint64_t)1024)

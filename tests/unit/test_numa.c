@@ -1,5 +1,5 @@
 /*
- * NUMA placement (src/common/numa.c): memory preferred on node 0 (every host
+ * NUMA placement (src/daemon/remote/numa.c): memory preferred on node 0 (every host
  * has it) lands there, all sampled pages checked; bad nodes are refused.
  * Skips, with the reason, where the kernel has no NUMA system calls.
  */
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "numa.h"
+#include "remote/numa.h"
 
 static void test_place_on_node0(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * Tests of the receive-ring arithmetic (src/common/ring.c, docs/RING.md). Unit
+ * Tests of the receive-ring arithmetic (src/daemon/remote/ring.c, docs/RING.md). Unit
  * cases pin each rule at its edges: first write, exact fit to the end, wrap
  * with padding, the Exceed check in its linear and wrapped cases, a full ring,
  * hostile Heads and offsets, the watermark's report points. A property test
@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "ring.h"
+#include "remote/ring.h"
 #include "util.h"
 
 /* The common shape of the unit cases: 16 cache lines, records up to 4 of them. */

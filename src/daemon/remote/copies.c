@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../../common/log.h"
-#include "../../common/numa.h"
+#include "numa.h"
 #include "internal.h"
 
 struct rt_copy {

@@ -38,8 +38,8 @@
 
 #include "../../common/futex.h"
 #include "../../common/plugin_loader.h"
-#include "../../common/record.h"
-#include "../../common/ring.h"
+#include "record.h"
+#include "ring.h"
 #include "../daemon.h"
 #include "../hostport.h"
 #include "../peers.h"

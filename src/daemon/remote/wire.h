@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "../../common/config.h"
-#include "../../common/record.h"
+#include "record.h"
 #include "rgaps/plugin.h"
 
 #define RT_RINGS 128	  /* ring ids per direction of a peer pair (immediate: 7 bits) */

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "util.h"
+#include "../../common/util.h"
 
 #ifndef NDEBUG
 static void ring_debug_fail(const char *side, const char *why)
