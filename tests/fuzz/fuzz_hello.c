@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the peer handshake codec (src/daemon/peer_wire.c):
+ * libFuzzer target for the peer handshake codec (src/daemon/peers/wire.c):
  * arbitrary bytes as a HELLO and as an ERROR payload, as an unauthenticated
  * network neighbour sends them. A decoded HELLO must carry the version this
  * daemon speaks and a 1..255-byte printable name, and must encode back to
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "peer_wire.h"
+#include "peers/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,5 +1,5 @@
 /*
- * The peer handshake codec (src/daemon/peer_wire.h) against the bytes of
+ * The peer handshake codec (src/daemon/peers/wire.h) against the bytes of
  * docs/PROTOCOL.md section 2, written out here by hand: HELLO encodes to the
  * documented layout and decodes back, every malformed HELLO is refused with
  * its code and reason, the AUTH proof is the documented HMAC transcript and
@@ -15,7 +15,7 @@
 #include <sodium.h>
 #include <string.h>
 
-#include "peer_wire.h"
+#include "peers/wire.h"
 
 static const uint8_t NONCE[PEERS_NONCE] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
 					    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32 };

@@ -1,5 +1,5 @@
 /*
- * Tests of the peer control plane (src/daemon/peers.c) over real loopback TCP.
+ * Tests of the peer control plane (src/daemon/peers/peers.c) over real loopback TCP.
  * Each daemon of a test is a manager on its own libuv loop ("A" on la, "B" on
  * lb); the main thread drives both loops, so a test can freeze B by not
  * running lb (a daemon that hangs, for the keepalive and send-queue tests).
@@ -37,7 +37,7 @@
 
 #include "hostport.h"
 #include "log.h"
-#include "peers.h"
+#include "peers/peers.h"
 #include "util.h"
 
 #define WATCHDOG_MS 10000

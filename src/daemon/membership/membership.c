@@ -25,7 +25,7 @@
 #include "../../common/log.h"
 #include "../../common/util.h"
 #include "../config_file.h"
-#include "../peers.h"
+#include "../peers/peers.h"
 #include "../secret.h"
 #include "etcd.h"
 

@@ -42,7 +42,7 @@
 #include "ring.h"
 #include "../daemon.h"
 #include "../hostport.h"
-#include "../peers.h"
+#include "../peers/peers.h"
 #include "../remote.h"
 #include "../worker.h"
 #include "wire.h"

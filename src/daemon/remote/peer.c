@@ -1,6 +1,6 @@
 /*
  * One peer daemon as the remote path sees it (struct rt_peer, attached to the
- * session object of ../peers.c): finding it, sending it a control message,
+ * session object of ../peers/peers.c): finding it, sending it a control message,
  * and dropping it when it breaks the protocol. Every room above uses these.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * Peer sessions as the remote path sees them (../peers.c runs the sockets,
+ * Peer sessions as the remote path sees them (../peers/peers.c runs the sockets,
  * the handshake and the keepalives): what happens when a peer comes up or
  * goes down, the dispatch of its control messages (docs/PROTOCOL.md section
  * 4) to the rooms that handle them, and the periodic tick (link offers,

@@ -1,7 +1,7 @@
 /*
- * The peer handshake codec (peer_wire.h): pure functions over bytes.
+ * The peer handshake codec (wire.h): pure functions over bytes.
  */
-#include "peer_wire.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/errors.h"
-#include "../common/util.h"
+#include "../../common/errors.h"
+#include "../../common/util.h"
 
 _Static_assert(PEERS_MAC == crypto_auth_hmacsha256_BYTES, "the AUTH proof is an HMAC-SHA-256");
 

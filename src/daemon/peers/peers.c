@@ -43,7 +43,7 @@
 #include "hostport.h"
 #include "log.h"
 #include "looplag.h"
-#include "peer_wire.h"
+#include "wire.h"
 #include "secret.h"
 #include "util.h"
 
