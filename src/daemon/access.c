@@ -6,8 +6,10 @@
  * everything is settled before anything is created: a user refused on a
  * topic leaves nothing behind, and a user's topics count against its quota.
  *
- * Kept apart from the topic table (topics.c) and the request handlers
- * (requests.c), which only call in here.
+ * The request handlers (requests.c) call in here; this file reads the topic
+ * table (topics.c) and is never called by it: the limits on creating a topic
+ * at all (create_topics, max_topics), which bind peers' set-ups too, are the
+ * topic table's own.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -122,29 +124,6 @@ int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd
 			 "uid %u has created max_topics_per_user (%u) topics; topic '%s' is not "
 			 "created", (unsigned)id->uid, d->cfg.max_topics_per_user, name);
 		return -EDQUOT;
-	}
-	return 0;
-}
-
-int rgapsd__topic_may_create(struct rgapsd *d, const char *name, char *err, size_t errlen)
-{
-	uint32_t adhoc = 0;
-
-	if (rgapsd__topic_configured(d, name))
-		return 0;
-	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED) {
-		d->refused.topics_refused_unconfigured++;
-		snprintf(err, errlen, "no topic '%s' is configured, and create_topics is "
-			 "\"configured\"", name);
-		return -ENOENT;
-	}
-	for (const struct rgapsd_topic *t = d->topics; t; t = t->next)
-		adhoc += t->adhoc;
-	if (adhoc >= d->cfg.max_topics) {
-		d->refused.topics_refused_max++;
-		snprintf(err, errlen, "rgapsd holds max_topics (%u) topics made from the defaults",
-			 d->cfg.max_topics);
-		return -ENFILE;
 	}
 	return 0;
 }

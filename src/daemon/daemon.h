@@ -365,7 +365,5 @@ const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const
  */
 int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
 			 struct rgapsd_topic **t_p, char *err, size_t errlen);
-/* Before a topic is created, by anyone: create_topics and max_topics. 0, -ENOENT, -ENFILE. */
-int rgapsd__topic_may_create(struct rgapsd *d, const char *name, char *err, size_t errlen);
 
 #endif

@@ -633,6 +633,30 @@ err_free:
 	return r;
 }
 
+/* Before a topic is created, by anyone: create_topics and max_topics. 0, -ENOENT, -ENFILE. */
+static int topic_may_create(struct rgapsd *d, const char *name, char *err, size_t errlen)
+{
+	uint32_t adhoc = 0;
+
+	if (rgapsd__topic_configured(d, name))
+		return 0;
+	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED) {
+		d->refused.topics_refused_unconfigured++;
+		snprintf(err, errlen, "no topic '%s' is configured, and create_topics is "
+			 "\"configured\"", name);
+		return -ENOENT;
+	}
+	for (const struct rgapsd_topic *t = d->topics; t; t = t->next)
+		adhoc += t->adhoc;
+	if (adhoc >= d->cfg.max_topics) {
+		d->refused.topics_refused_max++;
+		snprintf(err, errlen, "rgapsd holds max_topics (%u) topics made from the defaults",
+			 d->cfg.max_topics);
+		return -ENFILE;
+	}
+	return 0;
+}
+
 int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen)
 {
@@ -644,7 +668,7 @@ int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **
 			return 0;
 		}
 	}
-	r = rgapsd__topic_may_create(d, name, err, errlen);
+	r = topic_may_create(d, name, err, errlen);
 	if (r)
 		return r;
 	return topic_create(d, name, t_p, err, errlen);
