@@ -240,6 +240,14 @@ const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu);
 struct cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t);
 /* Sweep: stop replicators of GPUs without subscribers (on the loop). */
 void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now);
+/* The table of a topic's members of kind (*n_p: its slots), under t->lock or on the loop. */
+static inline struct rgapsd_member **rgapsd_member_table(struct rgapsd_topic *t,
+							 enum rgapsd_member_kind kind,
+							 uint32_t *n_p)
+{
+	*n_p = kind == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
+	return kind == RGAPSD_MEMBER_PUB ? t->pubs : t->subs;
+}
 /* Does subscriber member s read stream member p? */
 static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const struct rgapsd_member *p)
 {
@@ -326,7 +334,8 @@ void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub
 
 /*
  * What a client has been told about a topic's members, and the diff since
- * (the "members" of an attach reply and every "sync" reply: docs/PROTOCOL.md).
+ * (the "members" of an attach reply and every "sync" reply: docs/PROTOCOL.md;
+ * told.c).
  */
 struct rgapsd_told {
 	uint64_t *gen;	 /* per slot of the other kind: the gen told, 0 none */

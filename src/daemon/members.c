@@ -1,8 +1,8 @@
 /*
  * The members of rgapsd's topics (daemon.h, docs/SHM-LAYOUT.md): one per
  * attachment, each with the shared memory made for it - a publisher's control
- * region and pool, a subscriber's region - and what every client has been
- * told of the others (the "members" of attach and sync replies).
+ * region and pool, a subscriber's region. What every client has been told of
+ * the others (the "members" of attach and sync replies) is in told.c.
  *
  * rgapsd creates and formats each region, hands its owner a read-write fd and
  * everyone else read-only ones, and keeps a read-only mapping of its own to
@@ -20,7 +20,6 @@
  * topic's own or the replica for one GPU); a subscriber reads, and a stream
  * waits for, only members of the same serve (docs/GPU.md).
  */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,13 +36,6 @@
 
 #define SWEEP_MS 100
 #define DRAIN_MAX_NS (30ull * 1000 * 1000 * 1000) /* a departed stream is kept at most this */
-
-static struct rgapsd_member **table_of(struct rgapsd_topic *t, enum rgapsd_member_kind kind,
-				       uint32_t *n_p)
-{
-	*n_p = kind == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
-	return kind == RGAPSD_MEMBER_PUB ? t->pubs : t->subs;
-}
 
 void rgapsd__member_get(struct rgapsd_member *m)
 {
@@ -229,7 +221,7 @@ static void member_gone(struct rgapsd_member *m)
 {
 	struct rgapsd_topic *t = m->t;
 	uint32_t n;
-	struct rgapsd_member **tab = table_of(t, m->kind, &n);
+	struct rgapsd_member **tab = rgapsd_member_table(t, m->kind, &n);
 
 	pthread_mutex_lock(&t->lock);
 	rgaps_require(tab[m->slot] == m);
@@ -400,7 +392,7 @@ int rgapsd_member_prepare(struct rgapsd_topic *t, const struct rgapsd_member_spe
 	int r;
 
 	if (!rgapsd_member_slot_free(t, kind)) {
-		table_of(t, kind, &n);
+		rgapsd_member_table(t, kind, &n);
 		snprintf(err, errlen, "no free %s slot (max %u)",
 			 kind == RGAPSD_MEMBER_PUB ? "publisher" : "subscriber", n);
 		return -ENOSPC;
@@ -464,7 +456,7 @@ err:
 bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kind)
 {
 	uint32_t n;
-	struct rgapsd_member **tab = table_of(t, kind, &n);
+	struct rgapsd_member **tab = rgapsd_member_table(t, kind, &n);
 
 	for (uint32_t i = 0; i < n; i++)
 		if (!tab[i] ||
@@ -477,7 +469,7 @@ bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kin
 static int take_slot(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint32_t *slot_p)
 {
 	uint32_t n, slot;
-	struct rgapsd_member **tab = table_of(t, kind, &n);
+	struct rgapsd_member **tab = rgapsd_member_table(t, kind, &n);
 
 	for (slot = 0; slot < n && tab[slot]; slot++)
 		;
@@ -520,7 +512,7 @@ int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen)
 	struct rgapsd_topic *t = m->t;
 	enum rgapsd_member_kind kind = m->kind;
 	uint32_t n, slot;
-	struct rgapsd_member **tab = table_of(t, kind, &n);
+	struct rgapsd_member **tab = rgapsd_member_table(t, kind, &n);
 	int r;
 
 	rgaps_require(m->state == RGAPSD_MEMBER_PENDING);
@@ -721,114 +713,4 @@ void rgapsd__members_destroy(struct rgapsd_topic *t)
 	t->ngone = 0;
 	free(t->gone);
 	t->gone = NULL;
-}
-
-/* ---------------------------------------------------------------- telling clients */
-
-int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
-		      enum rgapsd_member_kind watch)
-{
-	told->n = watch == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
-	told->gen = calloc(told->n, sizeof(*told->gen));
-	told->limit = calloc(told->n, sizeof(*told->limit));
-	if (!told->gen || !told->limit) {
-		rgapsd__told_free(told);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-void rgapsd__told_free(struct rgapsd_told *told)
-{
-	free(told->gen);
-	free(told->limit);
-	told->gen = told->limit = NULL;
-	told->n = 0;
-}
-
-static void add_u64(cJSON *o, const char *key, uint64_t v)
-{
-	/* Exact in a double up to 2^53: sequence numbers and generations stay below. */
-	cJSON_AddNumberToObject(o, key, (double)RGAPS_MIN(v, (1ull << 53)));
-}
-
-int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
-		      enum rgapsd_member_kind watch, int32_t serve, cJSON *reply, int *fds,
-		      int *nfds_p, int max_fds)
-{
-	cJSON *add = cJSON_AddArrayToObject(reply, "members");
-	cJSON *rem = cJSON_AddArrayToObject(reply, "remove");
-	cJSON *lim = cJSON_AddArrayToObject(reply, "limits");
-	uint32_t n;
-	struct rgapsd_member **tab = table_of(t, watch, &n);
-	int need = watch == RGAPSD_MEMBER_PUB ? 2 : 1;
-	bool more = false;
-
-	rgaps_require(n == told->n);
-	for (uint32_t i = 0; i < n; i++) {
-		struct rgapsd_member *m = tab[i];
-		uint64_t g;
-		cJSON *o;
-
-		if (m && m->serve != serve)
-			m = NULL; /* another GPU's streams, or readers of them: not ours to know */
-		g = m ? m->gen : 0;
-
-		if (told->gen[i] && told->gen[i] != g) {
-			o = cJSON_CreateObject();
-			cJSON_AddNumberToObject(o, "slot", i);
-			add_u64(o, "gen", told->gen[i]);
-			cJSON_AddItemToArray(rem, o);
-			told->gen[i] = 0;
-		}
-		if (!g)
-			continue;
-		if (told->gen[i] == 0) {
-			int fd, pfd = -1;
-
-			if (*nfds_p + need > max_fds) {
-				more = true;
-				continue;
-			}
-			fd = rgapsd__member_share_fd(m, false, false);
-			if (fd < 0)
-				return fd;
-			if (need == 2) {
-				pfd = rgapsd__member_share_fd(m, true, false);
-				if (pfd < 0) {
-					close(fd);
-					return pfd;
-				}
-			}
-			o = cJSON_CreateObject();
-			cJSON_AddNumberToObject(o, "slot", i);
-			add_u64(o, "gen", g);
-			cJSON_AddNumberToObject(o, "fd", *nfds_p);
-			fds[(*nfds_p)++] = fd;
-			if (pfd >= 0) {
-				cJSON_AddNumberToObject(o, "pool_fd", *nfds_p);
-				cJSON_AddNumberToObject(o, "mem_flags", m->pool.flags);
-				cJSON_AddNumberToObject(o, "pool_device", m->pool_dev);
-				/* By PCI address too: the client's ordinals may differ. */
-				if (rgapsd__gpu_pci(t, m->pool_dev))
-					cJSON_AddStringToObject(o, "pool_pci",
-								rgapsd__gpu_pci(t, m->pool_dev));
-				fds[(*nfds_p)++] = pfd;
-			}
-			if (m->state == RGAPSD_MEMBER_DRAINING)
-				add_u64(o, "limit", m->limit);
-			cJSON_AddItemToArray(add, o);
-			told->gen[i] = g;
-			told->limit[i] = m->limit;
-		} else if (told->limit[i] != m->limit) {
-			o = cJSON_CreateObject();
-			cJSON_AddNumberToObject(o, "slot", i);
-			add_u64(o, "gen", g);
-			add_u64(o, "limit", m->limit);
-			cJSON_AddItemToArray(lim, o);
-			told->limit[i] = m->limit;
-		}
-	}
-	cJSON_AddBoolToObject(reply, "more", more);
-	return 0;
 }
