@@ -168,7 +168,7 @@ int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *c
 	if (r)
 		rgaps_warn("no reaper thread (%s): freed pools are released on the loop",
 			   strerror(-r));
-	rgapsd__members_start(d);
+	rgapsd_topics_start(d);
 	uv_signal_init(loop, &d->sig_term);
 	uv_signal_init(loop, &d->sig_int);
 	d->sig_term.data = d->sig_int.data = d;
@@ -195,7 +195,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	rgapsd_control_stop(d->ctl);
 	d->ctl = NULL;
 	rgapsd_remote_stop(d);
-	rgapsd__members_stop(d);
+	rgapsd_topics_stop(d);
 	rgapsd__topics_destroy(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);

@@ -181,7 +181,7 @@ struct rgapsd {
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 	struct rgapsd_metrics *metrics;	   /* metrics_listen's HTTP server (NULL: off) */
-	uv_timer_t sweep; /* drains departed streams, frees members (members.c) */
+	uv_timer_t sweep; /* replicas, departed streams, idle topics (topics.c) */
 	struct rgapsd_worker reaper; /* releases freed members' memory, off the loop */
 	bool sweep_started;
 	uint64_t idle_checked_ns;     /* the last look for idle topics (topics.c) */
@@ -208,11 +208,12 @@ int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **
 		      size_t errlen);
 void rgapsd__topics_destroy(struct rgapsd *d);
 /*
- * Remove the topics made from the defaults that have been unused for topic_idle_s:
- * no member (attached, draining or kept for history), no attachment, no replicator,
- * nothing of the remote path (rgapsd_remote_topic_held). On the loop (the sweep).
+ * The sweep, every 100 ms on the loop: each topic's replicas without
+ * subscribers and its departed members (rgapsd_members_sweep), then the topics
+ * made from the defaults that topic_idle_s says are unused.
  */
-void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now);
+void rgapsd_topics_start(struct rgapsd *d);
+void rgapsd_topics_stop(struct rgapsd *d);
 
 /* What a client says of its GPUs at attach (requests.c): GPUs match by PCI address. */
 struct rgapsd_client_gpus {
@@ -238,8 +239,6 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgap
 const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu);
 /* The "gpus" array of a topic's stats (NULL: no GPU to tell of). Returns cJSON *. */
 struct cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t);
-/* Sweep: stop replicators of GPUs without subscribers (on the loop). */
-void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now);
 /* The table of a topic's members of kind (*n_p: its slots), under t->lock or on the loop. */
 static inline struct rgapsd_member **rgapsd_member_table(struct rgapsd_topic *t,
 							 enum rgapsd_member_kind kind,
@@ -325,8 +324,11 @@ struct rgapsd_member *rgapsd__member_of_stream(struct rgapsd_member *const *stre
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
 /* Wake every member's futex word (after dir_gen moved or the topic closed). */
 void rgapsd__members_wake(struct rgapsd_topic *t);
-void rgapsd__members_start(struct rgapsd *d);
-void rgapsd__members_stop(struct rgapsd *d);
+/*
+ * The topic's sweep (topics.c): end the departed streams every reader has read
+ * (or that waited too long), free the GONE members nobody maps.
+ */
+void rgapsd_members_sweep(struct rgapsd_topic *t, uint64_t now);
 /* Tear every member of a topic down (the topic is destroyed). */
 void rgapsd__members_destroy(struct rgapsd_topic *t);
 /* Snapshot of a publisher member's stream (clamped): head, tail, counters. */

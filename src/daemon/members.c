@@ -13,8 +13,9 @@
  * A subscriber's region goes with its connection. A publisher's stream stays
  * readable after its publisher detaches (DRAINING) until every subscriber has
  * read and released it, or a deadline passes, so that a publisher may exit
- * right after its last publish. The sweep timer decides that, and frees GONE
- * members once no view of rgapsd's own still maps them.
+ * right after its last publish. The topic table's sweep (topics.c) asks
+ * rgapsd_members_sweep() to decide that, and to free GONE members once no view
+ * of rgapsd's own still maps them.
  *
  * Several GPUs: every member says which streams it belongs to (`serve`, the
  * topic's own or the replica for one GPU); a subscriber reads, and a stream
@@ -34,7 +35,6 @@
 #include "gpu_reserve.h"
 #include "remote.h"
 
-#define SWEEP_MS 100
 #define DRAIN_MAX_NS (30ull * 1000 * 1000 * 1000) /* a departed stream is kept at most this */
 
 void rgapsd__member_get(struct rgapsd_member *m)
@@ -636,7 +636,7 @@ static bool kept_for_history(const struct rgapsd_topic *t, const struct rgapsd_m
 	return true;
 }
 
-static void sweep_topic(struct rgapsd_topic *t, uint64_t now)
+void rgapsd_members_sweep(struct rgapsd_topic *t, uint64_t now)
 {
 	uint32_t keep = 0;
 
@@ -666,35 +666,6 @@ static void sweep_topic(struct rgapsd_topic *t, uint64_t now)
 			member_free(m);
 	}
 	t->ngone = keep;
-}
-
-static void on_sweep(uv_timer_t *timer)
-{
-	struct rgapsd *d = timer->data;
-	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-
-	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
-		rgapsd__topic_gpus_sweep(t, now);
-		sweep_topic(t, now);
-	}
-	rgapsd__topics_sweep_idle(d, now);
-}
-
-void rgapsd__members_start(struct rgapsd *d)
-{
-	uv_timer_init(d->loop, &d->sweep);
-	d->sweep.data = d;
-	uv_timer_start(&d->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
-	d->sweep_started = true;
-}
-
-void rgapsd__members_stop(struct rgapsd *d)
-{
-	if (!d->sweep_started)
-		return;
-	uv_timer_stop(&d->sweep);
-	uv_close((uv_handle_t *)&d->sweep, NULL);
-	d->sweep_started = false;
 }
 
 void rgapsd__members_destroy(struct rgapsd_topic *t)

@@ -3,7 +3,7 @@
  * created (a header segment) on first attach, like topics absent from the
  * configuration, which are made from the daemon's defaults. A topic lives
  * until the daemon stops or, one made from the defaults, until it has been
- * unused for topic_idle_s (rgapsd__topics_sweep_idle). Its memory backend is
+ * unused for topic_idle_s (the sweep, every 100 ms). Its memory backend is
  * chosen once, at creation ("auto": cuda when a GPU is usable, else host,
  * with the reason logged).
  * Its members - one per attachment, with their regions and pools - are in
@@ -481,7 +481,8 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 	return arr;
 }
 
-void rgapsd__topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
+/* Stop the replicas of GPUs without subscribers (on the loop). */
+static void topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
 {
 	for (uint32_t g = 0; t->topo && g < t->topo->ndevices; g++) {
 		struct rgapsd_gpu *gp = &t->gpus[g];
@@ -705,7 +706,12 @@ static bool topic_in_use(struct rgapsd *d, struct rgapsd_topic *t)
 
 #define IDLE_CHECK_NS (1000ull * 1000 * 1000) /* look for idle topics once a second */
 
-void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now)
+/*
+ * Remove the topics made from the defaults that have been unused for topic_idle_s:
+ * no member (attached, draining or kept for history), no attachment, no replicator,
+ * nothing of the remote path (rgapsd_remote_topic_held).
+ */
+static void topics_sweep_idle(struct rgapsd *d, uint64_t now)
 {
 	uint64_t idle_ns = (uint64_t)d->cfg.topic_idle_s * 1000000000ull;
 	struct rgapsd_topic **pp = &d->topics;
@@ -737,4 +743,38 @@ void rgapsd__topics_sweep_idle(struct rgapsd *d, uint64_t now)
 		rgapsd__members_wake(t);
 		topic_free(t);
 	}
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+#define SWEEP_MS 100
+
+/* Every topic's GPUs and members, then the idle topics: each sweep calls down. */
+static void on_sweep(uv_timer_t *timer)
+{
+	struct rgapsd *d = timer->data;
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+	for (struct rgapsd_topic *t = d->topics; t; t = t->next) {
+		topic_gpus_sweep(t, now);
+		rgapsd_members_sweep(t, now);
+	}
+	topics_sweep_idle(d, now);
+}
+
+void rgapsd_topics_start(struct rgapsd *d)
+{
+	uv_timer_init(d->loop, &d->sweep);
+	d->sweep.data = d;
+	uv_timer_start(&d->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+	d->sweep_started = true;
+}
+
+void rgapsd_topics_stop(struct rgapsd *d)
+{
+	if (!d->sweep_started)
+		return;
+	uv_timer_stop(&d->sweep);
+	uv_close((uv_handle_t *)&d->sweep, NULL);
+	d->sweep_started = false;
 }
