@@ -159,6 +159,19 @@ struct rgapsd_refusals {
 	uint64_t topics_refused_unconfigured; /* create_topics "configured" */
 };
 
+/*
+ * What the layers above the topic table learn of it, through the hooks they
+ * register (rgapsd_topics_hook: the remote path's): the topic table and its
+ * members never call them by name. Each may be NULL; all run on the loop.
+ */
+struct rgapsd_topic_hooks {
+	/* A publisher stream's pool is about to be released: let go of what refers to
+	 * it (the transports' registrations of it). */
+	void (*member_gone)(void *ctx, struct rgapsd_member *m);
+	/* Does the layer hold topic t? An idle topic is removed only when none does. */
+	bool (*topic_held)(void *ctx, struct rgapsd_topic *t);
+};
+
 struct rgapsd {
 	uv_loop_t *loop;
 	struct rgapsd_config cfg;
@@ -181,6 +194,8 @@ struct rgapsd {
 	struct rgapsd_remote *remote;	   /* peers and transports (NULL: single host) */
 	struct rgapsd_remote *remote_dead; /* a failed start, freed in rgapsd_fini */
 	struct rgapsd_metrics *metrics;	   /* metrics_listen's HTTP server (NULL: off) */
+	const struct rgapsd_topic_hooks *hooks; /* NULL: nobody above the topics listens */
+	void *hooks_ctx;
 	uv_timer_t sweep; /* replicas, departed streams, idle topics (topics.c) */
 	struct rgapsd_worker reaper; /* releases freed members' memory, off the loop */
 	bool sweep_started;
@@ -214,6 +229,8 @@ void rgapsd__topics_destroy(struct rgapsd *d);
  */
 void rgapsd_topics_start(struct rgapsd *d);
 void rgapsd_topics_stop(struct rgapsd *d);
+/* Register the hooks of the layer above (NULL: none); on the loop. */
+void rgapsd_topics_hook(struct rgapsd *d, const struct rgapsd_topic_hooks *hooks, void *ctx);
 
 /* What a client says of its GPUs at attach (requests.c): GPUs match by PCI address. */
 struct rgapsd_client_gpus {

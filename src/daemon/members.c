@@ -33,7 +33,6 @@
 #include "../common/log.h"
 #include "daemon.h"
 #include "gpu_reserve.h"
-#include "remote.h"
 
 #define DRAIN_MAX_NS (30ull * 1000 * 1000 * 1000) /* a departed stream is kept at most this */
 
@@ -157,8 +156,8 @@ static void member_free(struct rgapsd_member *m)
 	struct rgapsd_topic *t = m->t;
 	struct member_remains *r = t->d->reaper.nthreads ? malloc(sizeof(*r)) : NULL, here;
 
-	if (m->kind == RGAPSD_MEMBER_PUB)
-		rgapsd_remote_member_gone(t->d, m);
+	if (m->kind == RGAPSD_MEMBER_PUB && t->d->hooks && t->d->hooks->member_gone)
+		t->d->hooks->member_gone(t->d->hooks_ctx, m);
 	if (!r)
 		r = &here;
 	*r = (struct member_remains){

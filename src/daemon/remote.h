@@ -29,7 +29,12 @@ struct rgapsd_registry;
 struct rgapsd_topic;
 struct cJSON;
 
-/* Start peers and transports when the configuration has "listen". 0 or -errno. */
+/*
+ * Start peers and transports when the configuration has "listen". 0 or -errno.
+ * The remote path registers its hooks with the topic table (rgapsd_topics_hook)
+ * until rgapsd_remote_free: the topic table tells it of a publisher's pool that
+ * goes, and asks whether it still holds a topic.
+ */
 int rgapsd_remote_start(struct rgapsd *d);
 
 /* rgapsd --help-config: the options each transport plugin of the registry declares. */
@@ -62,17 +67,6 @@ void rgapsd_remote_stats(struct rgapsd *d, struct cJSON *reply, const char *topi
 
 /* Free what is left once the loop has closed every handle (rgapsd_fini). */
 void rgapsd_remote_free(struct rgapsd *d);
-
-/* A publisher stream's pool is about to be released: drop its transport registrations. */
-struct rgapsd_member;
-void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m);
-
-/*
- * Does the remote path hold topic t: its sender side (forwarder, rings to
- * peers), a ring landing into it, its stages, or a peer's interest in it? An
- * idle topic is removed only when none does.
- */
-bool rgapsd_remote_topic_held(struct rgapsd *d, struct rgapsd_topic *t);
 
 /* A topic is about to be destroyed (shutdown). */
 void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t);

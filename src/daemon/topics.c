@@ -30,7 +30,6 @@
 #include "../common/log.h"
 #include "../common/shm.h"
 #include "daemon.h"
-#include "remote.h"
 
 static struct rgaps_loaded_plugin *memory_plugin(struct rgapsd *d, const char *name, char *err,
 						 size_t errlen)
@@ -701,7 +700,7 @@ static bool topic_in_use(struct rgapsd *d, struct rgapsd_topic *t)
 		return true;
 	if (t->replicator)
 		return true;
-	return rgapsd_remote_topic_held(d, t);
+	return d->hooks && d->hooks->topic_held && d->hooks->topic_held(d->hooks_ctx, t);
 }
 
 #define IDLE_CHECK_NS (1000ull * 1000 * 1000) /* look for idle topics once a second */
@@ -709,7 +708,7 @@ static bool topic_in_use(struct rgapsd *d, struct rgapsd_topic *t)
 /*
  * Remove the topics made from the defaults that have been unused for topic_idle_s:
  * no member (attached, draining or kept for history), no attachment, no replicator,
- * nothing of the remote path (rgapsd_remote_topic_held).
+ * nothing the layers above hold (the topic_held hook).
  */
 static void topics_sweep_idle(struct rgapsd *d, uint64_t now)
 {
@@ -760,6 +759,12 @@ static void on_sweep(uv_timer_t *timer)
 		rgapsd_members_sweep(t, now);
 	}
 	topics_sweep_idle(d, now);
+}
+
+void rgapsd_topics_hook(struct rgapsd *d, const struct rgapsd_topic_hooks *hooks, void *ctx)
+{
+	d->hooks = hooks;
+	d->hooks_ctx = ctx;
 }
 
 void rgapsd_topics_start(struct rgapsd *d)

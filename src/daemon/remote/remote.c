@@ -134,8 +134,14 @@ void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 		rt_waiters_cancel(d->remote, arg);
 }
 
-bool rgapsd_remote_topic_held(struct rgapsd *d, struct rgapsd_topic *t)
+/*
+ * The topic_held hook: does the remote path hold topic t - its sender side
+ * (forwarder, rings to peers), a ring landing into it, its stages, or a
+ * peer's interest in it?
+ */
+static bool topic_held(void *ctx, struct rgapsd_topic *t)
 {
+	struct rgapsd *d = ctx;
 	struct rgapsd_remote *rt = d->remote;
 	struct rt_stages *st;
 
@@ -186,10 +192,18 @@ static void member_dereg(struct rgapsd_remote *rt, struct rgapsd_member *m)
 	}
 }
 
-void rgapsd_remote_member_gone(struct rgapsd *d, struct rgapsd_member *m)
+/* The member_gone hook: a publisher's pool is about to be released. */
+static void member_gone(void *ctx, struct rgapsd_member *m)
 {
+	struct rgapsd *d = ctx;
+
 	member_dereg(d->remote ? d->remote : d->remote_dead, m);
 }
+
+static const struct rgapsd_topic_hooks topic_hooks = {
+	.member_gone = member_gone,
+	.topic_held = topic_held,
+};
 
 /* Before the transports go: every pool they registered, of members that outlive them. */
 static void dereg_all_pools(struct rgapsd *d, struct rgapsd_remote *rt)
@@ -223,6 +237,7 @@ int rgapsd_remote_start(struct rgapsd *d)
 
 	if (!d->cfg.listen[0])
 		return 0;
+	rgapsd_topics_hook(d, &topic_hooks, d);
 	if (!d->cfg.key_file[0]) {
 		rgaps_error(
 			"\"listen\" needs \"key_file\": peers authenticate with a pre-shared key");
@@ -360,6 +375,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 
 void rgapsd_remote_free(struct rgapsd *d)
 {
+	rgapsd_topics_hook(d, NULL, NULL);
 	if (d->remote)
 		rt_transports_unload(d->remote);
 	free(d->remote);

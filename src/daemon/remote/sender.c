@@ -190,7 +190,7 @@ static void d2h_ready(struct rt_d2h *st)
 /*
  * The transport registration of a host pool that records are sent from: each
  * publisher has its own pool, registered on first use and dropped with it
- * (rgapsd_remote_member_gone). NULL when the transport refuses (logged).
+ * (the member_gone hook, remote.c). NULL when the transport refuses (logged).
  */
 static void *pool_mr(struct rt_out *o, struct rgapsd_member *src)
 {
