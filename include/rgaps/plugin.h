@@ -338,14 +338,14 @@ struct rgaps_memory_ops {
 /*
  * A transport moves records from a sender daemon into a receive ring of a
  * receiver daemon (docs/ARCHITECTURE.md section 4; docs/PROTOCOL.md section 3). The core
- * decides every offset (Tail/Head/Delayed Head arithmetic, src/common/ring.h);
+ * decides every offset (Tail/Head/Delayed Head arithmetic, src/daemon/remote/ring.h);
  * the transport only writes bytes where it is told and reports completions.
  * Everything runs on the daemon's loop thread (the plugin puts its fds under
  * uv_poll handles on env->uv_loop); callbacks are called on that thread, never
  * from inside the operation that caused them (no re-entrance).
  *
  * Links are data connections to one peer daemon. The peer control plane
- * (authenticated, src/daemon/peers.c) tells the listener which 16-byte token
+ * (authenticated, src/daemon/peers/peers.c) tells the listener which 16-byte token
  * to expect; the connector presents it (tcp: first bytes on the stream; verbs:
  * rdma_cm private data). A link whose token the core does not know is closed.
  *

@@ -10,7 +10,7 @@
  * is checked before a byte of its payload is read (magic, type, ring attached,
  * bounds, and that it cannot overwrite bytes the core has not released yet); a
  * violation drops the link with the reason in words. The core's ring arithmetic
- * (src/common/ring.h) decides every offset: this file checks and moves bytes.
+ * (src/daemon/remote/ring.h) decides every offset: this file checks and moves bytes.
  *
  * Lifecycle: init -> listen / connect -> links come and go -> fini. Handles are
  * closed asynchronously (libuv): a link's memory is freed once its handles have
