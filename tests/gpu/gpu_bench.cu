@@ -36,6 +36,11 @@
  * Needs a running rgapsd with T (gpu) on memory "cuda" and T (host) on
  * memory "host", each with max_message_size >= the largest size
  * (tests/gpu/gpu_bench.sh sets that up).
+ *
+ * GPU_BENCH_RAW=FILE writes every timed message to FILE, one line each:
+ *   scheme N size rep t0_ns publish_returned_ns pid:take_returned_ns...
+ * (CLOCK_MONOTONIC), which tests/gpu/fanout_trace.py lines up with
+ * the futex calls that tests/gpu/futex_trace.c recorded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -390,6 +395,8 @@ int main(int argc, char **argv)
 		std::vector<std::vector<cell>>(subs.size(), std::vector<cell>(sizes.size())));
 	std::vector<bool> ran(NSCHEMES, false);
 
+	FILE *raw = getenv("GPU_BENCH_RAW") ? fopen(getenv("GPU_BENCH_RAW"), "w") : NULL;
+
 	printf("\n== fan-out runs (each line: one scheme, N subscribers, one size) ==\n");
 	for (size_t si = 0; si < NSCHEMES; si++) {
 		const scheme &sc = schemes[si];
@@ -442,13 +449,24 @@ int main(int argc, char **argv)
 					t_pub = gpu_now_ns();
 					if (r)
 						die("publish failed: %s", rgaps_strerror(r));
+					if (raw)
+						fprintf(raw, "%s %zu %llu %llu %llu %llu", sc.name,
+							kids.size(), (unsigned long long)n,
+							(unsigned long long)rep,
+							(unsigned long long)t0,
+							(unsigned long long)t_pub);
 					for (const child &c : kids) {
 						rec rr;
 
 						read_rec(c, &rr);
 						last = std::max(last, rr.t_ns);
 						first = std::min(first, rr.t_ns);
+						if (raw)
+							fprintf(raw, " %d:%llu", (int)c.pid,
+								(unsigned long long)rr.t_ns);
 					}
+					if (raw)
+						fprintf(raw, "\n");
 					if (rep == 0)
 						continue; /* warm-up */
 					res[si][ni][zi].lat_ms.push_back((last - t0) / 1e6);
@@ -524,6 +542,8 @@ int main(int argc, char **argv)
 			       bench_size_str(sizes[zi], sb, sizeof(sb)), (unsigned long long)subs[ni],
 			       v.front(), bench_median(v), v.back(), v.size());
 		}
+	if (raw)
+		fclose(raw);
 	rgaps_publisher_destroy(gpub);
 	rgaps_publisher_destroy(hpub);
 	CK(cudaFreeHost(pinned));
