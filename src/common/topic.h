@@ -61,8 +61,10 @@
 /* 3: ownership regions, no lock, no journal; 4: stream order (fences in publisher regions);
  * 5: `accounted` in entries and publisher regions (what entries a reader skipped stood for);
  * 6: fence_timeout_ms in the limits;
- * 7: a state word per fence slot (a backend's shared fence state: no object of its own) */
-#define RGAPS_TOPIC_LAYOUT_VERSION 7
+ * 7: a state word per fence slot (a backend's shared fence state: no object of its own);
+ * 8: a publisher waits for room up to `space_target`; a subscriber's sleep words on a cache
+ * line of their own */
+#define RGAPS_TOPIC_LAYOUT_VERSION 8
 #define RGAPS_POOL_ALIGN 256u /* pool block alignment: fits GPU and DMA needs */
 #define RGAPS_WAITV_MAX 128u  /* futex_waitv's limit (FUTEX_WAITV_MAX) */
 #define RGAPS_FENCE_BYTES 64u /* a fence handle (RGAPS_FENCE_HANDLE_LEN of plugin.h) */
@@ -179,6 +181,9 @@ struct rgaps_pub_region {
 				   subscriber's progress, UINT32_MAX for anyone's */
 	uint32_t accounted; /* that of entry head - 1 (0 before the first): what the entries
 			       a departing stream leaves untaken stood for */
+	uint32_t pad;
+	uint64_t space_target; /* while space_waiting: wake the publisher once your take
+				  moves your cursor to this seq */
 
 	struct rgaps_pub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
 };
@@ -215,14 +220,22 @@ struct rgaps_sub_region {
 	uint64_t gen;
 	uint64_t size;
 
-	uint32_t progress __attribute__((aligned(RGAPS_CACHELINE))); /* futex word: bumped after
-								      every take and release */
-	uint32_t sleeping; /* threads of this subscriber asleep waiting for publishers */
-	uint32_t nholds;   /* a hint for publishers' scans: holds in use */
+	/* Read by every publisher at every publish and reclaim, so written only around
+	 * sleeps, when a publisher waiting for room names this subscriber, and once at stop:
+	 * a cache line of their own. */
+	uint32_t sleeping __attribute__((aligned(RGAPS_CACHELINE))); /* threads of this subscriber
+									asleep waiting for
+									publishers */
+	uint32_t progress; /* futex word: bumped by a take or release that a publisher waiting
+			      for room asked for (its space_waiting and space_target) */
 	uint32_t stopped;  /* set once by the subscriber: it takes nothing more, so no stream
 			      waits for its cursors; its holds still keep their blocks */
 
-	struct rgaps_sub_counters c __attribute__((aligned(RGAPS_CACHELINE)));
+	/* Written at every take and release. */
+	uint32_t nholds __attribute__((aligned(RGAPS_CACHELINE))); /* a hint for publishers'
+								     scans: holds in use */
+	uint32_t pad;
+	struct rgaps_sub_counters c;
 	/* Publish -> take latency of this subscriber's takes (lathist.h). */
 	struct rgaps_lathist latency __attribute__((aligned(RGAPS_CACHELINE)));
 };

@@ -35,6 +35,7 @@
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
 #define POLL_SLICE_NS (2ll * 1000 * 1000) /* without futex_waitv (Linux < 5.16) */
 #define FENCE_SLICE_NS (200ll * 1000) /* waits while blocks wait only for their fences */
+#define BATCH_SLICE_NS (1000ll * 1000) /* waits for a batch of queue entries (queue_room) */
 
 struct sub_ref {
 	uint64_t gen; /* 0: slot not watched */
@@ -80,6 +81,7 @@ struct rgaps_pub {
 	uint32_t *held_slot;	 /* scratch: the hold slot each was read from */
 	struct rgaps_extent *ext; /* scratch: [max_holds] */
 	uint32_t dir_seen;
+	bool reclaim_due; /* the membership changed: the holds of a subscriber gone pin nothing */
 	uint64_t next_alive_ns;
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
 };
@@ -185,6 +187,7 @@ int rgaps_pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
 		p->nsubs++;
 	if (s->gen != gen)
 		s->overreached = false;
+	p->reclaim_due = true;
 	s->gen = gen;
 	s->r = r;
 	s->cursor = &rgaps_sub_cursors(&p->lim, r)[p->slot];
@@ -198,6 +201,7 @@ void rgaps_pub_clear_sub(struct rgaps_pub *p, uint32_t slot)
 		return;
 	memset(&p->subs[slot], 0, sizeof(p->subs[slot]));
 	p->nsubs--;
+	p->reclaim_due = true;
 }
 
 /* ---------------------------------------------------------------- reclaim */
@@ -366,6 +370,7 @@ uint32_t rgaps_pub_reclaim(struct rgaps_pub *p)
 {
 	uint64_t upto = p->head - RGAPS_MIN((uint64_t)p->lim.history, p->head - p->tail);
 
+	p->reclaim_due = false;
 	for (uint32_t i = 0; i < p->lim.max_subscribers && upto > p->tail; i++) {
 		if (p->subs[i].gen) {
 			uint64_t pos = position(p, &p->subs[i]);
@@ -376,6 +381,19 @@ uint32_t rgaps_pub_reclaim(struct rgaps_pub *p)
 	if (upto > p->tail)
 		retire_to(p, upto);
 	return free_unheld(p);
+}
+
+/*
+ * Reclaim after a publish only where it costs nothing or is owed: with no
+ * subscriber (nothing to read: a message nobody will take goes at once), and
+ * after a membership change (what a subscriber that went away held is free
+ * at our next operation). Otherwise queue_room() and the loan do it, when
+ * the queue or the pool is full.
+ */
+static void reclaim_if_due(struct rgaps_pub *p)
+{
+	if (p->reclaim_due || !p->nsubs)
+		rgaps_pub_reclaim(p);
 }
 
 /* drop_oldest: force the oldest entry out, whoever has not read it yet. */
@@ -449,44 +467,71 @@ static bool holds_retired(const struct rgaps_pub *p, uint32_t i)
 	return false;
 }
 
-/* Whether subscriber i stands in the way: at the tail, or (want_block) holding a retired block. */
-static bool blocks(const struct rgaps_pub *p, uint32_t i, bool want_block)
+/* Whether subscriber i stands in the way: short of target, or (want_block) holding a retired
+ * block. */
+static bool blocks(const struct rgaps_pub *p, uint32_t i, uint64_t target, bool want_block)
 {
 	return p->subs[i].gen &&
-	       (position(p, &p->subs[i]) <= p->tail || (want_block && holds_retired(p, i)));
+	       (position(p, &p->subs[i]) < target || (want_block && holds_retired(p, i)));
+}
+
+/* The subscriber furthest behind target, else (want_block) one holding a retired block, else
+ * max_subscribers: nobody stands in the way. */
+static uint32_t slowest_blocker(const struct rgaps_pub *p, uint64_t target, bool want_block)
+{
+	uint32_t who = p->lim.max_subscribers;
+	uint64_t least = target;
+
+	for (uint32_t i = 0; i < p->lim.max_subscribers; i++) {
+		uint64_t pos;
+
+		if (!p->subs[i].gen)
+			continue;
+		pos = position(p, &p->subs[i]);
+		if (pos < least) {
+			least = pos;
+			who = i;
+		}
+	}
+	for (uint32_t i = 0; i < p->lim.max_subscribers && who == p->lim.max_subscribers; i++)
+		if (want_block && blocks(p, i, target, true))
+			who = i;
+	return who;
 }
 
 /*
- * Sleep until a subscriber that stands in the way progresses (takes past the
- * tail, releases a retired message: its progress word), the membership changes
- * or the topic closes, then let the caller look again.
+ * Sleep until a subscriber that stands in the way reaches target (its take
+ * brings its cursor there) or releases a retired message, the membership
+ * changes or the topic closes, then let the caller look again. 0 (look
+ * again), 1 (the slice passed with no wake), -ETIMEDOUT (deadline), -EINTR.
  *
- * We wait for one blocker only, and tell it so (space_waiting = its slot + 1):
- * subscribers in lockstep would otherwise each wake us for every message.
- * The flag is raised before the word is read and room looked at again, and a
- * subscriber bumps its word before it reads the flag, so no wake is lost; if
- * the one we chose moved meanwhile we choose again, and after a few rounds
- * wait for anyone (futex_waitv over every subscriber).
+ * The wait is the gating of the LMAX Disruptor, with the sleep of a blocking
+ * wait strategy: room appears only when the slowest subscriber moves, so we
+ * wait for that one only, and tell it so (space_waiting = its slot + 1, and
+ * space_target): the others do not wake us, and it wakes us once, when it has
+ * taken up to target (a batch of entries, chosen by the caller), not at
+ * every step. The flag is raised before the word is read and room looked at
+ * again, and a subscriber stores its cursor before it reads the flag, so no
+ * wake is lost; if the one we chose moved meanwhile we choose again, and
+ * after a few rounds wait for anyone (futex_waitv over every subscriber).
  */
 static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, bool want_block,
-			 uint64_t deadline)
+			 uint64_t target, int64_t slice, uint64_t deadline)
 {
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-	int64_t slice = WAIT_SLICE_NS;
 	uint32_t n = 0, dir, who = WAIT_ANYONE;
 	int r = 0;
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
 	if (p->fence_kept)
-		slice = FENCE_SLICE_NS; /* no subscriber will wake us for a GPU copy's end */
+		slice = RGAPS_MIN(slice, FENCE_SLICE_NS); /* no subscriber wakes us for a copy */
 	if (deadline - now < (uint64_t)slice)
 		slice = (int64_t)(deadline - now);
+	__atomic_store_n(&p->r->space_target, target, __ATOMIC_SEQ_CST);
 	for (int round = 0; round < 4 && who == WAIT_ANYONE; round++) {
-		uint32_t i;
+		uint32_t i = slowest_blocker(p, target, want_block);
 
-		for (i = 0; i < p->lim.max_subscribers && !blocks(p, i, want_block); i++)
-			;
 		if (i == p->lim.max_subscribers)
 			break;
 		__atomic_store_n(&p->r->space_waiting, i + 1, __ATOMIC_SEQ_CST);
@@ -494,7 +539,7 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, bool want
 				__atomic_load_n(&p->subs[i].r->progress, __ATOMIC_SEQ_CST));
 		if (room(p, arg))
 			goto out;
-		if (blocks(p, i, want_block))
+		if (blocks(p, i, target, want_block))
 			who = i; /* still in the way after we raised the flag: wait for it */
 	}
 	if (who == WAIT_ANYONE) {
@@ -522,15 +567,17 @@ static int wait_progress(struct rgaps_pub *p, room_fn room, void *arg, bool want
 	}
 out:
 	__atomic_store_n(&p->r->space_waiting, 0, __ATOMIC_RELAXED);
-	return r == -EINTR ? -EINTR : 0;
+	return r == -EINTR ? -EINTR : r == -ETIMEDOUT ? 1 : 0;
 }
 
 /*
  * One wait of the overflow policy "block": -EAGAIN when the caller may not
- * wait, -ETIMEDOUT at the deadline (both counted), else 0 to look again.
+ * wait, -ETIMEDOUT at the deadline (both counted), -EINTR; else 0 to look
+ * again, with *sliced set when the slice passed without a wake.
  */
 static int block_once(struct rgaps_pub *p, room_fn room, void *arg, bool want_block,
-		      int timeout_ms, uint64_t deadline, bool *waited)
+		      uint64_t target, int64_t slice, int timeout_ms, uint64_t deadline,
+		      bool *waited, bool *sliced)
 {
 	int r;
 
@@ -540,10 +587,11 @@ static int block_once(struct rgaps_pub *p, room_fn room, void *arg, bool want_bl
 		p->r->c.full_waits++;
 		*waited = true;
 	}
-	r = wait_progress(p, room, arg, want_block, deadline);
+	r = wait_progress(p, room, arg, want_block, target, slice, deadline);
 	if (r == -ETIMEDOUT)
 		p->r->c.timeouts++;
-	return r;
+	*sliced = r == 1;
+	return r == 1 ? 0 : r;
 }
 
 /* ---------------------------------------------------------------- loans */
@@ -564,7 +612,7 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 		   uint64_t *off_p)
 {
 	uint64_t deadline = deadline_of(timeout_ms);
-	bool waited = false;
+	bool waited = false, sliced;
 	int r;
 
 	if (size == 0)
@@ -579,7 +627,8 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 		r = check_world(p);
 		if (r)
 			return r;
-		/* Every commit reclaims already: here only when the pool looks full. */
+		/* Blocks of retired messages go back to the pool here, when it looks full, and
+		 * when the queue is (queue_room): once per batch, not at every publish. */
 		r = rgaps_tlsf_alloc(p->tlsf, size, &block);
 		if (r) {
 			rgaps_pub_reclaim(p);
@@ -600,7 +649,8 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 			force_retire_oldest(p);
 			continue;
 		}
-		r = block_once(p, can_alloc, &size, true, timeout_ms, deadline, &waited);
+		r = block_once(p, can_alloc, &size, true, p->tail + 1, WAIT_SLICE_NS, timeout_ms,
+			       deadline, &waited, &sliced);
 		if (r)
 			return r;
 	}
@@ -632,17 +682,33 @@ int rgaps_pub_cancel(struct rgaps_pub *p, uint32_t token)
 
 /* ---------------------------------------------------------------- publishing */
 
+/*
+ * Room for one more entry. Like the Disruptor's producer, which reads its
+ * consumers' sequences only when it would wrap past the lowest it saw last,
+ * the publisher looks at its subscribers' cursors (reclaim) only when its
+ * queue is full: then it retires in one pass everything every subscriber
+ * has passed, instead of reading N subscribers' lines at every publish.
+ */
 static bool queue_has_room(struct rgaps_pub *p, void *arg)
 {
+	if (p->head - p->tail < p->lim.queue_depth)
+		return true;
 	rgaps_pub_reclaim(p);
 	return p->head - p->tail < p->lim.queue_depth;
 }
 
-/* Wait for a free queue entry per the overflow policy. */
+/*
+ * Wait for a free queue entry per the overflow policy. Under "block" the
+ * publisher sleeps until the slowest subscriber has freed a quarter of the
+ * queue, not one entry: one wake per batch. A subscriber that stops inside
+ * a batch (its application stops taking) delays us by one short slice at
+ * most; after that we wait for one entry.
+ */
 static int queue_room(struct rgaps_pub *p, int timeout_ms)
 {
 	uint64_t deadline = deadline_of(timeout_ms);
-	bool waited = false;
+	uint64_t batch = RGAPS_MAX(p->lim.queue_depth / 4, 1u);
+	bool waited = false, sliced = false;
 	int r;
 
 	for (;;) {
@@ -652,7 +718,11 @@ static int queue_room(struct rgaps_pub *p, int timeout_ms)
 			force_retire_oldest(p);
 			continue;
 		}
-		r = block_once(p, queue_has_room, NULL, false, timeout_ms, deadline, &waited);
+		if (sliced)
+			batch = 1;
+		r = block_once(p, queue_has_room, NULL, false, RGAPS_MIN(p->tail + batch, p->head),
+			       batch > 1 ? BATCH_SLICE_NS : WAIT_SLICE_NS, timeout_ms, deadline,
+			       &waited, &sliced);
 		if (r)
 			return r;
 		r = check_world(p);
@@ -744,7 +814,7 @@ int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 	p->loans[token] = RGAPS_TLSF_NIL; /* the loan's block becomes the entry's */
 	p->nloans--;
 	publish_entry(p, block, size, c);
-	rgaps_pub_reclaim(p);
+	reclaim_if_due(p);
 	publish_pool_stats(p);
 	if (seq_p)
 		*seq_p = seq;
@@ -771,8 +841,7 @@ int rgaps_pub_gap_flags(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns, uint3
 	if (r)
 		return r;
 	publish_entry(p, RGAPS_TLSF_NIL, 0, &c);
-	/* A gap-only entry names no block: retire it like any other, then nothing to free. */
-	rgaps_pub_reclaim(p);
+	reclaim_if_due(p);
 	return 0;
 }
 

@@ -283,31 +283,35 @@ enum try_result {
 
 /*
  * This subscriber moved past message seq of the stream in r (took it: past =
- * true) or released its hold on it. Bump the progress word, then wake the
- * publisher if it sleeps for room (topic_pub.c wait_progress) and this can
- * give it some: passing the stream's tail may let it retire, releasing a
- * retired message may let it free. Anything else cannot, and waking for it
- * cost the publisher a context switch per message. The publisher's tail does
- * not move while it sleeps, and it raised its flag before it read our cursor
- * and holds, so whenever it missed what we did we see the flag and the tail it
- * stopped at (all sequentially consistent): no wake is lost.
+ * true) or released its hold on it. Wake the publisher if it sleeps for
+ * room (topic_pub.c wait_progress), waits for us, and this is what it waits
+ * for: the take that brings our cursor to its space_target (it waits for a
+ * batch of entries, so that subscribers in lockstep do not wake it once per
+ * message; takes move a cursor one by one, so exactly one take of ours
+ * does), or the release of a message it retired (a block it may free).
+ * Anything else would cost it a context switch, or us a system call, for
+ * nothing. Our cursor or hold is stored before we read its flag, and it
+ * raised the flag before it read our progress word and then our cursor and
+ * holds (all sequentially consistent): either it saw what we did, or we see
+ * the flag, bump the word it sleeps on and wake it. No wake is lost, and the
+ * word changes only when a publisher asked.
  */
 static void progressed(struct rgaps_sub *s, const struct rgaps_pub_region *r, uint64_t seq,
 		       bool past)
 {
 	uint32_t waiting;
-	uint64_t tail;
 
-	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
 	if (!r)
 		return;
 	/* 0: nobody waits; a slot + 1: the publisher waits for that subscriber only. */
 	waiting = __atomic_load_n(&r->space_waiting, __ATOMIC_SEQ_CST);
 	if (!waiting || (waiting != UINT32_MAX && waiting != s->slot + 1))
 		return;
-	tail = __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST);
-	if (past ? seq <= tail : seq < tail)
-		rgaps_futex_wake_all(&s->r->progress);
+	if (past ? seq + 1 != __atomic_load_n(&r->space_target, __ATOMIC_SEQ_CST) :
+		   seq >= __atomic_load_n(&r->tail, __ATOMIC_SEQ_CST))
+		return;
+	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
+	rgaps_futex_wake_all(&s->r->progress);
 }
 
 /*
@@ -363,9 +367,8 @@ static enum try_result lapped(struct rgaps_sub *s, struct stream *st, uint32_t s
 			st->pending_gap += tail - next;
 		__atomic_fetch_add(&s->r->c.drops, tail - next, __ATOMIC_RELAXED);
 	}
+	/* Moving to the tail gives the publisher nothing: no wake. */
 	__atomic_store_n(&c->next, tail, __ATOMIC_SEQ_CST);
-	/* Moving to the tail gives the publisher nothing: no wake (bump only). */
-	__atomic_fetch_add(&s->r->progress, 1, __ATOMIC_SEQ_CST);
 	return TRY_AGAIN;
 }
 
