@@ -329,6 +329,18 @@ struct rgaps_memory_ops {
 	int (*copy_relay)(void *ctx, const void *src, size_t n, const struct rgaps_relay_hop *hops,
 			  uint32_t nhops, size_t piece, void (*whole)(void *arg, uint32_t hop),
 			  void *arg);
+	/**
+	 * copy(), with calls while it runs: once the copy is under way (queued on
+	 * the device), during(arg) is called on the calling thread, and again as
+	 * long as it returns true and the copy has not ended; then the copy is
+	 * waited for. A publisher uses the time to wake its subscribers shortly
+	 * before the copy ends, so that they are up when the message is
+	 * (docs/SHM-LAYOUT.md, "Early wake"). during() is not called when the copy
+	 * could not be started. -ENOTSUP (a backend whose copies run on the
+	 * calling thread): use copy().
+	 */
+	int (*copy_during)(void *ctx, void *dst, const void *src, size_t n, uint32_t dir,
+			   bool (*during)(void *arg), void *arg);
 };
 
 /* ------------------------------------------------------------------ */

@@ -960,7 +960,8 @@ static cudaStream_t lazy_stream(struct cuda_ctx *ctx, cudaStream_t *slot)
 	return s;
 }
 
-static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t dir)
+static int cuda_copy_during(void *vctx, void *dst, const void *src, size_t n, uint32_t dir,
+			    bool (*during)(void *arg), void *arg)
 {
 	struct cuda_ctx *ctx = vctx;
 	cudaStream_t s;
@@ -982,12 +983,21 @@ static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t 
 		goto out;
 	}
 	e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
+	/* An error of the copy ends the calls; the synchronize then reports it. */
+	if (e == cudaSuccess && during)
+		while (during(arg) && cudaStreamQuery(s) == cudaErrorNotReady)
+			;
 	if (e == cudaSuccess)
 		e = cudaStreamSynchronize(s);
 	r = e == cudaSuccess ? 0 : rt_fail(ctx, "copy into/out of the pool", e);
 out:
 	leave_device(dev, old);
 	return r;
+}
+
+static int cuda_copy(void *vctx, void *dst, const void *src, size_t n, uint32_t dir)
+{
+	return cuda_copy_during(vctx, dst, src, n, dir, NULL, NULL);
 }
 
 /*
@@ -1941,6 +1951,7 @@ static const struct rgaps_memory_ops cuda_ops = {
 	.fence_wait = cuda_fence_wait,
 	.mem_info = cuda_mem_info,
 	.copy_relay = cuda_copy_relay,
+	.copy_during = cuda_copy_during,
 };
 
 RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {

@@ -196,6 +196,12 @@ static int mem_stub_copy_relay(void *ctx, const void *src, size_t n,
 	return -ENOTSUP;
 }
 
+static int mem_stub_copy_during(void *ctx, void *dst, const void *src, size_t n, uint32_t dir,
+				bool (*during)(void *arg), void *arg)
+{
+	return -ENOTSUP;
+}
+
 static const struct rgaps_memory_ops mem_stubs = {
 	.init = mem_stub_init,
 	.fini = mem_stub_fini,
@@ -220,6 +226,7 @@ static const struct rgaps_memory_ops mem_stubs = {
 	.fence_wait = mem_stub_fence_wait,
 	.mem_info = mem_stub_mem_info,
 	.copy_relay = mem_stub_copy_relay,
+	.copy_during = mem_stub_copy_during,
 };
 
 static int tr_stub_init(const struct rgaps_plugin_env *env, const struct rgaps_transport_cbs *cbs,

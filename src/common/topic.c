@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "futex.h"
 #include "log.h"
@@ -104,6 +105,19 @@ bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *
 			at = end;
 	}
 	return pool - at >= room;
+}
+
+bool rgaps_topic_spin_pays(const struct rgaps_topic_hdr *hdr)
+{
+	static long cpus;
+
+	if (!__atomic_load_n(&cpus, __ATOMIC_RELAXED)) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		__atomic_store_n(&cpus, n > 0 ? n : 1, __ATOMIC_RELAXED);
+	}
+	return __atomic_load_n(&hdr->nsubs, __ATOMIC_RELAXED) <
+	       (uint32_t)__atomic_load_n(&cpus, __ATOMIC_RELAXED);
 }
 
 static uint64_t sub_region_size(uint32_t max_publishers, uint32_t max_holds)

@@ -181,7 +181,9 @@ struct rgaps_pub_region {
 				   subscriber's progress, UINT32_MAX for anyone's */
 	uint32_t accounted; /* that of entry head - 1 (0 before the first): what the entries
 			       a departing stream leaves untaken stood for */
-	uint32_t pad;
+	uint32_t copying;   /* a message is on its way: its copy into the pool runs and the
+			       sleepers were woken for it (rgaps_pub_announce); cleared by
+			       the next publish */
 	uint64_t space_target; /* while space_waiting: wake the publisher once your take
 				  moves your cursor to this seq */
 
@@ -249,6 +251,12 @@ int rgaps_topic_limits_check(const struct rgaps_topic_limits *lim);
 uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim);
 
 size_t rgaps_topic_hdr_size(void);
+/*
+ * Whether waiting by spinning pays on this topic: only while every subscriber
+ * can have a CPU (fewer subscribers than online CPUs); beyond that spinners
+ * delay the publisher and each other (docs/BENCHMARKS.md).
+ */
+bool rgaps_topic_spin_pays(const struct rgaps_topic_hdr *hdr);
 
 /*
  * What one subscriber may hold of one stream's pool under drop_oldest: its held
@@ -401,6 +409,14 @@ int rgaps_pub_gap_flags(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns, uin
 int rgaps_pub_cancel(struct rgaps_pub *pub, uint32_t token);
 /* Retire and free what no subscriber needs any more. Returns blocks freed. */
 uint32_t rgaps_pub_reclaim(struct rgaps_pub *pub);
+/*
+ * A message of this publisher is on its way (its copy into a loan runs, on a
+ * GPU): wake the subscribers asleep on the doorbell now, and have them spin
+ * until the next publish rather than sleep again, so that they are up when
+ * it comes. The next commit or cancel ends it. Nothing where spinning does
+ * not pay (rgaps_topic_spin_pays()).
+ */
+void rgaps_pub_announce(struct rgaps_pub *pub);
 /* Loaned block's size, for callers that validate (0 if token is not a loan). */
 uint64_t rgaps_pub_loan_size(const struct rgaps_pub *pub, uint32_t token);
 

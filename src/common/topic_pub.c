@@ -82,6 +82,7 @@ struct rgaps_pub {
 	struct rgaps_extent *ext; /* scratch: [max_holds] */
 	uint32_t dir_seen;
 	bool reclaim_due; /* the membership changed: the holds of a subscriber gone pin nothing */
+	bool announced;	  /* copying is set in our region (rgaps_pub_announce) */
 	uint64_t next_alive_ns;
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
 };
@@ -663,8 +664,35 @@ uint64_t rgaps_pub_loan_size(const struct rgaps_pub *p, uint32_t token)
 	return rgaps_tlsf_size(p->tlsf, p->loans[token]);
 }
 
+/* The announced message is published or withdrawn: its subscribers may sleep again. */
+static void announce_end(struct rgaps_pub *p)
+{
+	if (!p->announced)
+		return;
+	p->announced = false;
+	__atomic_store_n(&p->r->copying, 0, __ATOMIC_RELEASE);
+}
+
+void rgaps_pub_announce(struct rgaps_pub *p)
+{
+	bool sleepers = false;
+
+	if (!rgaps_topic_spin_pays(p->hdr))
+		return;
+	p->announced = true;
+	/* A hint, not a wake-up protocol: a subscriber that raises its sleeping flag just
+	 * after our look misses this early wake, and the commit wakes it as usual. */
+	__atomic_store_n(&p->r->copying, 1, __ATOMIC_SEQ_CST);
+	for (uint32_t k = 0; k < p->lim.max_subscribers && !sleepers; k++)
+		sleepers = p->subs[k].gen &&
+			   __atomic_load_n(&p->subs[k].r->sleeping, __ATOMIC_SEQ_CST);
+	if (sleepers)
+		rgaps_futex_wake_all(&p->r->doorbell);
+}
+
 static void drop_loan(struct rgaps_pub *p, uint32_t token)
 {
+	announce_end(p);
 	rgaps_tlsf_free(p->tlsf, p->loans[token]);
 	p->loans[token] = RGAPS_TLSF_NIL;
 	p->nloans--;
@@ -768,6 +796,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	p->head = seq + 1;
 	__atomic_store_n(&p->r->accounted, p->accounted, __ATOMIC_RELEASE);
 	__atomic_store_n(&p->r->head, p->head, __ATOMIC_SEQ_CST);
+	announce_end(p);
 	__atomic_fetch_add(&p->r->doorbell, 1, __ATOMIC_SEQ_CST);
 	/* One FUTEX_WAKE for every subscriber asleep on the doorbell, if any is. A
 	 * subscriber that attached since our last look may sleep unseen: wake then too. */

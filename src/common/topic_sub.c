@@ -33,6 +33,7 @@
 #define POLL_SLICE_NS (2ll * 1000 * 1000)
 #define PARKED_SLICE_MIN_NS (50ll * 1000)	 /* the first sleeps while a copy runs long, */
 #define PARKED_SLICE_MAX_NS (50ll * 1000 * 1000) /* growing with its wait (1/8) to this */
+#define COPY_SPIN_NS (200ull * 1000) /* at most, for an announced message (spin_for_copy) */
 
 struct stream {
 	uint64_t gen; /* 0: no stream in this slot */
@@ -809,13 +810,35 @@ static void spin_for(struct rgaps_sub *s, uint32_t spin_us)
 	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
 }
 
-static long online_cpus(void)
+/* Whether a publisher announced a message whose copy runs (rgaps_pub_announce). */
+static bool copy_coming(const struct rgaps_sub *s)
 {
-	static long n;
+	for (uint32_t i = 0; i < s->lim.max_publishers; i++) {
+		const struct stream *st = &s->streams[i];
 
-	if (!n)
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? n : 1;
+		if (st->gen && !__atomic_load_n(&st->poisoned, __ATOMIC_RELAXED) &&
+		    __atomic_load_n(&st->r->copying, __ATOMIC_ACQUIRE))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A publisher woke us because its message's copy runs: spin until the message
+ * (or anything else) is there, the publisher withdraws, or COPY_SPIN_NS has
+ * passed, whatever the publisher's region says (it cannot keep us spinning).
+ */
+static void spin_for_copy(struct rgaps_sub *s)
+{
+	uint64_t end = rgaps_now_ns(CLOCK_MONOTONIC) + COPY_SPIN_NS;
+
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (rgaps_sub_ready(s) || !copy_coming(s))
+				return;
+			__builtin_ia32_pause();
+		}
+	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
 }
 
 int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
@@ -824,13 +847,9 @@ int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX :
 					     rgaps_now_ns(CLOCK_MONOTONIC) +
 						     (uint64_t)timeout_ms * 1000000ull;
-	/*
-	 * Spinning only pays while every subscriber can have a CPU: with more
-	 * subscribers than CPUs the spinners delay the publisher and each other
-	 * (docs/BENCHMARKS.md), so they go straight to the futex.
-	 */
-	bool spun = spin_us == 0 ||
-		    __atomic_load_n(&s->hdr->nsubs, __ATOMIC_RELAXED) >= online_cpus();
+	/* With more subscribers than CPUs they go straight to the futex. */
+	bool may_spin = spin_us != 0 && rgaps_topic_spin_pays(s->hdr);
+	bool spun = !may_spin, copy_spun = false;
 	int r;
 
 	if (__atomic_load_n(&s->r->stopped, __ATOMIC_RELAXED))
@@ -859,9 +878,16 @@ int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 			spin_for(s, spin_us);
 			continue;
 		}
+		if (may_spin && !copy_spun && copy_coming(s)) {
+			/* Woken while a message's copy runs (once a sleep): it comes soon. */
+			copy_spun = true;
+			spin_for_copy(s);
+			continue;
+		}
 		r = sleep_once(s, deadline);
 		if (r)
 			return r;
+		copy_spun = false;
 	}
 }
 

@@ -17,14 +17,25 @@
 #include "../common/util.h"
 #include "client.h"
 
+/* Copies into the pool longer than this get no early wake (announce_soon()): waking is
+ * a small part of them, and neither we nor the subscribers should spin so long. */
+#define ANNOUNCE_MAX_NS (1000ull * 1000)
+#define PREWAKE_DEFAULT_US 20
+
 struct rgaps_publisher {
 	struct rgaps__attach a;
+	/* How long before a copy's expected end its subscribers are woken (RGAPS_PREWAKE_US;
+	 * 0: never early), and for each size class (log2 of its bytes) how long a copy of
+	 * copy_bytes is expected to run (expect_copy()). */
+	uint64_t prewake_ns;
+	uint64_t copy_ns[64], copy_bytes[64];
 };
 
 RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic,
 						       const rgaps_attach_opts_t *opts)
 {
 	rgaps_publisher_t *pub = calloc(1, sizeof(*pub));
+	const char *prewake;
 	int r;
 
 	if (!pub) {
@@ -37,6 +48,11 @@ RGAPS_EXPORT rgaps_publisher_t *rgaps_publisher_init_ex(const char *topic,
 		errno = -r;
 		return NULL;
 	}
+	/* Beyond ANNOUNCE_MAX_NS every announced copy is woken for at once: no larger value. */
+	prewake = getenv("RGAPS_PREWAKE_US");
+	pub->prewake_ns = RGAPS_MIN(prewake ? strtoull(prewake, NULL, 10) : PREWAKE_DEFAULT_US,
+				    ANNOUNCE_MAX_NS / 1000) *
+			  1000;
 	return pub;
 }
 
@@ -225,6 +241,98 @@ static int remaining_ms(int t, uint64_t start)
 	return spent >= (uint64_t)t ? 0 : t - (int)spent;
 }
 
+/* A push's copy into the pool, under way (the memory plugin's copy_during()). */
+struct push_copy {
+	rgaps_publisher_t *pub;
+	size_t size;
+	uint64_t queued_ns; /* 0 until the plugin first calls announce_soon() */
+	uint64_t wake_ns;   /* when to wake the subscribers */
+};
+
+static unsigned int size_class(size_t n)
+{
+	return 63u - (unsigned int)__builtin_clzll((unsigned long long)n | 1);
+}
+
+/* How long a copy of n bytes into the pool should run, from the copies before it; 0: unknown. */
+static uint64_t expect_copy(const rgaps_publisher_t *pub, size_t n)
+{
+	unsigned int k = size_class(n);
+	uint64_t bytes = __atomic_load_n(&pub->copy_bytes[k], __ATOMIC_RELAXED);
+
+	if (!bytes)
+		return 0;
+	return (uint64_t)((unsigned __int128)__atomic_load_n(&pub->copy_ns[k], __ATOMIC_RELAXED) *
+			  n / bytes);
+}
+
+/*
+ * A copy of n bytes ran took_ns (from its start to our seeing its end). The
+ * expectation follows a faster copy at once and a slower one by a sixteenth:
+ * a copy can look slower than it was (this thread was descheduled), never
+ * faster, and one slow copy of many (the first on a cold device) must not
+ * make the subscribers spin long.
+ */
+static void learn_copy(rgaps_publisher_t *pub, size_t n, uint64_t took_ns)
+{
+	unsigned int k = size_class(n);
+	uint64_t was = expect_copy(pub, n);
+
+	if (was && took_ns > was)
+		took_ns = was + (took_ns - was) / 16;
+	__atomic_store_n(&pub->copy_ns[k], took_ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&pub->copy_bytes[k], (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+/*
+ * Called by the memory plugin while the copy runs on the device, again and
+ * again until we return false or the copy ends: wake the subscribers about
+ * prewake_ns before the end we expect from the copies of this size before
+ * it, so that they are up when the message is (rgaps_pub_announce()).
+ * Waking N sleeping processes takes the kernel about a microsecond each, and
+ * the last one a few more to be running (docs/BENCHMARKS.md, "GPU fan-out"):
+ * done at the commit, that came on top of the copy; done now, it overlaps it.
+ * Not for copies expected to run longer than ANNOUNCE_MAX_NS, where the wake
+ * is a small part, nor when we have no expectation yet (the first copy of a
+ * size): then the commit wakes them, as a copy that ends before our time does.
+ */
+static bool announce_soon(void *arg)
+{
+	struct push_copy *c = arg;
+	rgaps_publisher_t *pub = c->pub;
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+
+	if (!c->queued_ns) {
+		uint64_t expect = expect_copy(pub, c->size);
+
+		c->queued_ns = now;
+		if (!pub->prewake_ns || !expect || expect > ANNOUNCE_MAX_NS)
+			return false;
+		c->wake_ns = now + (expect > pub->prewake_ns ? expect - pub->prewake_ns : 0);
+	}
+	if (now < c->wake_ns)
+		return true;
+	rgaps_pub_announce(pub->a.pub);
+	return false;
+}
+
+/* Copy size bytes into the loan, its subscribers woken while the copy runs where the
+ * memory plugin can say when that is. */
+static int copy_in(rgaps_publisher_t *pub, void *dst, const void *src, size_t size)
+{
+	const struct rgaps_memory_ops *ops = &pub->a.mem->ops.memory;
+	struct push_copy c = { .pub = pub, .size = size };
+	int r;
+
+	r = ops->copy_during(pub->a.mem->ctx, dst, src, size, RGAPS_COPY_TO_POOL, announce_soon,
+			     &c);
+	if (r == -ENOTSUP)
+		return ops->copy(pub->a.mem->ctx, dst, src, size, RGAPS_COPY_TO_POOL);
+	if (r == 0 && c.queued_ns)
+		learn_copy(pub, size, rgaps_now_ns(CLOCK_MONOTONIC) - c.queued_ns);
+	return r;
+}
+
 RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 					 const void *device_ptr, const rgaps_pub_opts_t *opts)
 {
@@ -246,8 +354,7 @@ RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 	r = rgaps_publisher_loan(pub, size, t, &loan);
 	if (r)
 		return r;
-	r = pub->a.mem->ops.memory.copy(pub->a.mem->ctx, loan.data, device_ptr, size,
-					RGAPS_COPY_TO_POOL);
+	r = copy_in(pub, loan.data, device_ptr, size);
 	if (r) {
 		rgaps_pub_cancel(pub->a.pub, loan.token);
 		return r;
