@@ -11,17 +11,25 @@
 #            sleep on a WaitSet), with its own iox-roudi started and stopped
 #
 # Usage: tools/rgaps-bench/compare_local.sh [-r ROUNDS] [-o DIR] [-b COMMIT]
+#        tools/rgaps-bench/compare_local.sh -p PACK [-b COMMIT]
+#        tools/rgaps-bench/compare_local.sh -u PACK [-r ROUNDS] [-o DIR]
 #        tools/rgaps-bench/compare_local.sh -s DIR...
 #   -r ROUNDS  rounds (default 3); round k runs the three contenders in an order
 #              rotated by k, each one complete measurement
 #   -o DIR     where the raw output goes (default build-compare/results/<UTC time>)
 #   -b COMMIT  the "before" commit (default b4f3916)
+#   -p PACK    build both, then copy into the folder PACK everything a run needs
+#              (the programs, the shared libraries they load but libc's, iox-roudi
+#              and this script), to measure on a machine that can build nothing
+#              (a lent GPU host): there, PACK/compare_local.sh -u PACK
+#   -u PACK    measure with the programs of a pack, building nothing
 #   -s         measure nothing: summarise the result folders of earlier runs
 #              together (median and min-max over all their rounds)
 #
 # Prerequisites (Debian 12), besides rgaps' own build dependencies:
 #   apt-get install iceoryx libiceoryx-binding-c-dev python3 git
-# No other iox-roudi may run (iceoryx 2.0 allows one per machine).
+# (with -u: python3 alone). No other iox-roudi may run (iceoryx 2.0 allows one
+# per machine).
 #
 # What one round runs (each contender its own private daemon):
 #   rgaps-bench --spawn-daemon --sizes 4KiB --subs 1,8 --json ...-default.json
@@ -44,15 +52,20 @@ rounds=3
 out=""
 before_commit=b4f3916
 summarize_only=0
+pack=""
+use_pack=""
+args="$*"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-while getopts "r:o:b:sh" opt; do
+while getopts "r:o:b:p:u:sh" opt; do
 	case $opt in
 	s) summarize_only=1 ;;
 	r) rounds=$OPTARG ;;
 	o) out=$OPTARG ;;
 	b) before_commit=$OPTARG ;;
+	p) pack=$OPTARG ;;
+	u) use_pack=$(cd "$OPTARG" && pwd) ;;
 	h) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
 	esac
@@ -189,13 +202,23 @@ if [ "$summarize_only" = 1 ]; then
 	exit 0
 fi
 
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-cd "$root"
+if [ -n "$use_pack" ]; then
+	# A pack: the programs in $use_pack/now and $use_pack/before, their libraries and
+	# iox-roudi beside them. Nothing is built.
+	export LD_LIBRARY_PATH="$use_pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	export PATH="$use_pack/bin:$PATH"
+	bdir=$use_pack
+	root=$(pwd)
+else
+	root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+	cd "$root"
+	bdir=$root/build-compare
+fi
 missing=()
-for c in meson ninja git python3 iox-roudi; do
+for c in python3 iox-roudi $([ -n "$use_pack" ] || echo meson ninja git); do
 	command -v "$c" >/dev/null || missing+=("$c")
 done
-[ -e /usr/include/iceoryx/v2.0.3/iceoryx_binding_c/runtime.h ] ||
+[ -n "$use_pack" ] || [ -e /usr/include/iceoryx/v2.0.3/iceoryx_binding_c/runtime.h ] ||
 	[ -e /usr/local/include/iceoryx/v2.0.3/iceoryx_binding_c/runtime.h ] ||
 	missing+=("iceoryx C binding headers")
 if [ ${#missing[@]} -gt 0 ]; then
@@ -209,10 +232,10 @@ if pgrep -x iox-roudi >/dev/null; then
 	exit 2
 fi
 
-bdir=$root/build-compare
 src_before=$bdir/src-before
 [ -n "$out" ] || out=$bdir/results/$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$bdir" "$out"
+mkdir -p "$bdir"
+[ -n "$pack" ] || mkdir -p "$out"
 
 cleanup() {
 	if [ -e "$src_before" ]; then
@@ -233,34 +256,73 @@ build() { # build DIR SRC: the programs the comparison runs, host memory only
 		>"$dir.ninja.log" 2>&1 || { tail -40 "$dir.ninja.log" >&2; return 1; }
 }
 
-echo "== building this work tree into build-compare/now" >&2
-build "$bdir/now" "$root"
-if ! ninja -C "$bdir/now" tools/iox-bench >>"$bdir/now.ninja.log" 2>&1; then
-	echo "compare_local.sh: tools/iox-bench did not build (is libiceoryx-binding-c-dev" \
-		"installed? then: rm -rf build-compare/now)" >&2
-	tail -20 "$bdir/now.ninja.log" >&2
-	exit 1
-fi
-echo "== building $before_commit into build-compare/before" >&2
-cleanup
-git worktree add --detach "$src_before" "$before_commit" >/dev/null 2>&1
-build "$bdir/before" "$src_before"
-before_sha=$(git -C "$src_before" rev-parse HEAD)
-cleanup
+# pack_into DIR: what -u needs, from the builds (their layout kept: rgaps-bench starts
+# ../src/daemon/rgapsd, which loads the plugins of RGAPS_PLUGIN_DIR).
+pack_into() {
+	local dir=$1 name f lib
+	rm -rf "$dir"
+	mkdir -p "$dir/bin" "$dir/lib"
+	for name in now before; do
+		mkdir -p "$dir/$name/tools" "$dir/$name/src/daemon" "$dir/$name/src/lib" \
+			"$dir/$name/plugins"
+		cp "$bdir/$name/tools/rgaps-bench" "$dir/$name/tools/"
+		cp "$bdir/$name/src/daemon/rgapsd" "$dir/$name/src/daemon/"
+		find "$bdir/$name/src/lib" -maxdepth 1 -name 'librgaps.so*' ! -type d \
+			-exec cp -P {} "$dir/$name/src/lib/" \;
+		cp "$bdir/$name/plugins/memory-host.so" "$dir/$name/plugins/"
+		cp "$bdir/$name.sha" "$dir/$name.sha"
+	done
+	cp "$bdir/now/tools/iox-bench" "$dir/now/tools/"
+	cp "$(command -v iox-roudi)" "$dir/bin/"
+	cp "$0" "$dir/compare_local.sh"
+	for f in "$dir"/*/tools/* "$dir"/*/src/daemon/rgapsd "$dir"/*/plugins/*.so "$dir/bin/iox-roudi"; do
+		ldd "$f" | awk '$3 ~ /^\// { print $3 }'
+	done | sort -u | while read -r lib; do
+		case "$(basename "$lib")" in
+		libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | librgaps*) ;;
+		*) cp -L "$lib" "$dir/lib/" ;;
+		esac
+	done
+	strip "$dir"/*/tools/* "$dir"/*/src/daemon/rgapsd "$dir"/*/plugins/*.so \
+		"$dir"/*/src/lib/librgaps.so.*.* 2>/dev/null || true
+	echo "$dir: $(du -sh "$dir" | cut -f1); there: $dir/compare_local.sh -u $dir" >&2
+}
 
-now_sha=$(git rev-parse HEAD)
-dirty=$(git status --porcelain --untracked-files=no | wc -l)
+if [ -z "$use_pack" ]; then
+	echo "== building this work tree into build-compare/now" >&2
+	build "$bdir/now" "$root"
+	if ! ninja -C "$bdir/now" tools/iox-bench >>"$bdir/now.ninja.log" 2>&1; then
+		echo "compare_local.sh: tools/iox-bench did not build (is libiceoryx-binding-c-dev" \
+			"installed? then: rm -rf build-compare/now)" >&2
+		tail -20 "$bdir/now.ninja.log" >&2
+		exit 1
+	fi
+	echo "== building $before_commit into build-compare/before" >&2
+	cleanup
+	git worktree add --detach "$src_before" "$before_commit" >/dev/null 2>&1
+	build "$bdir/before" "$src_before"
+	git -C "$src_before" rev-parse HEAD >"$bdir/before.sha"
+	cleanup
+	dirty=$(git status --porcelain --untracked-files=no | wc -l)
+	echo "$(git rev-parse HEAD) ($(git rev-parse --abbrev-ref HEAD))$([ "$dirty" = 0 ] ||
+		echo ", with $dirty uncommitted changes")" >"$bdir/now.sha"
+fi
+if [ -n "$pack" ]; then
+	pack_into "$pack"
+	exit 0
+fi
+
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 	echo "loadavg at start: $(cat /proc/loadavg)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')," \
 		"$(nproc) CPUs online"
 	echo "kernel: $(uname -srvm)"
-	echo "now: $now_sha ($(git rev-parse --abbrev-ref HEAD))$([ "$dirty" = 0 ] ||
-		echo ", with $dirty uncommitted changes")"
-	echo "before: $before_sha"
-	echo "iceoryx: $(dpkg-query -W -f '${Version}' iceoryx 2>/dev/null || echo unknown)"
-	echo "command: tools/rgaps-bench/compare_local.sh $*"
+	echo "now: $(cat "$bdir/now.sha")"
+	echo "before: $(cat "$bdir/before.sha")"
+	echo "iceoryx: $(dpkg-query -W -f '${Version}' iceoryx 2>/dev/null ||
+		echo "unknown (iox-roudi from $(command -v iox-roudi))")"
+	echo "command: tools/rgaps-bench/compare_local.sh $args"
 	echo "rounds: $rounds"
 	echo "raw output: $out"
 } >"$out/machine.txt"
@@ -268,6 +330,7 @@ cat "$out/machine.txt" >&2
 
 run_rgaps() { # run_rgaps NAME ROUND
 	local name=$1 k=$2 exe=$bdir/$1/tools/rgaps-bench
+	export RGAPS_PLUGIN_DIR=$bdir/$name/plugins
 	"$exe" --spawn-daemon --sizes 4KiB --subs 1,8 --json "$out/r$k-$name-default.json" \
 		>"$out/r$k-$name-default.log" 2>&1 ||
 		{ tail -30 "$out/r$k-$name-default.log" >&2; return 1; }
