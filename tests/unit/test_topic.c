@@ -1571,13 +1571,22 @@ static void test_random_regions(void **state)
 
 /* ---------------------------------------------------------------- wake-ups */
 
+/* The forked child exited, with 0. */
+static void child_ok(pid_t child)
+{
+	int status;
+
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static void test_blocked_subscriber_wakes(void **state)
 {
 	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
 	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
 	struct rgaps_sub_msg m;
 	pid_t child;
-	int status;
 
 	child = fork();
 	if (child == 0) {
@@ -1587,8 +1596,7 @@ static void test_blocked_subscriber_wakes(void **state)
 	/* No spin: this must be the futex wake-up. */
 	assert_int_equal(rgaps_sub_take(s->sub, 2000, 0, &m), 0);
 	assert_int_equal(m.size, 128);
-	assert_int_equal(waitpid(child, &status, 0), child);
-	assert_int_equal(WEXITSTATUS(status), 0);
+	child_ok(child);
 	client_close(p);
 	client_close(s);
 	destroy(f);
@@ -1601,7 +1609,6 @@ static void test_blocked_publisher_wakes(void **state)
 	struct rgaps_sub_msg m;
 	uint64_t t0;
 	pid_t child;
-	int status;
 
 	assert_int_equal(publish(p, 64), 0);
 	assert_int_equal(publish(p, 64), 0);
@@ -1619,8 +1626,113 @@ static void test_blocked_publisher_wakes(void **state)
 	assert_int_equal(publish_t(p, 64, 5000, NULL), 0);
 	/* Woken by the subscriber's progress word, long before the 200 ms slice. */
 	assert_true(rgaps_now_ns(CLOCK_MONOTONIC) - t0 < 2ull * 1000 * 1000 * 1000);
-	assert_int_equal(waitpid(child, &status, 0), child);
-	assert_int_equal(WEXITSTATUS(status), 0);
+	child_ok(child);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/* Wait (bounded) until a word of shared memory is non-zero. */
+static void wait_nonzero(const uint32_t *word)
+{
+	for (int i = 0; i < 5000 && !__atomic_load_n(word, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	assert_int_not_equal(__atomic_load_n(word, __ATOMIC_SEQ_CST), 0);
+}
+
+/*
+ * A publisher waiting for room names one subscriber and a target seq (here we
+ * play that publisher, writing its region): only the take that brings that
+ * subscriber's cursor to the target bumps its progress word, the word the
+ * publisher sleeps on; the takes before and after it leave it alone, so a
+ * batch of takes costs the publisher one wake-up.
+ */
+static void test_only_the_target_take_wakes_the_publisher(void **state)
+{
+	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_sub_msg m;
+	uint32_t progress;
+
+	for (int n = 0; n < 8; n++)
+		assert_int_equal(publish(p, 64), 0);
+	__atomic_store_n(&f->pubr[0]->space_target, 3, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&f->pubr[0]->space_waiting, 0 + 1, __ATOMIC_SEQ_CST);
+	progress = __atomic_load_n(&f->subr[0]->progress, __ATOMIC_SEQ_CST);
+	for (uint64_t seq = 0; seq < 5; seq++) {
+		take_ok(s, &m);
+		assert_int_equal(m.seq, seq);
+		assert_int_equal(rgaps_sub_release(s->sub, m.token), 0);
+		assert_int_equal(__atomic_load_n(&f->subr[0]->progress, __ATOMIC_SEQ_CST),
+				 progress + (seq + 1 >= 3 ? 1 : 0));
+	}
+	__atomic_store_n(&f->pubr[0]->space_waiting, 0, __ATOMIC_SEQ_CST);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/*
+ * A publisher blocked on a full queue waits for a quarter of it; a subscriber
+ * that takes less and stops still lets the publish through (after one short
+ * slice, it waits for one entry).
+ */
+static void test_subscriber_stopping_inside_a_batch(void **state)
+{
+	struct fixture *f = make(1 << 20, 16, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_sub_msg m;
+	pid_t child;
+
+	for (int n = 0; n < 16; n++)
+		assert_int_equal(publish(p, 64), 0);
+	child = fork();
+	if (child == 0)
+		_exit(publish_t(p, 64, 5000, NULL) == 0 ? 0 : 1);
+	wait_nonzero(&f->pubr[0]->space_waiting);
+	take_ok(s, &m); /* one of the four it waits for */
+	assert_int_equal(rgaps_sub_release(s->sub, m.token), 0);
+	child_ok(child);
+	client_close(p);
+	client_close(s);
+	destroy(f);
+}
+
+/*
+ * rgaps_pub_announce() marks the region while a message's copy runs and
+ * wakes a sleeping subscriber early; the subscriber finds nothing yet, waits
+ * on, and takes the message once it is committed. A cancel withdraws it.
+ */
+static void test_announced_message_is_taken(void **state)
+{
+	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
+	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
+	struct rgaps_pub_commit cm = { .ts_ns = 1 };
+	struct rgaps_sub_msg m;
+	uint32_t tok;
+	uint64_t off;
+	pid_t child;
+
+	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	rgaps_pub_announce(p->pub);
+	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 1);
+	assert_int_equal(rgaps_pub_cancel(p->pub, tok), 0);
+	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 0);
+
+	child = fork();
+	if (child == 0) {
+		if (rgaps_sub_take(s->sub, 5000, 20, &m) || m.size != 64 || m.seq != 0)
+			_exit(1);
+		_exit(0);
+	}
+	wait_nonzero(&f->subr[0]->sleeping);
+	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	rgaps_pub_announce(p->pub);
+	usleep(1000); /* the subscriber wakes to nothing, then waits on */
+	assert_int_equal(rgaps_pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
+	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 0);
+	child_ok(child);
+	check_pub(p);
 	client_close(p);
 	client_close(s);
 	destroy(f);
@@ -1836,6 +1948,9 @@ int main(void)
 		cmocka_unit_test(test_random_regions),
 		cmocka_unit_test(test_blocked_subscriber_wakes),
 		cmocka_unit_test(test_blocked_publisher_wakes),
+		cmocka_unit_test(test_only_the_target_take_wakes_the_publisher),
+		cmocka_unit_test(test_subscriber_stopping_inside_a_batch),
+		cmocka_unit_test(test_announced_message_is_taken),
 		cmocka_unit_test(test_close_ends_waits),
 		cmocka_unit_test(test_stopped_subscriber_keeps_holds_only),
 		cmocka_unit_test(test_sigkill_subscribers_anywhere),
