@@ -274,6 +274,7 @@ pack_into() {
 	done
 	cp "$bdir/now/tools/iox-bench" "$dir/now/tools/"
 	cp "$(command -v iox-roudi)" "$dir/bin/"
+	dpkg-query -W -f '${Version}' iceoryx >"$dir/iceoryx.version" 2>/dev/null || true
 	cp "$0" "$dir/compare_local.sh"
 	for f in "$dir"/*/tools/* "$dir"/*/src/daemon/rgapsd "$dir"/*/plugins/*.so "$dir/bin/iox-roudi"; do
 		ldd "$f" | awk '$3 ~ /^\// { print $3 }'
@@ -320,8 +321,9 @@ fi
 	echo "kernel: $(uname -srvm)"
 	echo "now: $(cat "$bdir/now.sha")"
 	echo "before: $(cat "$bdir/before.sha")"
-	echo "iceoryx: $(dpkg-query -W -f '${Version}' iceoryx 2>/dev/null ||
-		echo "unknown (iox-roudi from $(command -v iox-roudi))")"
+	echo "iceoryx: $(cat "$bdir/iceoryx.version" 2>/dev/null ||
+		dpkg-query -W -f '${Version}' iceoryx 2>/dev/null || echo unknown)" \
+		"(iox-roudi from $(command -v iox-roudi))"
 	echo "command: tools/rgaps-bench/compare_local.sh $args"
 	echo "rounds: $rounds"
 	echo "raw output: $out"
