@@ -271,19 +271,6 @@ static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const str
 }
 
 /*
- * rgapsd's readers' fence_done hook (topic.h) for a message published in stream
- * order (m->flags has RGAPS_ENTRY_FENCE): is the copy into its block complete?
- * Never waits. Its stream is found as rgapsd__member_of_stream() finds it in
- * the reader's streams and leaving[n]; *fc_p: the reader's fence cache, made
- * on first use. 0; -EAGAIN: not yet; -ECANCELED: the publisher left before
- * the copy completed (a crashed publisher's: lost); another negative errno
- * when the fence cannot be used (logged).
- */
-int rgapsd__msg_fence_done(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
-			   const struct rgaps_sub_msg *m, struct rgapsd_member *const *streams,
-			   struct rgapsd_member *const *leaving, uint32_t n);
-
-/*
  * Replicas (replicator.c): one per (topic, GPU) that subscribers read a
  * replica on, all fed by the topic's one replicator along a chain of GPUs.
  * On the loop. start: make GPU gpu's replica (and the replicator), or keep
@@ -308,9 +295,6 @@ bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
 			   struct rgapsd_replica_stats *st);
 
 /* Members (members.c). */
-int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
-			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err,
-			  size_t errlen);
 int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			       struct rgapsd_member **m_p, char *err, size_t errlen);
 /*
@@ -330,13 +314,6 @@ bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kin
 void rgapsd__member_leave(struct rgapsd_member *m);
 void rgapsd__member_get(struct rgapsd_member *m);
 void rgapsd__member_put(struct rgapsd_member *m);
-/*
- * An own reader's stream gen: its current stream of slot, or one of those it
- * still holds messages of after they left (leaving[n]); NULL if neither.
- */
-struct rgapsd_member *rgapsd__member_of_stream(struct rgapsd_member *const *streams, uint32_t slot,
-					       struct rgapsd_member *const *leaving, uint32_t n,
-					       uint64_t gen);
 /* A new fd for another process: read-only unless writable (the owner's). -errno. */
 int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
 /* Wake every member's futex word (after dir_gen moved or the topic closed). */

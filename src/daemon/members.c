@@ -48,18 +48,6 @@ void rgapsd__member_put(struct rgapsd_member *m)
 	rgaps_require(was > 0);
 }
 
-struct rgapsd_member *rgapsd__member_of_stream(struct rgapsd_member *const *streams, uint32_t slot,
-					       struct rgapsd_member *const *leaving, uint32_t n,
-					       uint64_t gen)
-{
-	if (streams[slot] && streams[slot]->gen == gen)
-		return streams[slot];
-	for (uint32_t i = 0; i < n; i++)
-		if (leaving[i]->gen == gen)
-			return leaving[i];
-	return NULL;
-}
-
 void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s)
 {
 	rgaps_pub_snapshot(&m->t->lim, m->map, s);
@@ -343,22 +331,6 @@ static int reserve_check(struct rgapsd_topic *t, int32_t device, char *err, size
 				  t->cfg.name, err);
 	}
 	return r;
-}
-
-int rgapsd__member_create(struct rgapsd_topic *t, enum rgapsd_member_kind kind, uint64_t conn_id,
-			  pid_t pid, bool own, struct rgapsd_member **m_p, char *err, size_t errlen)
-{
-	struct rgapsd_member_spec spec = {
-		.kind = kind,
-		.conn_id = conn_id,
-		.pid = pid,
-		.own = own,
-		.gpu = -1,
-		.pool_dev = -1,
-		.serve = RGAPSD_SERVE_ORIGINAL,
-	};
-
-	return rgapsd__member_create_spec(t, &spec, m_p, err, errlen);
 }
 
 int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,

@@ -11,10 +11,8 @@
  * Members: the replicator is a subscriber of the topic's own streams (so their
  * publishers wait for it under "block", as for any reader), and each replica
  * is a publisher of its own stream (whose readers are the subscribers on its
- * GPU). Its thread follows the membership through the sync callbacks, under
- * the topic's lock and with a reference on every member it maps, like the
- * remote path's forwarder (remote/local.c), so the loop frees no region it
- * still reads. The copying itself is gpu_chain.c's.
+ * GPU): rgapsd's own members (own.c), as the remote path's forwarder's, which
+ * its thread alone calls. The copying itself is gpu_chain.c's.
  *
  * Replicas come and go with the loop's decisions (topics.c): the loop makes a
  * replica's member and asks the thread to feed it (JOINING), or to stop
@@ -44,6 +42,7 @@
 #include "../common/log.h"
 #include "daemon.h"
 #include "gpu_chain.h"
+#include "own.h"
 
 #define WAIT_SLICE_NS (200ll * 1000 * 1000)
 #define RETRY_SLICE_MS 20 /* room in a full replica: asked again this often */
@@ -59,12 +58,10 @@ enum replica_state {
 struct replica {
 	struct rgapsd_replicator *r;
 	int32_t gpu;
-	enum replica_state state; /* under r->lock */
-	struct rgapsd_member *pub_m;
-	struct rgaps_pub *pub;
-	struct rgapsd_member **subs; /* [max_subscribers]: referenced while watched */
-	uint64_t granted;	     /* GPUs its pool is opened to */
-	uint64_t pending_gap;	     /* lost here, told with the next replicated message */
+	enum replica_state state;  /* under r->lock */
+	struct rgapsd_own_pub own; /* serve: gpu */
+	uint64_t granted;	   /* GPUs its pool is opened to */
+	uint64_t pending_gap;	   /* lost here, told with the next replicated message */
 	/* the message in hand */
 	uint32_t tok;
 	uint64_t off;
@@ -82,15 +79,9 @@ struct rgapsd_replicator {
 	pthread_mutex_t lock;			     /* the replicas' states, changes */
 	struct replica *reps[RGAPS_MEM_MAX_DEVICES]; /* by GPU: the loop sets, under lock */
 	uint32_t changes;			     /* bumped on every state change */
-	/* its subscriber of the topic's own streams */
-	struct rgapsd_member *sub_m;
-	struct rgaps_sub *sub;
-	struct rgapsd_member **streams; /* [max_publishers]: referenced while read */
-	uint64_t *granted;		/* [max_publishers]: GPUs each stream's pool is opened to */
-	struct rgapsd_member **leaving; /* cleared while held */
-	uint32_t nleaving;
-	struct rgaps_fence_cache *fences;
-	bool new_streams; /* sub_sync saw streams whose pools the chain has not opened yet */
+	struct rgapsd_own_sub own;		     /* its subscriber of the topic's own streams */
+	uint64_t *granted; /* [max_publishers]: GPUs each stream's pool is opened to */
+	bool new_streams;  /* streams came whose pools the chain has not opened yet */
 	/* the thread's chain */
 	uint32_t changes_seen;
 	struct replica *chain[RGAPS_MEM_MAX_DEVICES]; /* by hop */
@@ -120,94 +111,15 @@ static void wake_thread(struct rgapsd_replicator *r)
 
 /* ---------------------------------------------------------------- membership (its thread) */
 
-static void leaving_sweep(struct rgapsd_replicator *r)
-{
-	uint32_t keep = 0;
-
-	for (uint32_t i = 0; i < r->nleaving; i++) {
-		if (rgaps_sub_stream_held(r->sub, r->leaving[i]->gen))
-			r->leaving[keep++] = r->leaving[i];
-		else
-			rgapsd__member_put(r->leaving[i]);
-	}
-	r->nleaving = keep;
-}
-
-/* A stream left its slot: drop it now, or once we hold nothing of it. */
-static void stream_forget(struct rgapsd_replicator *r, uint32_t k)
-{
-	struct rgapsd_member *cur = r->streams[k], **n;
-
-	r->streams[k] = NULL;
-	r->granted[k] = 0;
-	if (rgaps_sub_clear_stream(r->sub, k)) {
-		rgapsd__member_put(cur);
-		return;
-	}
-	n = realloc(r->leaving, (r->nleaving + 1) * sizeof(*n));
-	if (n) {
-		r->leaving = n;
-		r->leaving[r->nleaving++] = cur;
-	} else {
-		rgapsd__member_put(cur); /* we never hold it past the copy */
-	}
-}
-
-/* The topic's own streams: read them (their pools are opened to the chain's GPUs later). */
-static int sub_sync(void *arg)
+/* The own subscriber's moved hook: a stream came into slot k, or left it. */
+static void stream_moved(void *arg, uint32_t k, bool came)
 {
 	struct rgapsd_replicator *r = arg;
-	struct rgapsd_topic *t = r->t;
 
-	pthread_mutex_lock(&t->lock);
-	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
-		struct rgapsd_member *m = t->pubs[k];
-
-		if (m && m->serve != RGAPSD_SERVE_ORIGINAL)
-			m = NULL;
-		if (r->streams[k] && r->streams[k] != m)
-			stream_forget(r, k);
-		if (!m)
-			continue;
-		if (!r->streams[k]) {
-			rgapsd__member_get(m);
-			r->streams[k] = m;
-			r->new_streams = true;
-		}
-		rgaps_sub_set_stream(r->sub, k, m->gen, m->map, m->pool.base,
-				     m->state == RGAPSD_MEMBER_DRAINING ? m->limit : UINT64_MAX);
-	}
-	pthread_mutex_unlock(&t->lock);
-	return 0;
-}
-
-/* The subscribers on a replica's GPU: its stream waits for them. */
-static int pub_sync(void *arg)
-{
-	struct replica *rep = arg;
-	struct rgapsd_topic *t = rep->r->t;
-
-	pthread_mutex_lock(&t->lock);
-	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
-		struct rgapsd_member *m = t->subs[j], *cur = rep->subs[j];
-
-		if (m && m->serve != rep->gpu)
-			m = NULL;
-		if (cur == m)
-			continue;
-		if (cur) {
-			rgaps_pub_clear_sub(rep->pub, j);
-			rgapsd__member_put(cur);
-			rep->subs[j] = NULL;
-		}
-		if (m) {
-			rgapsd__member_get(m);
-			rep->subs[j] = m;
-			rgaps_pub_set_sub(rep->pub, j, m->gen, m->map);
-		}
-	}
-	pthread_mutex_unlock(&t->lock);
-	return 0;
+	if (came)
+		r->new_streams = true; /* its pool is opened to the chain's GPUs later */
+	else
+		r->granted[k] = 0;
 }
 
 /* ---------------------------------------------------------------- the chain (its thread) */
@@ -244,7 +156,7 @@ static bool grant_hops(struct rgapsd_replicator *r, const struct rgapsd_chain_ho
 
 			if (src->granted & bit)
 				continue;
-			if (ops->pool_grant(ctx, &src->pub_m->pool, hops[i].gpu,
+			if (ops->pool_grant(ctx, &src->own.self->pool, hops[i].gpu,
 					    RGAPS_MEM_GRANT_READ)) {
 				link_refused(r, hops[i].gpu, src->gpu, "a replica's pool");
 				return false;
@@ -253,7 +165,7 @@ static bool grant_hops(struct rgapsd_replicator *r, const struct rgapsd_chain_ho
 			continue;
 		}
 		for (uint32_t k = 0; k < r->t->lim.max_publishers; k++) {
-			struct rgapsd_member *m = r->streams[k];
+			struct rgapsd_member *m = r->own.streams[k];
 
 			if (!m || (r->granted[k] & bit))
 				continue;
@@ -335,67 +247,6 @@ static void apply_changes(struct rgapsd_replicator *r)
 		   n ? line : "nowhere (no replica left)");
 }
 
-/* ---------------------------------------------------------------- fences */
-
-static bool src_active(const struct rgapsd_member *src)
-{
-	bool active;
-
-	/* Under the lock the loop writes it with. */
-	pthread_mutex_lock(&src->t->lock);
-	active = src->state == RGAPSD_MEMBER_ACTIVE;
-	pthread_mutex_unlock(&src->t->lock);
-	return active;
-}
-
-int rgapsd__msg_fence_done(struct rgapsd_topic *t, struct rgaps_fence_cache **fc_p,
-			   const struct rgaps_sub_msg *m, struct rgapsd_member *const *streams,
-			   struct rgapsd_member *const *leaving, uint32_t n)
-{
-	const struct rgapsd_member *src =
-		rgapsd__member_of_stream(streams, m->slot, leaving, n, m->stream);
-	const struct rgaps_pub_region *r;
-	char why[160] = "";
-	void *f;
-	int e = 0;
-
-	if (!src) /* never: a held message keeps its stream referenced */
-		return -ENODATA;
-	r = src->map;
-
-	switch (rgaps_fence_verdict(r, src_active(src))) {
-	case RGAPS_FENCE_DONE:
-		return 0;
-	case RGAPS_FENCE_LOST:
-		rgaps_warn("topic '%s': stream %llu message %llu: its publisher left before its copy "
-			   "completed: lost", t->cfg.name, (unsigned long long)m->stream,
-			   (unsigned long long)m->seq);
-		return -ECANCELED;
-	case RGAPS_FENCE_USE:
-		break;
-	}
-	if (!*fc_p)
-		e = rgaps_fence_cache_create(&t->lim, &t->mem->ops.memory, t->mem->ctx, fc_p);
-	if (!e)
-		e = rgaps_fence_cache_get(*fc_p, m->slot, m->stream, r, m->fence, &f, why,
-					  sizeof(why));
-	if (e) {
-		rgaps_warn("topic '%s': stream %llu message %llu: %s: not copied (lost)",
-			   t->cfg.name, (unsigned long long)m->stream, (unsigned long long)m->seq,
-			   why[0] ? why : strerror(-e));
-		return e;
-	}
-	return t->mem->ops.memory.fence_query(t->mem->ctx, f);
-}
-
-/* topic.h's fence_done hook of the replicator's subscriber (this thread, in its takes). */
-static int fence_done(void *arg, const struct rgaps_sub_msg *m)
-{
-	struct rgapsd_replicator *r = arg;
-
-	return rgapsd__msg_fence_done(r->t, &r->fences, m, r->streams, r->leaving, r->nleaving);
-}
-
 /* ---------------------------------------------------------------- one message (its thread) */
 
 static bool stop_asked(void *arg)
@@ -413,11 +264,11 @@ static void wait_messages(struct rgapsd_replicator *r)
 	own.flags |= FUTEX_PRIVATE_FLAG;
 	/* No lock: the sync callbacks that change the mappings run on this thread. A message
 	 * waiting for its fence rings nothing: then look again as rgaps_sub_fence_slice() says. */
-	slice = RGAPS_MIN(rgaps_sub_fence_slice(r->sub), WAIT_SLICE_NS);
+	slice = RGAPS_MIN(rgaps_sub_fence_slice(r->own.sub), WAIT_SLICE_NS);
 	if (slice == 0)
 		sched_yield();
 	else
-		rgaps_sub_sleep(r->sub, NULL, &own, 1, stop_asked, r, slice);
+		rgaps_sub_sleep(r->own.sub, NULL, &own, 1, stop_asked, r, slice);
 }
 
 /*
@@ -427,7 +278,7 @@ static void wait_messages(struct rgapsd_replicator *r)
 static void flush_gap(struct replica *rep)
 {
 	if (rep->pending_gap &&
-	    rgaps_pub_gap(rep->pub, (uint32_t)RGAPS_MIN(rep->pending_gap, UINT32_MAX),
+	    rgaps_pub_gap(rep->own.pub, (uint32_t)RGAPS_MIN(rep->pending_gap, UINT32_MAX),
 			  rgaps_now_ns(CLOCK_REALTIME)) == 0)
 		rep->pending_gap = 0;
 }
@@ -470,7 +321,7 @@ static void loan_all(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m,
 	for (uint32_t i = 0; i < r->nhops; i++) {
 		struct replica *rep = r->chain[i];
 
-		rep->loaned = rgaps_pub_loan(rep->pub, m->size, 0, &rep->tok, &rep->off) == 0;
+		rep->loaned = rgaps_pub_loan(rep->own.pub, m->size, 0, &rep->tok, &rep->off) == 0;
 		missing += !rep->loaned;
 	}
 	while (missing && !stopping(r) && now_ns() < deadline) {
@@ -479,7 +330,8 @@ static void loan_all(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m,
 
 			if (rep->loaned)
 				continue;
-			e = rgaps_pub_loan(rep->pub, m->size, RETRY_SLICE_MS, &rep->tok, &rep->off);
+			e = rgaps_pub_loan(rep->own.pub, m->size, RETRY_SLICE_MS, &rep->tok,
+					   &rep->off);
 			if (e == 0) {
 				rep->loaned = true;
 				missing--;
@@ -524,7 +376,7 @@ static void on_whole(void *arg, uint32_t hop)
 	 * replica, after the chain's copies out of it (to later hops) are done.
 	 */
 	for (;;) {
-		e = rgaps_pub_commit(rep->pub, rep->tok, m->size, &c, 0, true, NULL);
+		e = rgaps_pub_commit(rep->own.pub, rep->tok, m->size, &c, 0, true, NULL);
 		if (e != -EAGAIN || stopping(mc->r) || now_ns() >= mc->deadline)
 			break;
 		usleep(RETRY_SLICE_MS * 1000 / 4);
@@ -568,7 +420,7 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 	if (stopping(r)) {
 		for (uint32_t i = 0; i < r->nhops; i++) {
 			if (r->chain[i]->loaned)
-				rgaps_pub_cancel(r->chain[i]->pub, r->chain[i]->tok);
+				rgaps_pub_cancel(r->chain[i]->own.pub, r->chain[i]->tok);
 			r->chain[i]->loaned = false;
 		}
 		return;
@@ -583,13 +435,13 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 		plan(r, got, n, hops, reps);
 	}
 	for (uint32_t i = 0; i < n; i++)
-		hops[i].dst = (uint8_t *)reps[i]->pub_m->pool.base + reps[i]->off;
+		hops[i].dst = rgapsd_own_pub_block(&reps[i]->own, reps[i]->off);
 	e = rgapsd__chain_copy(&r->copier, m->data, m->size, hops, n, on_whole, &mc);
 	for (uint32_t i = 0; i < n; i++) {
 		if (!reps[i]->settled)
 			lose(reps[i], m, e ? strerror(-e) : "the copy failed");
 		if (reps[i]->loaned) /* lost with its block loaned: the chain is done with it */
-			rgaps_pub_cancel(reps[i]->pub, reps[i]->tok);
+			rgaps_pub_cancel(reps[i]->own.pub, reps[i]->tok);
 		reps[i]->loaned = false;
 	}
 }
@@ -598,9 +450,9 @@ static void reclaim_all(struct rgapsd_replicator *r, bool resync)
 {
 	for (uint32_t i = 0; i < r->nhops; i++) {
 		if (resync)
-			pub_sync(r->chain[i]);
+			rgapsd_own_pub_follow(&r->chain[i]->own);
 		flush_gap(r->chain[i]);
-		rgaps_pub_reclaim(r->chain[i]->pub);
+		rgaps_pub_reclaim(r->chain[i]->own.pub);
 	}
 }
 
@@ -614,7 +466,7 @@ static void *replicator_main(void *arg)
 	while (!stopping(r)) {
 		struct rgaps_sub_msg m;
 		uint32_t dir = __atomic_load_n(&r->t->hdr->dir_gen, __ATOMIC_ACQUIRE);
-		int e = rgaps_sub_take(r->sub, 0, 0, &m);
+		int e = rgaps_sub_take(r->own.sub, 0, 0, &m);
 
 		if (e == -EAGAIN) {
 			apply_changes(r);
@@ -639,10 +491,7 @@ static void *replicator_main(void *arg)
 		/* After the take: a replica made before this message was published is fed it. */
 		apply_changes(r);
 		replicate(r, &m);
-		if (m.token != UINT32_MAX)
-			rgaps_sub_release(r->sub, m.token);
-		if (r->nleaving)
-			leaving_sweep(r);
+		rgapsd_own_sub_release(&r->own, m.token);
 		reclaim_all(r, false);
 	}
 	return NULL;
@@ -654,22 +503,11 @@ static void *replicator_main(void *arg)
 static int replica_create(struct rgapsd_replicator *r, int32_t gpu, struct replica **rep_p,
 			  char *err, size_t errlen)
 {
-	struct rgapsd_topic *t = r->t;
-	struct rgapsd_member_spec spec = {
-		.kind = RGAPSD_MEMBER_PUB,
-		.pid = getpid(),
-		.own = true,
-		.gpu = -1,
-		.pool_dev = gpu,
-		.serve = gpu,
-	};
-	struct rgaps_topic_cbs cbs = { .sync = pub_sync };
 	struct replica *rep = calloc(1, sizeof(*rep));
 	char why[256];
 	int e;
 
-	if (!rep || !(rep->subs = calloc(t->lim.max_subscribers, sizeof(*rep->subs)))) {
-		free(rep);
+	if (!rep) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -677,21 +515,10 @@ static int replica_create(struct rgapsd_replicator *r, int32_t gpu, struct repli
 	rep->gpu = gpu;
 	rep->fed_from = -1;
 	rep->granted = 1ull << gpu;
-	cbs.arg = rep;
-	e = rgapsd__member_create_spec(t, &spec, &rep->pub_m, why, sizeof(why));
+	/* Its sync runs on the replicator's thread: under the topic's lock. */
+	e = rgapsd_own_pub_open(r->t, gpu, true, &rep->own, why, sizeof(why));
 	if (e) {
 		snprintf(err, errlen, "cannot make the replica on GPU %d: %s", (int)gpu, why);
-		free(rep->subs);
-		free(rep);
-		return e;
-	}
-	e = rgaps_pub_create(t->hdr, &t->lim, rep->pub_m->map, rep->pub_m->pool.base, &cbs,
-			     &rep->pub);
-	if (e) {
-		snprintf(err, errlen, "cannot publish the replica on GPU %d: %s", (int)gpu,
-			 strerror(-e));
-		rgapsd__member_leave(rep->pub_m);
-		free(rep->subs);
 		free(rep);
 		return e;
 	}
@@ -712,35 +539,18 @@ static void replica_end(struct replica *rep)
 		   "%llu lost",
 		   t->cfg.name, (int)rep->gpu, (unsigned long long)rep->copies,
 		   (unsigned long long)rep->bytes, (unsigned long long)rep->lost);
-	rgaps_pub_destroy(rep->pub);
-	for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
-		if (rep->subs[j])
-			rgapsd__member_put(rep->subs[j]);
-	rgapsd__member_leave(rep->pub_m);
-	free(rep->subs);
+	rgapsd_own_pub_close(&rep->own);
 	free(rep);
 }
 
 static void replicator_free(struct rgapsd_replicator *r)
 {
-	struct rgapsd_topic *t = r->t;
-
-	rgaps_sub_destroy(r->sub);
-	rgaps_fence_cache_destroy(r->fences);
-	for (uint32_t k = 0; r->streams && k < t->lim.max_publishers; k++)
-		if (r->streams[k])
-			rgapsd__member_put(r->streams[k]);
-	for (uint32_t i = 0; i < r->nleaving; i++)
-		rgapsd__member_put(r->leaving[i]);
-	if (r->sub_m)
-		rgapsd__member_leave(r->sub_m);
+	rgapsd_own_sub_close(&r->own);
 	for (uint32_t g = 0; g < RGAPS_MEM_MAX_DEVICES; g++)
 		if (r->reps[g])
 			replica_end(r->reps[g]);
 	rgapsd__chain_fini(&r->copier);
 	pthread_mutex_destroy(&r->lock);
-	free(r->leaving);
-	free(r->streams);
 	free(r->granted);
 	free(r);
 }
@@ -748,15 +558,6 @@ static void replicator_free(struct rgapsd_replicator *r)
 static int replicator_create(struct rgapsd_topic *t, struct rgapsd_replicator **r_p, char *err,
 			     size_t errlen)
 {
-	struct rgapsd_member_spec spec = {
-		.kind = RGAPSD_MEMBER_SUB,
-		.pid = getpid(),
-		.own = true,
-		.gpu = -1,
-		.pool_dev = -1,
-		.serve = RGAPSD_SERVE_ORIGINAL,
-	};
-	struct rgaps_topic_cbs cbs = { .sync = sub_sync, .fence_done = fence_done };
 	struct rgapsd_replicator *r = calloc(1, sizeof(*r));
 	char why[256];
 	int e;
@@ -770,22 +571,15 @@ static int replicator_create(struct rgapsd_topic *t, struct rgapsd_replicator **
 	memcpy(r->link, t->topo->link, sizeof(r->link));
 	rgapsd__chain_init(&r->copier, &t->mem->ops.memory, t->mem->ctx, t->cfg.gpu_piece,
 			   t->lim.max_message_size);
-	cbs.arg = r;
-	r->streams = calloc(t->lim.max_publishers, sizeof(*r->streams));
 	r->granted = calloc(t->lim.max_publishers, sizeof(*r->granted));
-	if (!r->streams || !r->granted) {
+	if (!r->granted) {
 		snprintf(err, errlen, "out of memory");
 		e = -ENOMEM;
 		goto err;
 	}
-	e = rgapsd__member_create_spec(t, &spec, &r->sub_m, why, sizeof(why));
+	e = rgapsd_own_sub_open(t, stream_moved, r, &r->own, why, sizeof(why));
 	if (e) {
 		snprintf(err, errlen, "the replicator cannot subscribe: %s", why);
-		goto err;
-	}
-	e = rgaps_sub_create(t->hdr, &t->lim, r->sub_m->map, &cbs, &r->sub);
-	if (e) {
-		snprintf(err, errlen, "the replicator cannot subscribe: %s", strerror(-e));
 		goto err;
 	}
 	e = -pthread_create(&r->thread, NULL, replicator_main, r);
@@ -847,7 +641,7 @@ int rgapsd__replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t
 	pthread_mutex_unlock(&r->lock);
 	wake_thread(r);
 	rgaps_info("topic '%s': replicator for GPU %d started: replica stream %llu", t->cfg.name,
-		   (int)gpu, (unsigned long long)rep->pub_m->gen);
+		   (int)gpu, (unsigned long long)rep->own.self->gen);
 	return 0;
 err:
 	rgaps_warn("topic '%s': %s", t->cfg.name, err);
@@ -932,7 +726,7 @@ bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
 		st->copies = __atomic_load_n(&rep->copies, __ATOMIC_RELAXED);
 		st->bytes = __atomic_load_n(&rep->bytes, __ATOMIC_RELAXED);
 		st->lost = __atomic_load_n(&rep->lost, __ATOMIC_RELAXED);
-		st->stream = rep->pub_m->gen;
+		st->stream = rep->own.self->gen;
 		st->fed_from = __atomic_load_n(&rep->fed_from, __ATOMIC_RELAXED);
 		st->how = __atomic_load_n(&rep->via_host, __ATOMIC_RELAXED) ? "host" : "peer";
 	}

@@ -41,6 +41,7 @@
 #include "record.h"
 #include "ring.h"
 #include "../daemon.h"
+#include "../own.h"
 #include "../hostport.h"
 #include "../peers/peers.h"
 #include "../remote.h"
@@ -78,23 +79,14 @@ struct rt_local_msg {
  * on the forwarder thread, released on the loop: lock serialises the two.
  */
 struct rt_local_sub {
-	struct rgapsd_topic *t;
-	struct rgapsd_member *self;
-	struct rgaps_sub *sub;
+	struct rgapsd_own_sub own;
 	pthread_mutex_t lock;
-	struct rgapsd_member **streams; /* [max_publishers]: referenced while viewed */
-	struct rgapsd_member **leaving; /* cleared while a message of it is held */
-	uint32_t nleaving;
-	struct rgaps_fence_cache *fences; /* publishers' fences (stream order), forwarder thread */
 	bool open;
 };
 
 /* The publisher that lands messages from one in ring: a stream of rgapsd's own. */
 struct rt_local_pub {
-	struct rgapsd_topic *t;
-	struct rgapsd_member *self;
-	struct rgaps_pub *pub;
-	struct rgapsd_member **subs; /* [max_subscribers]: referenced while watched */
+	struct rgapsd_own_pub own;
 	bool open;
 };
 
