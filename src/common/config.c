@@ -1,6 +1,7 @@
 /*
  * What every part of rgaps needs to know of a configuration (config.h): the
- * rules for topic names and the size strings ("256MiB"). The files, the key
+ * rules for topic names, the size strings ("256MiB") and the relay topologies
+ * ("tree:2"). The files, the key
  * tables and their parser are rgapsd's (src/daemon/config_file.c).
  */
 #include "config.h"
@@ -84,6 +85,43 @@ bad:
 		snprintf(why, len, "'%s' is not a topic name (%s): " RGAPS_TOPIC_NAME_RULE,
 			 name ? name_shown(name, shown, sizeof(shown)) : "", what);
 	return false;
+}
+
+_Static_assert(RGAPS_RELAY_FANOUT_MAX == 64, "rgaps__relay_parse's message names the bound");
+
+const char *rgaps__relay_parse(const char *s, enum rgaps_relay *kind_p, uint32_t *fanout_p)
+{
+	static const struct {
+		const char *name;
+		enum rgaps_relay kind;
+		uint32_t fanout;
+	} fixed[] = {
+		{ "star", RGAPS_RELAY_STAR, 0 },
+		{ "chain", RGAPS_RELAY_CHAIN, 1 },
+		{ "auto", RGAPS_RELAY_AUTO, 0 },
+	};
+	unsigned long k = 0;
+	size_t i;
+
+	if (!s)
+		return "is not a relay topology";
+	for (i = 0; i < RGAPS_ARRAY_SIZE(fixed); i++) {
+		if (strcmp(s, fixed[i].name) == 0) {
+			*kind_p = fixed[i].kind;
+			*fanout_p = fixed[i].fanout;
+			return NULL;
+		}
+	}
+	if (strncmp(s, "tree:", 5) != 0)
+		return "is not a relay topology: \"star\", \"chain\", \"tree:K\" or \"auto\"";
+	/* Digits only, no sign, no spaces, no leading zero: one spelling per value. */
+	for (i = 5; s[i] >= '0' && s[i] <= '9' && i < 8; i++)
+		k = k * 10 + (unsigned long)(s[i] - '0');
+	if (i == 5 || s[i] || s[5] == '0' || k < 2 || k > RGAPS_RELAY_FANOUT_MAX)
+		return "is not \"tree:K\" with K, the children of each host, from 2 to 64";
+	*kind_p = RGAPS_RELAY_TREE;
+	*fanout_p = (uint32_t)k;
+	return NULL;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -54,6 +54,7 @@ struct rgaps_topic_config {
 	uint64_t ring_size;		    /* receive ring per (topic, remote host) */
 	double watermark;		    /* fraction of the ring between Head updates */
 	uint64_t resend_window;		    /* bytes kept to send again after a link flap */
+	char relay[RGAPS_CFG_NAME_MAX]; /* "star", "chain", "tree:K", "auto" (rgaps__relay_parse) */
 	char stages[RGAPS_CFG_MAX_STAGES][RGAPS_CFG_NAME_MAX]; /* stage plugins, in order */
 	uint32_t nstages;
 	uid_t allowed_uids[RGAPS_CFG_MAX_IDS];
@@ -61,6 +62,22 @@ struct rgaps_topic_config {
 	gid_t allowed_gids[RGAPS_CFG_MAX_IDS];
 	uint32_t nallowed_gids;
 };
+
+/* How a topic's messages reach the hosts that subscribe to it (its "relay" key). */
+enum rgaps_relay {
+	RGAPS_RELAY_STAR,  /* the publisher's host sends each message to every one of them */
+	RGAPS_RELAY_CHAIN, /* to the first, which passes each chunk on to the next, and so on */
+	RGAPS_RELAY_TREE,  /* to K of them, each of which passes each chunk on to K more */
+	RGAPS_RELAY_AUTO,  /* what the publisher's host predicts fastest (docs/SCALING.md) */
+};
+#define RGAPS_RELAY_FANOUT_MAX 64
+
+/*
+ * A "relay" value: "star", "chain", "tree:K" (K 2..RGAPS_RELAY_FANOUT_MAX) or
+ * "auto". NULL and its kind and fan-out (star 0, chain 1, tree K, auto 0), or
+ * what is wrong with it in words (the outputs untouched).
+ */
+const char *rgaps__relay_parse(const char *s, enum rgaps_relay *kind_p, uint32_t *fanout_p);
 
 /*
  * Fill the defaults (what runs with no file at all). Defined with the key

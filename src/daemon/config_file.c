@@ -212,6 +212,20 @@ static bool check_group(const char *s, char *why, size_t len)
 	return check_name_chars(s, why, len);
 }
 
+/* A relay topology: "star", "chain", "tree:K" or "auto". */
+static bool check_relay(const char *s, char *why, size_t len)
+{
+	enum rgaps_relay kind;
+	uint32_t fanout;
+	const char *bad = rgaps__relay_parse(s, &kind, &fanout);
+	char shown[80];
+
+	if (!bad)
+		return true;
+	snprintf(why, len, "'%s' %s", cfg_show(s, shown, sizeof(shown)), bad);
+	return false;
+}
+
 static bool check_hostport_or_empty(const char *s, char *why, size_t len)
 {
 	return !s[0] || check_hostport(s, why, len);
@@ -398,6 +412,16 @@ static const struct rgaps_cfg_field topic_fields[] = {
 		 "reported lost. The default holds 2.5 s of a 100 MB/s stream (0.4 s at the "
 		 "measured end-to-end TCP rate, docs/BENCHMARKS.md), as much as a publisher's "
 		 "default pool. 0: nothing is kept or sent again. Host-memory topics only." },
+	{ .name = "relay", .type = RGAPS_CFG_STRING, CFG_AT(T, relay), .def = "\"auto\"",
+	  .check = check_relay,
+	  .doc = "How a message reaches the hosts that subscribe (decided by the publisher's "
+		 "host): \"star\" (it sends to each of them), \"chain\" (it sends to the first, "
+		 "which passes each chunk on to the next as it lands, and so on), \"tree:K\" "
+		 "(it sends to K, each of which passes each chunk on to K more; K 2 to 64), or "
+		 "\"auto\" (the one predicted fastest for the number of hosts and the size of "
+		 "the messages; rgapsd logs what it chose and why). The hosts are ordered by "
+		 "when they subscribed, then by name, the same on every host; a host that fails "
+		 "is bypassed, its part of the tree attaching to the nearest host above it." },
 	{ .name = "stages", .type = RGAPS_CFG_STRINGS, CFG_ARRAY_AT(T, stages, nstages),
 	  .def = "[]", .check = check_plugin_name, .flags = RGAPS_CFG_F_UNIQUE,
 	  .doc = "Pipeline stages (stage plugin names) for this topic, in order; each must be "

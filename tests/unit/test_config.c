@@ -964,6 +964,34 @@ static void test_gpu_keys(void **state)
 #undef BAD
 }
 
+/* The relay key: auto by default, the topologies, a refusal that says what is taken. */
+static void test_relay_key(void **state)
+{
+	struct fx *fx = *state;
+	struct rgaps_topic_config tc;
+	const char *good = "{\"relay\": \"tree:3\"}";
+
+	rgaps_topic_config_defaults(&tc);
+	assert_string_equal(tc.relay, "auto");
+	assert_int_equal(
+		rgaps_topic_config_parse(good, strlen(good), "r", &tc, fx->err, sizeof(fx->err)),
+		0);
+	assert_string_equal(tc.relay, "tree:3");
+#define BAD(json, why)                                                                           \
+	do {                                                                                     \
+		rgaps_topic_config_defaults(&tc);                                                \
+		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "r", &tc, fx->err, \
+							  sizeof(fx->err)),                      \
+				 -EINVAL);                                                       \
+		check_err(fx->err, "r", "relay", why);                                           \
+	} while (0)
+	BAD("{\"relay\": \"ring\"}", "\"star\", \"chain\", \"tree:K\" or \"auto\"");
+	BAD("{\"relay\": \"tree:1\"}", "from 2 to 64");
+	BAD("{\"relay\": \"tree:65\"}", "from 2 to 64");
+	BAD("{\"relay\": 2}", "");
+#undef BAD
+}
+
 static void test_validate_api(void **state)
 {
 	struct fx *fx = *state;
@@ -1331,6 +1359,7 @@ int main(void)
 		T(test_topic_parse_api),
 		T(test_validate_api),
 		T(test_to_json),
+		T(test_relay_key),
 		T(test_gpu_keys),
 		T(test_print_help),
 		T(test_discovery),
