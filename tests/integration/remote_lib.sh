@@ -20,7 +20,7 @@ for _ in $(seq 50); do
 	BASE=$(( 10000 + (RANDOM % ((EPHEMERAL_LOW - 10000 - ${PORT_SPAN:-60}) / 10)) * 10 ))
 	! ports_free $BASE "${PORT_SPAN:-60}" || break
 done
-declare -A DPID SOCK PORT ADDR
+declare -A DPID SOCK PORT ADDR NETNS
 
 # host NAME INDEX [ADDR]: define a host (its control port is BASE + 10*INDEX; data ports +1,
 # +2) listening on ADDR (default $HOST_ADDR, else 127.0.0.1); its peers reach it there.
@@ -46,6 +46,8 @@ JSON
 	# RGAPSD_FAULT=...: this daemon takes its tcp transport from the test-only fault
 	# plugin (tests/fault/transport_fault.c), which misbehaves as asked; its folder
 	# is FAULT_PLUGIN_DIR where a test made its own.
+	# NETNS[name] (netns_lib.sh): its daemon runs in that network namespace.
+	${NETNS[$name]:+ip netns exec ${NETNS[$name]}} \
 	env ${RGAPSD_FAULT:+RGAPS_PLUGIN_DIR=${FAULT_PLUGIN_DIR:-$RGAPS_BUILD/tests/fault/plugins}} \
 		"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &

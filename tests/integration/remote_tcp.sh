@@ -7,6 +7,8 @@
 # under and over (topic "edge", 64 KiB chunks), and whole messages with
 # chunking off up to the largest record the ring takes, and one byte over it,
 # which is reported lost (topic "whole").
+# The topics are stars (A sends to B and C itself): the relay trees have
+# remote_relay.sh.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 COUNT=${REMOTE_COUNT:-1000}
@@ -26,7 +28,7 @@ cat >"$T/topics.d/whole.json" <<'JSON'
 JSON
 # A publisher waits as long as it takes for 8 verifying subscribers (a delivery test,
 # not a timing one: a loaded machine may make them slow).
-for h in A B C D; do start_host $h ', "pool_size": "512MiB", "ring_size": "64MiB", "block_timeout_ms": 120000'; done
+for h in A B C D; do start_host $h ', "pool_size": "512MiB", "ring_size": "64MiB", "block_timeout_ms": 120000, "relay": "star"'; done
 wait_until 20 peer_up A B || fail "A-B session did not come up: $(tail -5 "$T/A.log")"
 wait_until 20 peer_up A C || fail "A-C session did not come up"
 wait_until 20 peer_up A D || fail "A-D session did not come up"

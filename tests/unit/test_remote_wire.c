@@ -61,6 +61,16 @@ static void test_roundtrip(void **state)
 	roundtrip(&in, &out);
 	assert_int_equal(out.nsubs, 3);
 	assert_string_equal(out.subs[1], "camera.front_0");
+	assert_non_null(out.joined); /* absent (an older daemon): 0 for each topic */
+	assert_int_equal(out.joined[2], 0);
+	rt_wire_free(&out);
+	in.joined = calloc(3, sizeof(*in.joined));
+	in.joined[0] = 1700000000123;
+	in.joined[2] = RT_SEQ_MAX;
+	roundtrip(&in, &out);
+	assert_int_equal(out.joined[0], 1700000000123);
+	assert_int_equal(out.joined[1], 0);
+	assert_int_equal(out.joined[2], RT_SEQ_MAX);
 	rt_wire_free(&out);
 	rt_wire_free(&in);
 
@@ -110,6 +120,13 @@ static void test_roundtrip(void **state)
 	in.from = 12345678901234;
 	roundtrip(&in, &out);
 	assert_int_equal(out.from, 12345678901234);
+	assert_string_equal(out.origin, ""); /* absent: the sender is the origin, a star */
+	assert_string_equal(out.relay, "");
+	strcpy(in.origin, "[fe80::1]:7000");
+	strcpy(in.relay, "tree:16");
+	roundtrip(&in, &out);
+	assert_string_equal(out.origin, "[fe80::1]:7000");
+	assert_string_equal(out.relay, "tree:16");
 
 	memset(&in, 0, sizeof(in));
 	in.type = RT_MSG_TOPIC_READY;
@@ -136,12 +153,28 @@ static void test_roundtrip(void **state)
 	strcpy(in.reason, "topic 'x': no pool");
 	roundtrip(&in, &out);
 	assert_string_equal(out.reason, "topic 'x': no pool");
+	assert_false(out.by_tree);
+	in.by_tree = true;
+	roundtrip(&in, &out);
+	assert_true(out.by_tree);
 
 	memset(&in, 0, sizeof(in));
 	in.type = RT_MSG_TOPIC_TEARDOWN;
 	in.ring_id = 0;
 	roundtrip(&in, &out);
 	assert_int_equal(out.ring_id, 0);
+	assert_false(out.moved);
+	in.moved = true;
+	roundtrip(&in, &out);
+	assert_true(out.moved);
+
+	memset(&in, 0, sizeof(in));
+	in.type = RT_MSG_TOPIC_LEAVE;
+	in.ring_id = 100;
+	strcpy(in.reason, "another host sends this topic here now");
+	roundtrip(&in, &out);
+	assert_int_equal(out.ring_id, 100);
+	assert_string_equal(out.reason, "another host sends this topic here now");
 }
 
 static void test_refusals(void **state)
@@ -223,6 +256,32 @@ static void test_refusals(void **state)
 	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
 		"\"head_desc\":\"\",\"from\":\"7\"}", "'from' is not a number");
 	refused("{\"type\":\"topic_refused\"}", "'ring_id' is missing");
+	refused("{\"type\":\"subs\",\"topics\":[\"a\",\"b\"],\"joined\":[1]}",
+		"'joined' is not an array of 2 numbers");
+	refused("{\"type\":\"subs\",\"topics\":[\"a\"],\"joined\":[-1]}",
+		"joined 0 is not an integer in 0..999999999999999");
+	refused("{\"type\":\"subs\",\"topics\":[\"a\"],\"joined\":[\"1\"]}", "joined 0");
+	refused("{\"type\":\"subs\",\"topics\":[\"a\"],\"joined\":[0.5]}", "joined 0");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"origin\":\"a b:1\"}",
+		"'origin' is not a daemon's name");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"origin\":\"\"}",
+		"'origin' is not a daemon's name");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"origin\":7}",
+		"'origin'");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"relay\":\"auto\"}",
+		"'relay' is not");
+	refused("{\"type\":\"topic_setup\",\"topic\":\"x\",\"ring_id\":1,\"transport\":\"tcp\","
+		"\"head_desc\":\"\",\"relay\":\"tree:1\"}",
+		"(K 2 to 64)");
+	refused("{\"type\":\"topic_teardown\",\"ring_id\":1,\"moved\":1}",
+		"'moved' is not true or false");
+	refused("{\"type\":\"topic_refused\",\"ring_id\":1,\"tree\":\"yes\"}",
+		"'tree' is not true or false");
+	refused("{\"type\":\"topic_leave\"}", "'ring_id' is missing");
 	refused("{\"type\":\"topic_teardown\",\"ring_id\":null}", "'ring_id' is not a number");
 }
 

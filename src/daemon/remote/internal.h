@@ -11,8 +11,10 @@
  *   transports.c  the transport plugins: load, options, listen; routes their callbacks
  *   session.c     peer sessions: up/down, control-message dispatch, the tick
  *   links.c       data links: offer, accept, connect, loss
+ *   relay.c       the relay trees: who sends a topic to whom, passing landed records on
  *   sender.c      out rings and chunks: the sender's state machine and its driver
  *   receiver.c    in rings and records: the receiver's state machine and its driver
+ *   source.c      a topic's messages from one origin: its sequence and landing stream
  *   forwarder.c   the thread that takes each local message for the sender
  *   attach.c      publishers whose attach waits for the topic's set-ups
  *   resend.c      the resend window: copies of the newest messages, to send again after a flap
@@ -22,6 +24,7 @@
  *   peer.c        one peer as the core sees it: lookup, sending, refusing a hostile one
  *   local.c       the remote path's view of the local topic (the only user of ../../common/topic.h)
  *   wire.c        pure codecs: control messages, the record header check (wire.h)
+ *   topology.c    pure: the order of a tree's hosts, parents, the model of "auto"
  *
  * Everything runs on the loop thread except the forwarder threads and the
  * workers (copies, stages, the resend windows' keeper), which reach the loop
@@ -56,6 +59,7 @@
 #define RT_RESETUP_MIN_MS 500  /* a refused topic set-up is asked again after this, */
 #define RT_RESETUP_MAX_MS 8000 /* doubling up to this */
 #define RT_DEFERRED_MAX 64     /* set-ups held while the data link they need connects */
+#define RT_TREE_RETRY_MS 250   /* a set-up refused by the tree is asked again after this */
 
 #define RT_TR_MAX RGAPSD_MAX_TRANSPORTS /* transport plugins one daemon uses */
 
@@ -232,6 +236,7 @@ void rt_stages_stop(struct rgapsd_remote *rt);
 struct rgapsd_remote;
 struct rt_peer;
 struct rt_topic;
+struct rt_source;
 
 /* One transport plugin (the registry's transports, by priority, highest first). */
 struct rt_transport {
@@ -287,7 +292,8 @@ struct rt_omsg {
 	struct rt_kept *copy;
 	uint32_t pool_reads; /* chunks posted from the pool, not yet sent */
 	bool held;	     /* the forwarder's hold on m is ours to release */
-	uint32_t refs; /* chunks in flight + 1 while queuing */
+	uint32_t refs; /* chunks in flight + 1 while queuing (relayed: + 1 while landing) */
+	bool relayed;  /* passing through (relay.c): each chunk holds the record it is sent from */
 	bool dropped;
 	enum rt_out_state state;
 	/* Before-send stages, one pass per chunk, one at a time: chunk k's waits for k-1's. */
@@ -319,6 +325,7 @@ struct rt_chunk {
 	uint32_t index; /* in its message */
 	struct rt_omsg *m;
 	struct rt_d2h *d2h; /* NULL: sent straight from the (host) pool */
+	struct rt_rec *rec; /* relayed: the landed record it is sent from (held until sent) */
 	struct rt_out *o;
 	uint64_t off, len;
 	uint32_t flags;
@@ -332,11 +339,14 @@ STAILQ_HEAD(rt_chunk_q, rt_chunk);
 struct rt_out {
 	struct rt_peer *p;
 	struct rt_topic *tt;
-	SLIST_ENTRY(rt_out) in_topic; /* tt->outs */
+	struct rt_source *src;	      /* a relay's ring (relay.c): what it passes on; NULL: ours */
+	SLIST_ENTRY(rt_out) in_topic; /* tt->outs, or src->outs for a relay's ring */
+	struct rt_relay_mode mode;    /* the tree it was set up in */
 	uint32_t id;
 	int tr;
 	enum { OUT_RING_PREPARING, OUT_RING_READY, OUT_RING_CLOSING } state;
 	bool tell_peer; /* send topic_teardown once closed */
+	bool tell_moved; /* ... saying that the peer gets the topic from another host now */
 	struct rgaps_ring_geom geom;
 	struct rgaps_ring_sender ring;
 	uint8_t *hdrs;
@@ -350,6 +360,10 @@ struct rt_out {
 	uint64_t told_seq;
 	bool queued_any; /* the first message queued on it: older ones are sent again */
 	uint64_t first_seq;
+	/* A relay's ring: the messages it carries as they land (relay.c). */
+	uint64_t live_from;	  /* the first message it may start: none begun before it existed */
+	uint64_t skip_below;	  /* the receiver has every message below this one */
+	struct rt_omsg *carrying; /* the relayed message whose chunks it takes as they land */
 	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs, loss_notices, resent;
 };
 
@@ -364,6 +378,7 @@ struct rt_imsg {
 
 struct rt_rec {
 	struct rgapsd_job job;
+	uint32_t holds;		   /* chunks that relay.c sends from it: its ring space stays */
 	struct rt_swork *work;	   /* after-landing or before-publish stages, while they run */
 	struct rt_imsg *im;	   /* NULL for topics without stages */
 	STAILQ_ENTRY(rt_rec) link; /* in->recs, in landing order */
@@ -388,13 +403,14 @@ struct rt_deferred {
 struct rt_in {
 	struct rt_peer *p;
 	struct rgapsd_topic *topic;
+	struct rt_source *src; /* the origin whose messages it carries */
 	uint32_t id;
 	int tr;
 	uint8_t *mem;
 	uint64_t size;
 	struct rgaps_ring_geom geom;
 	struct rgaps_ring_receiver ring;
-	struct rt_local_pub pub;
+	struct rt_local_pub *pub;  /* its source's landing stream */
 	struct rt_landing landing; /* what the next record must be (wire.h) */
 	struct rt_stages *stages;
 	struct rt_imsg *landing_im; /* the message now landing (stages only) */
@@ -409,9 +425,12 @@ struct rt_in {
 	uint32_t asm_gap;	    /* lost upstream before it: reported when it is published */
 	STAILQ_HEAD(, rt_rec) recs; /* landed, not yet released */
 	uint32_t jobs;		    /* records with the worker */
+	uint32_t held;		    /* records that relay.c sends from (rt_rec.holds > 0) */
+	void *send_mr[RT_TR_MAX];   /* the ring registered as a source of records (relays) */
 	struct rt_rec *drive_from;  /* first record not yet handed to the worker */
 	bool blocked;
 	bool dead;
+	bool ending;	      /* rt_in_free tells relay.c of its end: a release must not free it */
 	uint64_t pending_gap; /* lost, not yet told: a gap-only message at the end of the drive */
 	uint64_t pending_next;
 	bool pinned;	      /* ring registered with the memory plugin (device pools) */
@@ -424,12 +443,36 @@ struct rt_in {
 	uint64_t loss_notices, gap_reports, duplicates;
 };
 
-/* Per topic, where its next ring goes on: the first message subscribers were not told of. */
-struct rt_seen {
+/*
+ * A topic's messages from one origin, the host they were published on, as
+ * this host receives them, whichever peer sends them (the origin itself, or a
+ * relay of its tree): one per (topic, origin), kept by name for the daemon's
+ * life. Its sequence goes on across rings, sessions and parents, and so does
+ * its landing stream while the topic has subscribers here. In a relay tree it
+ * is also what this host passes on to its children (relay.c).
+ */
+struct rt_source {
+	SLIST_ENTRY(rt_source) link; /* rt->sources */
+	struct rgapsd_remote *rt;
 	char topic[RGAPS_TOPIC_NAME_MAX + 1];
+	char origin[RT_HOST_MAX + 1];
+	/* Where its next ring goes on: the first message subscribers were not told of. */
+	bool seen; /* a ring of it ran: next, epoch and owed hold */
 	uint64_t next;
-	uint64_t epoch; /* of the sender's topic: another one starts a new sequence */
+	uint64_t epoch; /* of the origin's topic: another one starts a new sequence */
 	uint64_t owed;	/* landed, never published, left for the sender to send again */
+	/* While held (a ring, its landing stream, rings to children): its topic. */
+	struct rgapsd_topic *t;
+	struct rt_in *in;	 /* the ring it arrives on now; NULL between two */
+	struct rt_local_pub pub; /* its landing stream here */
+	/* Passing it on (relay.c). */
+	struct rt_relay_mode mode; /* of its tree, as the set-up of its ring said */
+	uint64_t chunk_size;	   /* of its origin (the set-up's): records pass on as they are */
+	bool have_seq;		   /* the newest message it heard of, landed or told lost */
+	uint64_t last_seq;
+	SLIST_HEAD(, rt_out) outs; /* rings to its children */
+	struct rt_omsg *relaying;  /* the message whose records land now, NULL between two */
+	uint64_t relayed, relayed_bytes, relay_drops, relay_aborts;
 };
 
 struct rt_peer {
@@ -438,14 +481,18 @@ struct rt_peer {
 	SLIST_ENTRY(rt_peer) link; /* rt->peers */
 	bool initiator;
 	struct rt_link links[RT_TR_MAX];
+	/*
+	 * The topics it has subscribers for, and since when (its clock, ms), as it
+	 * said last. Kept while it is down: it keeps its place in relay trees, the
+	 * hosts below it attach above it, until it comes back and says anew.
+	 */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1];
+	uint64_t *joined;
 	uint32_t nsubs;
+	bool subs_fresh; /* said in the current session */
 	struct rt_out *out[RT_RINGS];
 	struct rt_in *in[RT_RINGS];
 	uint32_t next_ring; /* round-robin cursor in our half of the ring ids */
-	/* So that messages lost while a link was down reach subscribers as a gap. */
-	struct rt_seen *seen;
-	uint32_t nseen;
 	/* Receiver: set-ups that arrived before the data link they name (its connect
 	 * and the set-up race on two sockets); run when the link comes up. */
 	STAILQ_HEAD(, rt_deferred) deferred[RT_TR_MAX];
@@ -453,11 +500,14 @@ struct rt_peer {
 	/* Sender: a refused set-up is asked again, with back-off, until it succeeds. */
 	uint64_t resetup_at_ns;
 	uint32_t resetup_ms;
+	/* Its tree refused a set-up or left a ring: no new ring to it before this (monotonic). */
+	uint64_t tree_hold_ns;
 	uint64_t hostile, link_downs, setup_refusals, setups_deferred, duplicates;
 	/* The peer manager forgot the peer (peer_gone): out of rt->peers, peer NULL, freed
 	 * once the last of its dead in rings with work in flight (lingering) is. */
 	bool gone;
 	uint32_t lingering;
+	uint64_t tree_refusals, leaves; /* its set-ups refused by the tree; rings it left */
 };
 
 struct rt_waiter {
@@ -506,6 +556,22 @@ struct rt_topic {
 	uint64_t resent, resend_evicted, resend_unkept;
 	uint32_t pool_msgs; /* live messages with chunks posted from the pool, not yet sent */
 	uint64_t from_copy; /* chunks of live messages posted from their copy in the window */
+	/* Its relay tree, as this host (its origin) lays it out (relay.c). */
+	struct rt_relay_mode mode;
+	bool mode_set;
+	uint32_t mode_hosts; /* "auto": the hosts and message size it was decided for */
+	uint64_t mode_size;
+	char mode_why[320];
+	uint64_t size_mean; /* of the messages forwarded lately (a moving mean) */
+	/* On a relay: what outlives the rings of the topic's sources here (relay.c). */
+	uint32_t nrings;   /* out rings, of tt->outs or a source's, closing ones too */
+	uint32_t nrelayed; /* relayed messages whose chunks are not all sent */
+};
+
+/* A topic with subscribers on this host, and since when (ms, CLOCK_REALTIME). */
+struct rt_joined {
+	char topic[RGAPS_TOPIC_NAME_MAX + 1];
+	uint64_t ms;
 };
 
 struct rgapsd_membership;
@@ -518,6 +584,12 @@ struct rgapsd_remote {
 	int ntr;
 	SLIST_HEAD(, rt_peer) peers;
 	SLIST_HEAD(, rt_topic) topics;
+	SLIST_HEAD(, rt_source) sources;
+	/* What relay.c wants to hear from the receiver (STYLE.md 18: no call upwards). */
+	void (*relay_landed)(struct rt_in *in, struct rt_rec *r);
+	void (*relay_ring_end)(struct rt_in *in);
+	struct rt_joined *joined; /* the topics with subscribers here, since when (relay.c) */
+	uint32_t njoined;
 	struct rgapsd_mailbox mb;
 	struct rgapsd_worker worker;	 /* copies (one thread: completions in order) */
 	struct rgapsd_worker stage_pool; /* stages (several threads) */
@@ -568,6 +640,24 @@ int rt_tr_index(const struct rgapsd_remote *rt, const char *name);
  * transport of highest priority with a data link up. -1: none.
  */
 int rt_pick_transport(const struct rt_peer *p, const struct rgaps_topic_config *tc);
+
+/* ---------------------------------------------------------------- source.c */
+
+/* The source of topic's messages from origin (created on first use; NULL when out of memory). */
+struct rt_source *rt_source_of(struct rgapsd_remote *rt, const char *topic, const char *origin,
+			       bool create);
+/* Hold t for src and open its landing stream there (once). 0, or -errno (logged). */
+int rt_source_open(struct rt_source *src, struct rgapsd_topic *t);
+/*
+ * Let go of what src no longer needs: its landing stream once no ring lands
+ * and the topic has no subscriber here, the topic once nothing holds it.
+ */
+void rt_source_check(struct rt_source *src);
+/* Do sources hold t (a ring landing, a landing stream, rings to children)? */
+bool rt_sources_hold(const struct rgapsd_remote *rt, const struct rgapsd_topic *t);
+/* t goes: its sources let go of it (their rings are gone already). */
+void rt_sources_topic_gone(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+void rt_sources_free(struct rgapsd_remote *rt);
 
 /* ---------------------------------------------------------------- copies.c */
 
@@ -638,15 +728,52 @@ void rt_forwarder_stop(struct rt_topic *tt);
 /* The loop is done with a forwarded message: release its hold, wake the forwarder. */
 void rt_forwarder_release(struct rt_topic *tt, const struct rt_local_msg *m);
 
+/* ---------------------------------------------------------------- relay.c */
+
+/* Hook the relay into the receiver (rt->relay_landed, rt->relay_ring_end). */
+void rt_relay_init(struct rgapsd_remote *rt);
+/*
+ * Make the out rings of one topic (of every topic) match its trees as this
+ * host sees them: its own messages to its children in its tree, and, for
+ * every source it receives, that source's messages to its children in the
+ * origin's tree.
+ */
+void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+void rt_reconcile_all(struct rgapsd_remote *rt);
+/* A topic_setup from p: refused unless p is this host's parent in the tree, else set up. */
+void rt_relay_on_setup(struct rt_peer *p, const struct rt_wire_msg *m);
+/* A topic_teardown from p: the ring goes, and what this host passes on follows the tree. */
+void rt_relay_on_teardown(struct rt_peer *p, const struct rt_wire_msg *m);
+/* The local subscribers of t came or went: when this host joined the topic's trees. */
+void rt_relay_subscribed(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+/* When this host's first subscriber of topic attached (ms), 0 if it has none. */
+uint64_t rt_relay_joined(const struct rgapsd_remote *rt, const char *topic);
+/* t goes: the rings that pass it on. */
+void rt_relay_topic_gone(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+void rt_relay_free(struct rgapsd_remote *rt);
+
 /* ---------------------------------------------------------------- sender.c */
 
 struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, bool create);
-/* Make the out rings of one topic (of every topic) match who subscribes to it. */
-void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t);
-void rt_reconcile_all(struct rgapsd_remote *rt);
-
-/* Retire an out ring (tell_peer: send topic_teardown once its records are back). */
-void rt_out_free(struct rt_out *o, bool tell_peer);
+/*
+ * A new out ring to p for tt over transport tr, in tree mode: tt's own
+ * messages (src NULL, a ring of tt->outs), or, on a relay, the messages of
+ * src as they land (a ring of src->outs). It asks p with a topic_setup.
+ */
+void rt_out_create(struct rt_peer *p, struct rt_topic *tt, int tr, struct rt_source *src,
+		   const struct rt_relay_mode *mode);
+/*
+ * Retire an out ring (tell_peer: send topic_teardown once its records are
+ * back; moved: the peer gets the topic from another host now).
+ */
+void rt_out_free(struct rt_out *o, bool tell_peer, bool moved);
+void rt_out_drive(struct rt_out *o);
+/* A message passing through (relayed), its fields from h; one reference, for its landing. */
+struct rt_omsg *rt_omsg_relayed(struct rt_topic *tt, const struct rgaps_record_hdr *h);
+void rt_omsg_put(struct rt_omsg *m);
+/* Queue on o the chunk of relayed message m that record r carries. false: out of memory. */
+bool rt_out_queue_record(struct rt_out *o, struct rt_omsg *m, struct rt_rec *r);
+void rt_on_topic_leave(struct rt_peer *p, const struct rt_wire_msg *m);
 void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m);
 void rt_on_topic_refused(struct rt_peer *p, const struct rt_wire_msg *m);
 void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status);
@@ -658,6 +785,13 @@ void rt_sender_topic_gone(struct rt_topic *tt);
 
 void rt_in_free(struct rt_in *in);
 void rt_in_teardown(struct rt_in *in);
+/* Drop in because its source comes from another host now, and tell its sender (topic_leave). */
+void rt_in_leave(struct rt_in *in, const char *why);
+/* A relay sends from r: its ring space is given back only after rt_rec_put. */
+void rt_rec_hold(struct rt_rec *r);
+void rt_rec_put(struct rt_rec *r);
+/* in's ring registered with transport tr as a source of records (made once); NULL: logged. */
+void *rt_in_send_mr(struct rt_in *in, int tr);
 void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m);
 void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m);
 /* Drop the set-ups that wait for the data link of transport tr. */

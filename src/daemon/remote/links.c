@@ -26,7 +26,7 @@ void rt_link_lost(struct rt_peer *p, int tr_idx)
 	rt_deferred_drop(p, tr_idx); /* their sender drops its rings over this link too */
 	for (uint32_t i = 0; i < RT_RINGS; i++) {
 		if (p->out[i] && p->out[i]->tr == tr_idx)
-			rt_out_free(p->out[i], false);
+			rt_out_free(p->out[i], false, false);
 		if (p->in[i] && p->in[i]->tr == tr_idx)
 			rt_in_free(p->in[i]);
 	}

@@ -42,10 +42,10 @@ void rt_peer_forget(struct rt_peer *p)
 		rgaps_require(STAILQ_EMPTY(&p->deferred[i]));
 	SLIST_REMOVE(&rt->peers, p, rt_peer, link);
 	free(p->subs);
-	free(p->seen);
+	free(p->joined);
 	p->subs = NULL;
-	p->seen = NULL;
-	p->nsubs = p->nseen = 0;
+	p->joined = NULL;
+	p->nsubs = 0;
 	p->peer = NULL;
 	p->gone = true;
 	if (!p->lingering)
@@ -69,6 +69,8 @@ struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_l
 
 bool rt_peer_subscribes(const struct rt_peer *p, const char *topic)
 {
+	if (!p->subs_fresh)
+		return false; /* what it said in a session that ended */
 	for (uint32_t i = 0; i < p->nsubs; i++)
 		if (strcmp(p->subs[i], topic) == 0)
 			return true;

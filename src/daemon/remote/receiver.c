@@ -49,7 +49,7 @@ static void copy_done(struct rgapsd_msg *m)
 	in->jobs--;
 	in_set(in->p->rt, r, IN_COPIED);
 	if (in->dead) {
-		if (!in->jobs)
+		if (!in->jobs && !in->held)
 			rt_in_free(in);
 		return;
 	}
@@ -68,7 +68,7 @@ static void copy_done(struct rgapsd_msg *m)
 static void drop_assembly(struct rt_in *in)
 {
 	if (in->asm_open) {
-		rt_local_pub_cancel(&in->pub, in->asm_token);
+		rt_local_pub_cancel(in->pub, in->asm_token);
 		in->asm_open = false;
 	}
 }
@@ -90,7 +90,7 @@ static void imsg_put(struct rt_in *in, struct rt_imsg *im)
 	if (!im || --im->refs)
 		return;
 	if (im->loan_open) /* every record of it is released: no copy writes there any more */
-		rt_local_pub_cancel(&in->pub, im->loan_token);
+		rt_local_pub_cancel(in->pub, im->loan_token);
 	free(im->state);
 	free(im);
 }
@@ -156,9 +156,9 @@ static bool loss_flush(struct rt_in *in)
 	uint32_t n = (uint32_t)RGAPS_MIN(in->pending_gap, UINT32_MAX);
 	int e;
 
-	if (!n || !in->pub.open)
+	if (!n || !in->pub->open)
 		return true;
-	e = rt_local_pub_gap(&in->pub, n, rgaps_now_ns(CLOCK_REALTIME));
+	e = rt_local_pub_gap(in->pub, n, rgaps_now_ns(CLOCK_REALTIME));
 	if (e == -EAGAIN)
 		return false;
 	if (e) { /* the next published message carries it */
@@ -181,7 +181,7 @@ static void rec_swork_done(struct rt_swork *sw)
 
 	in->jobs--;
 	if (in->dead) {
-		if (!in->jobs)
+		if (!in->jobs && !in->held)
 			rt_in_free(in);
 		return;
 	}
@@ -192,7 +192,7 @@ static void rec_swork_done(struct rt_swork *sw)
 	} else if (r->state == IN_CHECKING) {
 		msg_failed(in, r, sw->why);
 	} else { /* IN_FINISHING: r owns its loan; one in assembly is a later message's */
-		rt_local_pub_cancel(&in->pub, r->loan_token);
+		rt_local_pub_cancel(in->pub, r->loan_token);
 		msg_refused(in, r, r->gap, sw->why);
 	}
 	in_drive(in);
@@ -276,7 +276,7 @@ again:
 					int e;
 
 					drop_assembly(in); /* defensive: checked at landing */
-					e = rt_local_pub_loan(&in->pub, r->h.msg_size, &tok, &dst);
+					e = rt_local_pub_loan(in->pub, r->h.msg_size, &tok, &dst);
 					if (e == -EAGAIN || e == -ENOBUFS) {
 						/* Pool full under "block", or every loan of our slot
 						 * is still being assembled: keep the ring full too;
@@ -372,11 +372,10 @@ again:
 		}
 		if ((r->state == IN_COPIED || r->state == IN_FINISHED) &&
 		    (r->h.flags & RGAPS_RECORD_LAST)) {
-			int e = rt_local_pub_commit(&in->pub, r->loan_token, r->h.msg_size,
-						    r->h.ts_ns,
-						    (uint32_t)RGAPS_MIN(r->gap + in->pending_gap,
-									UINT32_MAX),
-						    r->h.origin_stream, r->h.origin_seq);
+			int e = rt_local_pub_commit(
+				in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
+				(uint32_t)RGAPS_MIN(r->gap + in->pending_gap, UINT32_MAX),
+				r->h.origin_stream, r->h.origin_seq);
 
 			if (e == -EAGAIN) {
 				in->blocked = true; /* queue full under "block": retry */
@@ -399,6 +398,8 @@ again:
 		}
 		if (r->state != IN_COPIED && r->state != IN_PUBLISHED && r->state != IN_DROPPED)
 			break; /* not done yet (the head of a message keeps the ring in order) */
+		if (r->holds)
+			break; /* a relay still sends from it to its children (relay.c) */
 		if (r->state == IN_DROPPED && (r->lost || (r->h.flags & RGAPS_RECORD_LOSS)))
 			loss_note(in, r->lost, r->h.msg_seq);
 		rgaps_ring_receiver_consume(&in->ring, &r->slot);
@@ -426,38 +427,21 @@ again:
 		arm_retry(rt);
 }
 
-static struct rt_seen *seen_of(struct rt_peer *p, const char *topic, bool create)
-{
-	struct rt_seen *n;
-
-	for (uint32_t i = 0; i < p->nseen; i++)
-		if (strcmp(p->seen[i].topic, topic) == 0)
-			return &p->seen[i];
-	if (!create)
-		return NULL;
-	n = realloc(p->seen, (p->nseen + 1) * sizeof(*n));
-	if (!n)
-		return NULL;
-	p->seen = n;
-	n = &p->seen[p->nseen++];
-	snprintf(n->topic, sizeof(n->topic), "%s", topic);
-	n->next = 0;
-	return n;
-}
-
 /*
  * The ring goes: messages that began to land and were not published never
  * will be from this ring. A sender that keeps a resend window sends them
- * again on the next ring (from told_next, topic_ready's next): they are owed
- * (sn->owed), and reported only if that sender turns out to have restarted.
- * Any other sender does not: subscribers hear of them now, with what was
- * still to be told. What never landed, the sender tells on the next ring.
+ * again on the next ring (from told_next, topic_ready's next), and in a relay
+ * tree the next ring may come from another host, which keeps one: they are
+ * owed (src->owed), and reported when the next ring does not bring them (a
+ * jump of its sequence) or its sender turns out to have restarted. A star's
+ * sender without a window does not: subscribers hear of them now, with what
+ * was still to be told. What never landed, the next ring's sender tells.
  */
-static void in_losses_at_end(struct rt_in *in, struct rt_seen *sn)
+static void in_losses_at_end(struct rt_in *in, struct rt_source *src)
 {
 	bool cut = in->have_next && in->next_msg_seq > in->told_next;
 
-	if (cut && !in->sender_resends) {
+	if (cut && !in->sender_resends && src->mode.kind == RGAPS_RELAY_STAR) {
 		in->pending_gap = RGAPS_MAX(in->pending_gap, in->next_msg_seq - in->told_next);
 		in->pending_next = in->next_msg_seq;
 	}
@@ -471,30 +455,49 @@ static void in_losses_at_end(struct rt_in *in, struct rt_seen *sn)
 				   (unsigned long long)n);
 	}
 	if (in->have_next && in->next_msg_seq > in->told_next)
-		sn->owed = in->next_msg_seq - in->told_next;
+		src->owed = in->next_msg_seq - in->told_next;
+}
+
+/*
+ * The ring goes (once): where its source's next ring goes on. true: it was its
+ * source's ring, whose end relay.c must hear of.
+ */
+static bool in_ended(struct rt_in *in)
+{
+	struct rt_source *src = in->src;
+
+	if (in->have_told) { /* a later ring of the source goes on from here */
+		src->owed = 0;
+		in_losses_at_end(in, src);
+		src->seen = true;
+		src->next = in->told_next;
+		src->epoch = in->epoch;
+	}
+	if (src->in != in)
+		return false; /* never its source's ring (a set-up that failed) */
+	src->in = NULL;
+	return true;
 }
 
 void rt_in_free(struct rt_in *in)
 {
 	struct rgapsd_remote *rt = in->p->rt;
+	bool was_source = !in->dead && in->src && in_ended(in);
 	struct rt_rec *r;
-
-	if (in->have_told && !in->dead) {
-		struct rt_seen *sn = seen_of(in->p, in->topic->cfg.name, true);
-
-		if (sn) { /* a later ring of the topic goes on from here */
-			sn->owed = 0;
-			in_losses_at_end(in, sn);
-			sn->next = in->told_next;
-			sn->epoch = in->epoch;
-		}
-	}
 
 	in->dead = true;
 	if (in->p->in[in->id] == in)
 		in->p->in[in->id] = NULL;
-	if (in->jobs) {
-		/* copy_done finishes the job; the peer may be forgotten meanwhile, not freed */
+	/* Dead first: what its end makes relay.c give back must not drive it again, nor
+	 * free it under our feet (ending). */
+	if (was_source && rt->relay_ring_end) {
+		in->ending = true;
+		rt->relay_ring_end(in);
+		in->ending = false;
+	}
+	if (in->jobs || in->held) {
+		/* copy_done, rec_swork_done or rt_rec_put finishes the job; the peer may be
+		 * forgotten meanwhile, not freed */
 		if (!in->lingering)
 			in->p->lingering++;
 		in->lingering = true;
@@ -505,14 +508,19 @@ void rt_in_free(struct rt_in *in)
 		/* The last record of an unpublished message owns its loan: give it back once. */
 		if ((r->h.flags & RGAPS_RECORD_LAST) &&
 		    (r->state == IN_ALLOCATED || r->state == IN_COPIED || r->state == IN_FINISHED))
-			rt_local_pub_cancel(&in->pub, r->loan_token);
+			rt_local_pub_cancel(in->pub, r->loan_token);
 		in_set(rt, r, IN_DROPPED);
 		rec_free(in, r);
 	}
 	imsg_put(in, in->landing_im);
 	in->landing_im = NULL;
-	drop_assembly(in);
-	rt_local_pub_close(&in->pub);
+	if (in->pub)
+		drop_assembly(in);
+	if (in->src)
+		rt_source_check(in->src); /* its landing stream stays for the next ring, or goes */
+	for (int i = 0; i < rt->ntr; i++)
+		if (in->send_mr[i])
+			rt->tr[i].lp->ops.transport.dereg_local(rt->tr[i].ctx, in->send_mr[i]);
 	if (in->pinned)
 		in->topic->mem->ops.memory.host_unregister(in->topic->mem->ctx, in->mem);
 	if (in->mem) /* the reaper: a ring may be as large as 64 GiB */
@@ -649,6 +657,8 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	STAILQ_INSERT_TAIL(&in->recs, r, link);
 	if (!in->drive_from)
 		in->drive_from = r;
+	if (rt->relay_landed)
+		rt->relay_landed(in, r); /* passed on as it lands, before it is copied here */
 	in_drive(in);
 }
 
@@ -731,8 +741,8 @@ static void defer_setup(struct rt_peer *p, int tr, const struct rt_wire_msg *m)
 }
 
 /* A new in ring: its memory, its publisher slot, attached to the transport. */
-static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr_idx,
-			       const struct rt_wire_msg *m, uint8_t *desc, size_t *dlen)
+static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct rt_source *src,
+			       int tr_idx, const struct rt_wire_msg *m, uint8_t *desc, size_t *dlen)
 {
 	struct rt_transport *tr = &p->rt->tr[tr_idx];
 	struct rt_in *in = calloc(1, sizeof(*in));
@@ -781,7 +791,9 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, int tr
 			rgaps_warn("topic '%s': receive ring not pinned: H2D copies run slower",
 				   m->topic);
 	}
-	e = rt_local_pub_open(t, &in->pub);
+	in->src = src;
+	in->pub = &src->pub;
+	e = rt_source_open(src, t);
 	if (e) {
 		rt_in_free(in);
 		refuse_setup(p, m->ring_id, "topic '%s': no publisher slot", m->topic);
@@ -826,8 +838,9 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_READY, .ring_id = m->ring_id };
 	int i = rt_tr_index(p->rt, m->transport);
+	const char *origin = m->origin[0] ? m->origin : rgapsd_peer_name(p->peer);
+	struct rt_source *src;
 	struct rgapsd_topic *t;
-	struct rt_seen *sn;
 	struct rt_in *in;
 	char err[512];
 	int e;
@@ -878,27 +891,35 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 			     stage_list(mine, sizeof(mine), t->cfg.stages, t->cfg.nstages));
 		return;
 	}
+	src = rt_source_of(p->rt, m->topic, origin, true);
+	if (!src) {
+		refuse_setup(p, m->ring_id, "out of memory");
+		return;
+	}
+	/* One ring per source: the one it came on so far goes (its sender stops). */
+	if (src->in)
+		rt_in_leave(src->in, "another host sends this topic here now");
 	r.desc_len = sizeof(r.desc);
-	in = in_create(p, t, i, m, r.desc, &r.desc_len);
+	in = in_create(p, t, src, i, m, r.desc, &r.desc_len);
 	if (!in)
 		return;
 	p->in[in->id] = in;
+	src->in = in;
 	in->epoch = m->epoch;
 	in->sender_resends = m->resend > 0;
-	sn = seen_of(p, m->topic, false);
-	if (sn && sn->epoch == m->epoch) { /* the same sender's topic: continue its sequence */
+	if (src->seen && src->epoch == m->epoch) { /* the same topic of the origin: go on */
 		in->have_next = in->have_told = true;
-		in->next_msg_seq = in->told_next = sn->next;
+		in->next_msg_seq = in->told_next = src->next;
 		/* What it has not delivered, it sends again from there (resend_window). */
-		r.has_next = sn->next <= RT_SEQ_MAX;
-		r.next = sn->next;
+		r.has_next = src->next <= RT_SEQ_MAX;
+		r.next = src->next;
 	} else {
-		if (sn && sn->owed) {
+		if (src->seen && src->owed) {
 			/* Its daemon restarted: what it was to send again is gone. */
-			in->pending_gap = sn->owed;
+			in->pending_gap = src->owed;
 			if (loss_flush(in))
 				rgaps_warn("topic '%s': %s restarted: %llu messages lost", m->topic,
-					   rgapsd_peer_name(p->peer), (unsigned long long)sn->owed);
+					   origin, (unsigned long long)src->owed);
 			in->pending_gap = 0;
 		}
 		/* A first ring (or a restarted sender): every message from `from` on is ours. */
@@ -927,14 +948,64 @@ void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m)
 			}
 		}
 	}
-	if (in) {
-		struct rt_seen *sn = seen_of(p, in->topic->cfg.name, false);
-
+	if (!in)
+		return;
+	if (!m->moved && in->src) {
 		/* The sender stopped on purpose (nobody here subscribes any more): what it
 		 * publishes from now on is lost to no one, so a later ring counts no gap. */
 		in->have_told = false;
-		if (sn)
-			*sn = p->seen[--p->nseen]; /* forget the topic's sequence */
-		rt_in_teardown(in);
+		in->src->seen = false; /* forget the source's sequence */
+		in->src->owed = 0;
 	}
+	/* Moved: another host of the tree sends the topic here now and goes on from
+	 * where this ring stopped (the ring's end keeps the sequence, as for a flap). */
+	rt_in_teardown(in);
+}
+
+void rt_in_leave(struct rt_in *in, const char *why)
+{
+	struct rt_wire_msg m = { .type = RT_MSG_TOPIC_LEAVE, .ring_id = in->id };
+
+	snprintf(m.reason, sizeof(m.reason), "%s", why);
+	rgaps_info("topic '%s': ring %u from %s left: %s", in->topic->cfg.name, in->id,
+		   rgapsd_peer_name(in->p->peer), why);
+	rt_peer_send(in->p, &m);
+	rt_in_teardown(in);
+}
+
+void rt_rec_hold(struct rt_rec *r)
+{
+	if (!r->holds++)
+		r->in->held++;
+}
+
+void rt_rec_put(struct rt_rec *r)
+{
+	struct rt_in *in = r->in;
+
+	rgaps_require(r->holds > 0);
+	if (--r->holds)
+		return;
+	in->held--;
+	if (!in->dead)
+		in_drive(in); /* the head may be given back now */
+	else if (!in->held && !in->jobs && !in->ending)
+		rt_in_free(in);
+}
+
+void *rt_in_send_mr(struct rt_in *in, int tr)
+{
+	struct rt_transport *t = &in->p->rt->tr[tr];
+	int e;
+
+	if (in->send_mr[tr])
+		return in->send_mr[tr];
+	e = t->lp->ops.transport.reg_local(t->ctx, in->mem, in->size, &in->send_mr[tr]);
+	if (e) {
+		rgaps_error("topic '%s': %s cannot register the ring from %s to pass it on: %s",
+			    in->topic->cfg.name, t->name, rgapsd_peer_name(in->p->peer),
+			    strerror(-e));
+		in->send_mr[tr] = NULL;
+	}
+	return in->send_mr[tr];
 }

@@ -102,10 +102,12 @@ void rgapsd_remote_subscribers_changed(struct rgapsd *d, struct rgapsd_topic *t)
 
 	if (!rt)
 		return;
+	rt_relay_subscribed(rt, t);
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link))
 		if (rgapsd_peer_is_up(p->peer))
 			rt_send_subs(p);
 	membership_update(rt);
+	rt_reconcile_topic(rt, t); /* this host came into, or left, the topic's relay trees */
 }
 
 bool rgapsd_remote_publisher_attach(struct rgapsd *d, struct rgapsd_topic *t,
@@ -135,9 +137,26 @@ void rgapsd_remote_cancel_attach(struct rgapsd *d, void *arg)
 }
 
 /*
+ * The sender's state of t: held while it sends this host's messages, or
+ * passes on another's; a relay's that does neither any more goes now (its
+ * topic may then be removed without a word to the remote path).
+ */
+static bool topic_sent(struct rgapsd_remote *rt, struct rgapsd_topic *t)
+{
+	struct rt_topic *tt = rt_topic_of(rt, t, false);
+
+	if (!tt)
+		return false;
+	if (t->publishers_seen || tt->nrings || tt->nrelayed || !SLIST_EMPTY(&tt->waiters))
+		return true;
+	rt_sender_topic_gone(tt);
+	return false;
+}
+
+/*
  * The topic_held hook: does the remote path hold topic t - its sender side
- * (forwarder, rings to peers), a ring landing into it, its stages, or a
- * peer's interest in it?
+ * (forwarder, rings to peers, messages it passes on), a source or a ring
+ * landing into it, its stages, or a peer's interest in it?
  */
 static bool topic_held(void *ctx, struct rgapsd_topic *t)
 {
@@ -147,15 +166,14 @@ static bool topic_held(void *ctx, struct rgapsd_topic *t)
 
 	if (!rt)
 		return false;
-	if (rt_topic_of(rt, t, false))
+	if (rt_sources_hold(rt, t) || topic_sent(rt, t))
 		return true;
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		for (uint32_t i = 0; i < RT_RINGS; i++)
 			if (p->in[i] && p->in[i]->topic == t)
 				return true;
-		for (uint32_t i = 0; i < p->nsubs; i++)
-			if (strcmp(p->subs[i], t->cfg.name) == 0)
-				return true;
+		if (rt_peer_subscribes(p, t->cfg.name))
+			return true;
 	}
 	SLIST_FOREACH(st, &rt->stages, link)
 		if (st->t == t)
@@ -174,9 +192,11 @@ void rgapsd_remote_topic_gone(struct rgapsd *d, struct rgapsd_topic *t)
 		for (uint32_t i = 0; i < RT_RINGS; i++)
 			if (p->in[i] && p->in[i]->topic == t)
 				rt_in_teardown(p->in[i]);
+	rt_relay_topic_gone(rt, t);
 	tt = rt_topic_of(rt, t, false);
 	if (tt)
 		rt_sender_topic_gone(tt);
+	rt_sources_topic_gone(rt, t);
 	rt_stages_topic_gone(rt, t);
 }
 
@@ -251,6 +271,8 @@ int rgapsd_remote_start(struct rgapsd *d)
 	rt->d = d;
 	SLIST_INIT(&rt->peers);
 	SLIST_INIT(&rt->topics);
+	SLIST_INIT(&rt->sources);
+	rt_relay_init(rt);
 	SLIST_INIT(&rt->stage_plugins);
 	SLIST_INIT(&rt->stages);
 	n = rgapsd_peers_load_key(d->cfg.key_file, rt->key, sizeof(rt->key), err, sizeof(err));
@@ -363,9 +385,11 @@ void rgapsd_remote_stop(struct rgapsd *d)
 		for (int i = 0; i < rt->ntr; i++)
 			rt_deferred_drop(p, i);
 		free(p->subs);
-		free(p->seen);
+		free(p->joined);
 		free(p);
 	}
+	rt_sources_free(rt);
+	rt_relay_free(rt);
 	uv_close((uv_handle_t *)&rt->tick, NULL);
 	uv_close((uv_handle_t *)&rt->retry, NULL);
 	rt_copies_fini(rt);

@@ -25,7 +25,6 @@ const char *const rt_chunk_state_names[CHUNK_NUM_STATES] = {
 	"queued", "staging", "staged", "processing", "reserved", "posted", "sent", "dropped",
 };
 
-static void out_drive(struct rt_out *o);
 static void out_finish(struct rt_out *o);
 static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg);
 static void d2h_ready(struct rt_d2h *st);
@@ -99,6 +98,8 @@ static void omsg_put(struct rgapsd_remote *rt, struct rt_omsg *m)
 		m->kept->busy--; /* its copy may be overwritten again */
 	if (m->copy)
 		m->copy->busy--;
+	if (m->relayed) /* its chunks held their records each */
+		m->tt->nrelayed--;
 	if (m->held)
 		rt_forwarder_release(m->tt, &m->msg);
 	out_set(rt, m, OUT_RELEASED);
@@ -128,6 +129,8 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 			c->m->tt->pool_msgs--;
 		omsg_unpin(c->m);
 	}
+	if (c->rec)
+		rt_rec_put(c->rec); /* a relay's: the record's ring space may be given back */
 	if (c->d2h) {
 		struct rt_omsg *m = rt_d2h_put(c->d2h);
 
@@ -139,14 +142,30 @@ static void chunk_end(struct rgapsd_remote *rt, struct rt_chunk *c, enum rt_chun
 }
 
 /*
+ * The newest message sequence number of what o carries: assigned by this
+ * host's forwarder (its own messages), or heard of by a relay (landed, or
+ * told lost, on the ring its source arrives on). false: none yet.
+ */
+static bool out_last_seq(const struct rt_out *o, uint64_t *seq_p)
+{
+	bool have = o->src ? o->src->have_seq : o->tt->have_seq;
+
+	*seq_p = o->src ? o->src->last_seq : o->tt->last_seq;
+	return have;
+}
+
+/*
  * Whether o owes its peer a loss notice: everything queued on it is posted,
- * yet the topic assigned a newer message than the last o carried (one dropped
- * for this peer, missed by the forwarder, or sent while o did not exist).
+ * yet a newer message than the last o carried was assigned or heard of (one
+ * dropped for this peer, missed by the forwarder, lost upstream of a relay,
+ * or sent while o did not exist).
  */
 static bool loss_due(const struct rt_out *o)
 {
-	return STAILQ_EMPTY(&o->queue) && o->tt->have_seq &&
-	       (!o->told || o->tt->last_seq > o->told_seq);
+	uint64_t last;
+
+	return STAILQ_EMPTY(&o->queue) && !o->carrying && out_last_seq(o, &last) &&
+	       (!o->told || last > o->told_seq);
 }
 
 /* Queue a loss notice on o (docs/PROTOCOL.md section 3): a header-only record. */
@@ -157,7 +176,7 @@ static bool loss_queue(struct rt_out *o)
 	if (!c)
 		return false; /* asked again at the next drive */
 	c->o = o;
-	c->loss_seq = o->tt->last_seq;
+	out_last_seq(o, &c->loss_seq);
 	c->flags = RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST | RGAPS_RECORD_LOSS;
 	c->state = CHUNK_QUEUED;
 	o->p->rt->chunk_trans[CHUNK_QUEUED][CHUNK_QUEUED]++;
@@ -180,7 +199,7 @@ static void d2h_ready(struct rt_d2h *st)
 			rgapsd_peer_disconnect(o->p->peer, "local staging copy failed");
 	} else {
 		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-			out_drive(o);
+			rt_out_drive(o);
 	}
 	m = rt_d2h_put(st); /* the copy's reference */
 	if (m)
@@ -218,11 +237,21 @@ static uint32_t record_tag_len(const struct rt_out *o)
 	return o->tt->stages && o->tt->stages->tag_len ? RGAPS_RECORD_TAG_LEN : 0;
 }
 
+/* The tag chunk c carries: a relayed chunk the one it landed with (the origin's stages'). */
+static uint32_t chunk_tag_len(const struct rt_out *o, const struct rt_chunk *c)
+{
+	if (!c->m)
+		return 0; /* a loss notice */
+	if (c->rec)
+		return c->rec->h.flags & RGAPS_RECORD_TAG ? RGAPS_RECORD_TAG_LEN : 0;
+	return record_tag_len(o);
+}
+
 /* STAGED -> RESERVED: ring space (the Exceed check) and a header slot. -EAGAIN: no room now. */
 static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 {
 	struct rgaps_record_hdr *h;
-	uint32_t tag = c->m ? record_tag_len(o) : 0;
+	uint32_t tag = chunk_tag_len(o, c);
 	int r;
 
 	if (o->hdr_used == RT_HDR_SLOTS)
@@ -260,7 +289,11 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 	h->origin_seq = c->m->msg.origin_seq;
 	if (tag) { /* what the before-send stages carry to the receiver, behind the chunk */
 		h->flags |= RGAPS_RECORD_TAG;
-		if (c->m->works)
+		if (c->rec) /* relayed: the tag it landed with, behind its chunk in the ring */
+			memcpy((uint8_t *)h + RGAPS_RECORD_HDR,
+			       c->rec->in->mem + c->rec->slot.off + RGAPS_RECORD_HDR + c->len,
+			       RGAPS_RECORD_TAG_LEN);
+		else if (c->m->works)
 			memcpy((uint8_t *)h + RGAPS_RECORD_HDR, c->m->works[c->index].tag,
 			       RGAPS_RECORD_TAG_LEN);
 		else
@@ -282,6 +315,11 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 	sg[0] = (struct rgaps_sg){ .mr = o->hdrs_mr, .addr = slot, .len = RGAPS_RECORD_HDR };
 	if (!c->m) /* a loss notice: the header alone */
 		nsg = 1;
+	else if (c->rec) /* relayed: straight from the ring it landed in (cut-through) */
+		sg[1] = (struct rgaps_sg){ .mr = rt_in_send_mr(c->rec->in, o->tr),
+					   .addr = c->rec->in->mem + c->rec->slot.off +
+						   RGAPS_RECORD_HDR,
+					   .len = c->len };
 	else if (c->m->kept) /* sent again, from the resend window */
 		sg[1] = (struct rgaps_sg){ .mr = rt_resend_mr(o->tt, o->tr),
 					   .addr = (void *)(c->m->msg.data + c->off),
@@ -306,7 +344,7 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 					       .len = RGAPS_RECORD_TAG_LEN };
 	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
 					      sg, nsg, (uint64_t)(uintptr_t)c);
-	if (r == 0 && c->m && !c->m->kept && !c->d2h) {
+	if (r == 0 && c->m && !c->m->kept && !c->d2h && !c->rec) {
 		if (c->m->copy && c->m->copy->filled) {
 			o->tt->from_copy++;
 		} else {
@@ -335,7 +373,7 @@ static void swork_sent_done(struct rt_swork *sw)
 		rgaps_warn("topic '%s': message %llu not sent: %s", tt->t->cfg.name,
 			   (unsigned long long)m->msg.seq, sw->why);
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-		out_drive(o);
+		rt_out_drive(o);
 	if (sw->arg2)
 		sm = rt_d2h_put(sw->arg2);
 	if (sm)
@@ -448,7 +486,7 @@ static bool chunk_waits_for_copy(const struct rt_chunk *c)
  * the ones behind it). Called whenever something a chunk waits for happened:
  * a new message, a staging copy done, a Head update, a record_sent.
  */
-static void out_drive(struct rt_out *o)
+void rt_out_drive(struct rt_out *o)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_link *l = &o->p->links[o->tr];
@@ -544,17 +582,25 @@ again:
  * completions came back, and only then is detached and its holds released.
  * When the link is gone, the transport has completed or failed every record.
  */
-void rt_out_free(struct rt_out *o, bool tell_peer)
+void rt_out_free(struct rt_out *o, bool tell_peer, bool moved)
 {
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_chunk *c;
 
-	SLIST_REMOVE(&o->tt->outs, o, rt_out, in_topic);
+	if (o->src)
+		SLIST_REMOVE(&o->src->outs, o, rt_out, in_topic);
+	else
+		SLIST_REMOVE(&o->tt->outs, o, rt_out, in_topic);
+	if (o->carrying) {
+		rt_omsg_put(o->carrying);
+		o->carrying = NULL;
+	}
 	while ((c = STAILQ_FIRST(&o->queue))) {
 		STAILQ_REMOVE_HEAD(&o->queue, link);
 		chunk_end(rt, c, CHUNK_DROPPED);
 	}
 	o->tell_peer = tell_peer;
+	o->tell_moved = moved;
 	o->state = OUT_RING_CLOSING;
 	rt_waiters_check(o->tt, false);
 	if (!STAILQ_EMPTY(&o->inflight) && o->p->links[o->tr].state == LINK_UP)
@@ -568,6 +614,7 @@ static void out_finish(struct rt_out *o)
 	struct rt_transport *tr = &rt->tr[o->tr];
 	struct rt_chunk *c;
 	bool tell_peer = o->tell_peer;
+	bool moved = o->tell_moved;
 
 	o->p->out[o->id] = NULL;
 	while ((c = STAILQ_FIRST(&o->inflight))) {
@@ -577,58 +624,54 @@ static void out_finish(struct rt_out *o)
 	if (o->p->links[o->tr].state == LINK_UP) {
 		tr->lp->ops.transport.ring_detach(tr->ctx, o->p->links[o->tr].link, o->id);
 		if (tell_peer) {
-			struct rt_wire_msg m = { .type = RT_MSG_TOPIC_TEARDOWN, .ring_id = o->id };
+			struct rt_wire_msg m = { .type = RT_MSG_TOPIC_TEARDOWN,
+						 .ring_id = o->id,
+						 .moved = moved };
 
 			rt_peer_send(o->p, &m);
 		}
 	}
 	if (o->hdrs_mr)
 		tr->lp->ops.transport.dereg_local(tr->ctx, o->hdrs_mr);
+	o->tt->nrings--;
 	free(o->hdrs);
 	free(o);
 }
 
-static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
+/*
+ * A free ring id towards p. Each direction of a link owns half of the ring ids
+ * (the session initiator sends on 0..63, the other side on 64..127), so a ring
+ * id names one ring on a link whichever end speaks of it; ids go round-robin
+ * so a torn-down id is not reused while a late Head update for it may still be
+ * on the wire. RT_RINGS: none left.
+ */
+static uint32_t ring_id_pick(struct rt_peer *p)
 {
-	struct rgapsd_remote *rt = p->rt;
-	struct rt_transport *tr = &rt->tr[tr_idx];
-	struct rt_link *l = &p->links[tr_idx];
-	struct rt_wire_msg m = { .type = RT_MSG_TOPIC_SETUP };
-	struct rt_out *o;
-	uint32_t id;
+	uint32_t base = p->initiator ? 0 : RT_RINGS / 2;
+
+	for (uint32_t k = 0; k < RT_RINGS / 2; k++) {
+		uint32_t id = base + (p->next_ring + k) % (RT_RINGS / 2);
+
+		if (!p->out[id]) {
+			p->next_ring = (id - base + 1) % (RT_RINGS / 2);
+			return id;
+		}
+	}
+	return RT_RINGS;
+}
+
+/* What sending this host's own messages of tt over tr needs first: staging, stages, forwarder. */
+static int origin_prepare(struct rt_topic *tt, int tr_idx)
+{
+	struct rgapsd_remote *rt = tt->rt;
 	int r;
 
-	/*
-	 * Each direction of a link owns half of the ring ids (the session initiator
-	 * sends on 0..63, the other side on 64..127), so a ring id names one ring on
-	 * a link whichever end speaks of it; ids go round-robin so a torn-down id is
-	 * not reused while a late Head update for it may still be on the wire.
-	 */
-	{
-		uint32_t base = p->initiator ? 0 : RT_RINGS / 2, k;
-
-		for (k = 0; k < RT_RINGS / 2; k++) {
-			id = base + (p->next_ring + k) % (RT_RINGS / 2);
-			if (!p->out[id])
-				break;
-		}
-		if (k == RT_RINGS / 2)
-			id = RT_RINGS;
-		else
-			p->next_ring = (id - base + 1) % (RT_RINGS / 2);
-	}
-	if (id == RT_RINGS) {
-		rgaps_error(
-			"peer %s: all %d rings of this direction in use; topic '%s' not sent there",
-			rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
-		return;
-	}
 	if (tt->t->lim.mem_kind != RGAPS_MEM_HOST) {
 		r = rt_staging_setup(tt, tr_idx);
 		if (r) {
 			rgaps_error("topic '%s': %s cannot use a staging buffer: %s",
 				    tt->t->cfg.name, rt->tr[tr_idx].name, strerror(-r));
-			return;
+			return r;
 		}
 	}
 	if (!tt->stages) {
@@ -637,21 +680,76 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 		tt->stages = rt_stages_of(rt, tt->t, err, sizeof(err));
 		if (!tt->stages) {
 			rgaps_error("topic '%s': not sent to peers: %s", tt->t->cfg.name, err);
-			return;
+			return -EINVAL;
 		}
 	}
-	if (rt_forwarder_start(tt))
+	return rt_forwarder_start(tt);
+}
+
+/* The topic_setup of ring o (docs/PROTOCOL.md section 4): whose messages, from where on. */
+static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
+{
+	struct rt_topic *tt = o->tt;
+	const struct rt_source *src = o->src;
+
+	snprintf(m->topic, sizeof(m->topic), "%s", tt->t->cfg.name);
+	m->ring_id = o->id;
+	snprintf(m->transport, sizeof(m->transport), "%s", o->p->rt->tr[o->tr].name);
+	m->nstages = tt->t->cfg.nstages;
+	memcpy(m->stages, tt->t->cfg.stages, sizeof(m->stages));
+	rt_relay_mode_name(&o->mode, m->relay, sizeof(m->relay));
+	if (src) { /* a relay passes on what its origin sent, as it was cut */
+		snprintf(m->origin, sizeof(m->origin), "%s", src->origin);
+		m->chunk_size = src->chunk_size;
+		m->epoch = src->in ? src->in->epoch : src->epoch; /* the origin's topic's */
+		m->from = o->live_from;
+		m->has_from = src->have_seq && m->from <= RT_SEQ_MAX;
+		return;
+	}
+	snprintf(m->origin, sizeof(m->origin), "%s", o->p->rt->d->cfg.listen);
+	m->chunk_size = tt->t->cfg.chunk_size;
+	m->epoch = tt->epoch;
+	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost. */
+	m->from = tt->have_seq ? tt->last_seq + 1 : 0;
+	m->has_from = m->from <= RT_SEQ_MAX;
+	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->rs_failed)
+		m->resend = tt->t->cfg.resend_window;
+}
+
+void rt_out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx, struct rt_source *src,
+		   const struct rt_relay_mode *mode)
+{
+	struct rgapsd_remote *rt = p->rt;
+	struct rt_transport *tr = &rt->tr[tr_idx];
+	struct rt_link *l = &p->links[tr_idx];
+	struct rt_wire_msg m = { .type = RT_MSG_TOPIC_SETUP };
+	uint32_t id = ring_id_pick(p);
+	char name[RT_RELAY_NAME_MAX];
+	struct rt_out *o;
+	int r;
+
+	if (id == RT_RINGS) {
+		rgaps_error(
+			"peer %s: all %d rings of this direction in use; topic '%s' not sent there",
+			rgapsd_peer_name(p->peer), RT_RINGS / 2, tt->t->cfg.name);
+		return;
+	}
+	if (!src && origin_prepare(tt, tr_idx))
 		return;
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return;
 	o->p = p;
 	o->tt = tt;
+	o->src = src;
+	o->mode = *mode;
 	o->id = id;
 	o->tr = tr_idx;
 	o->state = OUT_RING_PREPARING;
 	STAILQ_INIT(&o->queue);
 	STAILQ_INIT(&o->inflight);
+	/* A relay's ring starts with the next message to land: none begins in its middle. */
+	o->live_from = src && src->have_seq ? src->last_seq + 1 : 0;
 	o->hdrs = aligned_alloc(4096, (size_t)RT_HDR_SLOTS * RT_HDR_SLOT);
 	if (!o->hdrs ||
 	    tr->lp->ops.transport.reg_local(tr->ctx, o->hdrs, (uint64_t)RT_HDR_SLOTS * RT_HDR_SLOT,
@@ -672,62 +770,17 @@ static void out_create(struct rt_peer *p, struct rt_topic *tt, int tr_idx)
 		return;
 	}
 	p->out[id] = o;
-	SLIST_INSERT_HEAD(&tt->outs, o, in_topic);
-	snprintf(m.topic, sizeof(m.topic), "%s", tt->t->cfg.name);
-	m.ring_id = id;
-	snprintf(m.transport, sizeof(m.transport), "%s", rt->tr[tr_idx].name);
-	m.chunk_size = tt->t->cfg.chunk_size;
-	m.nstages = tt->t->cfg.nstages;
-	memcpy(m.stages, tt->t->cfg.stages, sizeof(m.stages));
-	m.epoch = tt->epoch;
-	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost. */
-	m.from = tt->have_seq ? tt->last_seq + 1 : 0;
-	m.has_from = m.from <= RT_SEQ_MAX;
-	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->rs_failed)
-		m.resend = tt->t->cfg.resend_window;
+	tt->nrings++;
+	if (src)
+		SLIST_INSERT_HEAD(&src->outs, o, in_topic);
+	else
+		SLIST_INSERT_HEAD(&tt->outs, o, in_topic);
+	setup_fill(o, &m);
 	rt_peer_send(p, &m);
-	rgaps_info("topic '%s': setting up ring %u to %s over %s", tt->t->cfg.name, id,
-		   rgapsd_peer_name(p->peer), rt->tr[tr_idx].name);
-}
-
-static bool topic_is_source(const struct rgapsd_topic *t)
-{
-	return t->publishers_seen;
-}
-
-/* Make the out rings of one topic match who subscribes to it. */
-void rt_reconcile_topic(struct rgapsd_remote *rt, struct rgapsd_topic *t)
-{
-	struct rt_topic *tt;
-
-	if (!topic_is_source(t))
-		return;
-	tt = rt_topic_of(rt, t, true);
-	if (!tt)
-		return;
-	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
-		struct rt_out *have = NULL;
-		bool want = rgapsd_peer_is_up(p->peer) && rt_peer_subscribes(p, t->cfg.name);
-		int tr;
-
-		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-			if (o->p == p)
-				have = o;
-		if (have && !want)
-			rt_out_free(have, rgapsd_peer_is_up(p->peer));
-		if (have || !want)
-			continue;
-		tr = rt_pick_transport(p, &t->cfg);
-		if (tr >= 0)
-			out_create(p, tt, tr);
-	}
-	rt_waiters_check(tt, false);
-}
-
-void rt_reconcile_all(struct rgapsd_remote *rt)
-{
-	for (struct rgapsd_topic *t = rt->d->topics; t; t = t->next)
-		rt_reconcile_topic(rt, t);
+	rgaps_info("topic '%s': setting up ring %u to %s over %s (%s%s%s)", tt->t->cfg.name, id,
+		   rgapsd_peer_name(p->peer), rt->tr[tr_idx].name,
+		   rt_relay_mode_name(mode, name, sizeof(name)), src ? ", passing on from " : "",
+		   src ? src->origin : "");
 }
 
 /* One D2H staging copy per chunk of m, shared by every ring that sends the chunk. */
@@ -895,8 +948,78 @@ static void on_kept(void *arg)
 
 	omsg_unpin(m);
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-		out_drive(o);
+		rt_out_drive(o);
 	omsg_put(tt->rt, m);
+}
+
+/*
+ * A relay's ring became ready: the receiver has every message below its next
+ * (it came from another parent before); those need not be sent again, nor
+ * told lost.
+ */
+static void relay_ready(struct rt_out *o, const struct rt_wire_msg *ready)
+{
+	if (!ready->has_next || !ready->next)
+		return;
+	o->skip_below = ready->next;
+	if (!o->told || o->told_seq < ready->next - 1) {
+		o->told = true;
+		o->told_seq = ready->next - 1;
+	}
+}
+
+struct rt_omsg *rt_omsg_relayed(struct rt_topic *tt, const struct rgaps_record_hdr *h)
+{
+	struct rt_local_msg msg = { .seq = h->msg_seq,
+				    .size = h->msg_size,
+				    .ts_ns = h->ts_ns,
+				    .origin_stream = h->origin_stream,
+				    .origin_seq = h->origin_seq,
+				    .fwd_seq = h->msg_seq,
+				    .remote_origin = true,
+				    .token = UINT32_MAX };
+	struct rt_omsg *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->tt = tt;
+	m->msg = msg;
+	m->refs = 1;
+	m->relayed = true; /* no stages before sending: the origin's ran, their tags pass on */
+	tt->nrelayed++;
+	m->state = OUT_TAKEN;
+	tt->rt->out_trans[OUT_TAKEN][OUT_TAKEN]++;
+	out_set(tt->rt, m, OUT_QUEUED);
+	return m;
+}
+
+void rt_omsg_put(struct rt_omsg *m)
+{
+	omsg_put(m->tt->rt, m);
+}
+
+bool rt_out_queue_record(struct rt_out *o, struct rt_omsg *m, struct rt_rec *r)
+{
+	struct rt_chunk *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return false;
+	c->m = m;
+	c->o = o;
+	c->rec = r;
+	c->off = r->h.chunk_off;
+	c->len = r->h.chunk_len;
+	c->flags = r->h.flags & (RGAPS_RECORD_FIRST | RGAPS_RECORD_LAST);
+	c->state = CHUNK_QUEUED;
+	o->p->rt->chunk_trans[CHUNK_QUEUED][CHUNK_QUEUED]++;
+	m->refs++;
+	rt_rec_hold(r);
+	STAILQ_INSERT_TAIL(&o->queue, c, link);
+	if (!o->queued_any) {
+		o->queued_any = true;
+		o->first_seq = m->msg.fwd_seq;
+	}
+	return true;
 }
 
 /* A locally published message reached the loop from the forwarder thread. */
@@ -914,7 +1037,7 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	tt->last_seq = msg->fwd_seq;
 	if (!msg->src) { /* the forwarder missed messages: the peers hear it at once */
 		for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-			out_drive(o);
+			rt_out_drive(o);
 		return;
 	}
 	m = omsg_new(tt, msg, chunk);
@@ -928,6 +1051,9 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 		m->copy->busy++; /* m's chunks may go from it: not overwritten while m lives */
 	}
 	tt->forwarded++;
+	/* A moving mean of the sizes ("auto" decides on it): the last 16 or so weigh. */
+	tt->size_mean =
+		tt->size_mean ? tt->size_mean - tt->size_mean / 16 + msg->size / 16 : msg->size;
 	if (m->dropped) {
 		rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
 			   tt->t->cfg.name, (unsigned long long)msg->seq);
@@ -974,7 +1100,7 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	rt_d2h_pump(tt);
 	out_set(rt, m, OUT_QUEUED);
 	for (struct rt_out *o = SLIST_FIRST(&tt->outs); o; o = SLIST_NEXT(o, in_topic))
-		out_drive(o);
+		rt_out_drive(o);
 	omsg_put(rt, m);
 }
 
@@ -995,7 +1121,7 @@ void rt_on_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int 
 			out_finish(o);
 		return;
 	}
-	out_drive(o);
+	rt_out_drive(o);
 }
 
 void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head)
@@ -1018,7 +1144,7 @@ void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 			   (unsigned long long)head);
 		return;
 	}
-	out_drive(o);
+	rt_out_drive(o);
 }
 
 void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
@@ -1039,32 +1165,62 @@ void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (e) {
 		rgaps_error("topic '%s': ring %u to %s unusable: %s", o->tt->t->cfg.name, o->id,
 			    rgapsd_peer_name(p->peer), strerror(-e));
-		rt_out_free(o, true);
+		rt_out_free(o, true, false);
 		return;
 	}
 	rgaps_ring_sender_init(&o->ring, &o->geom);
 	o->state = OUT_RING_READY;
-	resend_queue(o, m);
+	if (o->src)
+		relay_ready(o, m);
+	else
+		resend_queue(o, m);
 	p->resetup_ms = 0; /* the peer answers again: the next refusal starts the back-off anew */
 	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
 		   rgapsd_peer_name(p->peer));
 	rt_waiters_check(o->tt, false);
-	out_drive(o);
+	rt_out_drive(o);
 }
 
 void rt_on_topic_refused(struct rt_peer *p, const struct rt_wire_msg *m)
 {
 	struct rt_out *o = p->out[m->ring_id];
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
 
 	if (!o)
 		return;
 	p->setup_refusals++;
+	if (m->by_tree) {
+		/* Our views of the tree differ for a moment (a host came or went, one of us has
+		 * not heard yet): no back-off, ask again once they may agree. */
+		p->tree_refusals++;
+		p->tree_hold_ns = p->resetup_at_ns = now + RT_TREE_RETRY_MS * 1000000ull;
+		rgaps_info("topic '%s': %s refused the set-up: %s (asking again in %d ms)",
+			   o->tt->t->cfg.name, rgapsd_peer_name(p->peer), m->reason,
+			   RT_TREE_RETRY_MS);
+		rt_out_free(o, false, false);
+		return;
+	}
 	p->resetup_ms =
 		p->resetup_ms ? RGAPS_MIN(2 * p->resetup_ms, RT_RESETUP_MAX_MS) : RT_RESETUP_MIN_MS;
-	p->resetup_at_ns = rgaps_now_ns(CLOCK_MONOTONIC) + p->resetup_ms * 1000000ull;
+	p->resetup_at_ns = now + p->resetup_ms * 1000000ull;
 	rgaps_warn("topic '%s': %s refused the set-up: %s (asking again in %u ms)",
 		   o->tt->t->cfg.name, rgapsd_peer_name(p->peer), m->reason, p->resetup_ms);
-	rt_out_free(o, false);
+	rt_out_free(o, false, false);
+}
+
+void rt_on_topic_leave(struct rt_peer *p, const struct rt_wire_msg *m)
+{
+	struct rt_out *o = p->out[m->ring_id];
+
+	if (!o || o->state == OUT_RING_CLOSING)
+		return; /* given up here too meanwhile */
+	rgaps_info("topic '%s': %s left ring %u: %s", o->tt->t->cfg.name, rgapsd_peer_name(p->peer),
+		   o->id, m->reason);
+	p->leaves++;
+	/* Its end of the ring is gone: nothing to tell it; asked again only as the tree says. */
+	p->tree_hold_ns = p->resetup_at_ns =
+		rgaps_now_ns(CLOCK_MONOTONIC) + RT_TREE_RETRY_MS * 1000000ull;
+	rt_out_free(o, false, true);
 }
 
 void rt_sender_topic_gone(struct rt_topic *tt)
@@ -1073,7 +1229,7 @@ void rt_sender_topic_gone(struct rt_topic *tt)
 
 	rt_forwarder_stop(tt);
 	while (!SLIST_EMPTY(&tt->outs))
-		rt_out_free(SLIST_FIRST(&tt->outs), false);
+		rt_out_free(SLIST_FIRST(&tt->outs), false, false);
 	rt_waiters_check(tt, true);
 	rt_staging_free(tt);
 	rt_resend_free(tt);

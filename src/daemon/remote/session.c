@@ -21,24 +21,34 @@ void rt_send_subs(struct rt_peer *p)
 	for (struct rgapsd_topic *t = p->rt->d->topics; t; t = t->next)
 		n += t->local_subs > 0;
 	m.subs = calloc(n + 1, sizeof(*m.subs));
-	if (!m.subs) {
+	m.joined = calloc(n + 1, sizeof(*m.joined));
+	if (!m.subs || !m.joined) {
+		rt_wire_free(&m);
 		rgapsd_peer_disconnect(p->peer, "out of memory for our subscriptions");
 		return;
 	}
-	for (struct rgapsd_topic *t = p->rt->d->topics; t; t = t->next)
-		if (t->local_subs)
-			snprintf(m.subs[m.nsubs++], sizeof(m.subs[0]), "%s", t->cfg.name);
+	for (struct rgapsd_topic *t = p->rt->d->topics; t; t = t->next) {
+		if (!t->local_subs)
+			continue;
+		/* since when: where this host goes in the topic's relay trees (relay.c) */
+		m.joined[m.nsubs] = rt_relay_joined(p->rt, t->cfg.name);
+		snprintf(m.subs[m.nsubs++], sizeof(m.subs[0]), "%s", t->cfg.name);
+	}
 	rt_peer_send(p, &m);
 	rt_wire_free(&m);
 }
 
-/* The peer's topics with subscribers (the list is taken from m). */
+/* The peer's topics with subscribers, and since when (the lists are taken from m). */
 static void on_subs(struct rt_peer *p, struct rt_wire_msg *m)
 {
 	free(p->subs);
+	free(p->joined);
 	p->subs = m->subs;
+	p->joined = m->joined;
 	p->nsubs = m->nsubs;
+	p->subs_fresh = true;
 	m->subs = NULL;
+	m->joined = NULL;
 	m->nsubs = 0;
 	rt_reconcile_all(p->rt);
 }
@@ -51,6 +61,7 @@ static void on_peer_up(void *ctx, struct rgapsd_peer *peer, bool initiator)
 	if (!p)
 		return;
 	p->initiator = initiator;
+	p->subs_fresh = false; /* what it said before stands until it says anew */
 	rgaps_info("peer %s up (%s)", rgapsd_peer_name(peer),
 		   initiator ? "we connected" : "it connected");
 	rt_send_subs(p);
@@ -74,20 +85,21 @@ static void on_peer_down(void *ctx, struct rgapsd_peer *peer, const char *why)
 		if (had && link)
 			rt->tr[i].lp->ops.transport.close(rt->tr[i].ctx, link);
 	}
-	free(p->subs);
-	p->subs = NULL;
-	p->nsubs = 0;
+	/* Its subscriptions stay known: it keeps its place in the relay trees while down. */
+	p->subs_fresh = false;
 	rt_reconcile_all(rt);
 }
 
 static void on_peer_gone(void *ctx, struct rgapsd_peer *peer)
 {
+	struct rgapsd_remote *rt = ctx;
 	struct rt_peer *p = rgapsd_peer_get_data(peer);
 
 	if (!p)
 		return;
 	rgapsd_peer_set_data(peer, NULL);
 	rt_peer_forget(p);
+	rt_reconcile_all(rt); /* its place in the relay trees is gone: they close up */
 }
 
 static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, size_t len)
@@ -123,7 +135,7 @@ static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, s
 		rt_on_link_refuse(p, &m);
 		break;
 	case RT_MSG_TOPIC_SETUP:
-		rt_on_topic_setup(p, &m);
+		rt_relay_on_setup(p, &m);
 		break;
 	case RT_MSG_TOPIC_READY:
 		rt_on_topic_ready(p, &m);
@@ -132,7 +144,10 @@ static void on_peer_msg(void *ctx, struct rgapsd_peer *peer, const char *json, s
 		rt_on_topic_refused(p, &m);
 		break;
 	case RT_MSG_TOPIC_TEARDOWN:
-		rt_on_topic_teardown(p, &m);
+		rt_relay_on_teardown(p, &m);
+		break;
+	case RT_MSG_TOPIC_LEAVE:
+		rt_on_topic_leave(p, &m);
 		break;
 	case RT_MSG_UNKNOWN:
 	case RT_MSG_NUM_TYPES:

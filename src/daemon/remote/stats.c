@@ -65,6 +65,46 @@ static void stages_stats(struct rgapsd_remote *rt, cJSON *peers, const char *top
 	}
 }
 
+/*
+ * peers.sources[]: per topic and origin that this host receives, the peer it
+ * comes from now (its parent in the tree), the tree, the children it passes
+ * it on to, and what it passed on.
+ */
+static void sources_stats(struct rgapsd_remote *rt, cJSON *peers, const char *topic_filter)
+{
+	cJSON *arr = cJSON_AddArrayToObject(peers, "sources");
+	struct rt_source *src;
+
+	SLIST_FOREACH(src, &rt->sources, link) {
+		char name[RT_RELAY_NAME_MAX];
+		cJSON *so, *kids;
+		struct rt_out *o;
+
+		if (topic_filter && strcmp(topic_filter, src->topic) != 0)
+			continue;
+		so = cJSON_CreateObject();
+		cJSON_AddStringToObject(so, "topic", src->topic);
+		cJSON_AddStringToObject(so, "origin", src->origin);
+		cJSON_AddStringToObject(so, "parent",
+					src->in ? rgapsd_peer_name(src->in->p->peer) : "");
+		cJSON_AddStringToObject(so, "relay",
+					rt_relay_mode_name(&src->mode, name, sizeof(name)));
+		kids = cJSON_AddArrayToObject(so, "children");
+		SLIST_FOREACH(o, &src->outs, in_topic)
+			cJSON_AddItemToArray(kids,
+					     cJSON_CreateString(rgapsd_peer_name(o->p->peer)));
+		cJSON_AddNumberToObject(so, "next",
+					src->in && src->in->have_next
+						? (double)src->in->next_msg_seq
+						: (double)src->next);
+		cJSON_AddNumberToObject(so, "relayed", (double)src->relayed);
+		cJSON_AddNumberToObject(so, "relayed_bytes", (double)src->relayed_bytes);
+		cJSON_AddNumberToObject(so, "relay_drops", (double)src->relay_drops);
+		cJSON_AddNumberToObject(so, "relay_restarts", (double)src->relay_aborts);
+		cJSON_AddItemToArray(arr, so);
+	}
+}
+
 /* A ring's entry in peers.rings[], with the fields both directions have. */
 static cJSON *ring_new(cJSON *arr, const struct rgapsd_topic *t, const char *direction,
 		       const struct rt_peer *p, int tr, uint32_t id, uint64_t records,
@@ -159,8 +199,10 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(po, "setup_refusals", (double)p->setup_refusals);
 		cJSON_AddNumberToObject(po, "setups_deferred", (double)p->setups_deferred);
 		cJSON_AddNumberToObject(po, "duplicates", (double)p->duplicates);
+		cJSON_AddNumberToObject(po, "tree_refusals", (double)p->tree_refusals);
+		cJSON_AddNumberToObject(po, "rings_left", (double)p->leaves);
 		cJSON *subs = cJSON_AddArrayToObject(po, "subscribes");
-		for (uint32_t i = 0; i < p->nsubs; i++)
+		for (uint32_t i = 0; p->subs_fresh && i < p->nsubs; i++)
 			cJSON_AddItemToArray(subs, cJSON_CreateString(p->subs[i]));
 		links = cJSON_AddObjectToObject(po, "links");
 		for (int k = 0; k < rt->ntr; k++) {
@@ -280,7 +322,15 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 		cJSON_AddNumberToObject(fo, "resent", (double)tt->resent);
 		cJSON_AddNumberToObject(fo, "sent_from_copy", (double)tt->from_copy);
 		cJSON_AddNumberToObject(fo, "pool_pinned", tt->pool_msgs);
+		if (tt->mode_set) {
+			char name[RT_RELAY_NAME_MAX];
+
+			cJSON_AddStringToObject(fo, "relay",
+						rt_relay_mode_name(&tt->mode, name, sizeof(name)));
+			cJSON_AddStringToObject(fo, "relay_why", tt->mode_why);
+		}
 		cJSON_AddItemToArray(fw, fo);
 	}
+	sources_stats(rt, peers, topic_filter);
 	stages_stats(rt, peers, topic_filter);
 }

@@ -27,6 +27,7 @@ static const char *const type_names[RT_MSG_NUM_TYPES] = {
 	[RT_MSG_TOPIC_READY] = "topic_ready",
 	[RT_MSG_TOPIC_REFUSED] = "topic_refused",
 	[RT_MSG_TOPIC_TEARDOWN] = "topic_teardown",
+	[RT_MSG_TOPIC_LEAVE] = "topic_leave",
 	[RT_MSG_UNKNOWN] = "unknown",
 };
 
@@ -62,6 +63,16 @@ bool rt_wire_name_valid(const char *s)
 		if (i + 1 >= RGAPS_CFG_NAME_MAX ||
 		    !((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
 		      s[i] == '-'))
+			return false;
+	return s && i > 0;
+}
+
+bool rt_wire_host_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s && s[i]; i++)
+		if (i >= RT_HOST_MAX || s[i] < 0x21 || s[i] > 0x7e)
 			return false;
 	return s && i > 0;
 }
@@ -125,6 +136,20 @@ static uint64_t get_uint(struct dec *d, const char *k, uint64_t min, uint64_t ma
 	return (uint64_t)x;
 }
 
+/* An optional boolean field: false when absent. */
+static bool get_bool(struct dec *d, const char *k, int *e)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d->o, k);
+
+	if (!v)
+		return false;
+	if (!cJSON_IsBool(v)) {
+		*e = bad(d->why, d->whylen, "bad %s: '%s' is not true or false", d->type, k);
+		return false;
+	}
+	return cJSON_IsTrue(v);
+}
+
 static void get_name(struct dec *d, const char *k, char *out, size_t cap, int *e)
 {
 	const char *s = get_str(d, k, e);
@@ -155,6 +180,37 @@ static void get_hex(struct dec *d, const char *k, uint8_t *out, size_t max, size
 	*n_p = n;
 }
 
+/*
+ * subs' optional "joined": for each topic, when its first subscriber attached
+ * there (ms on that host's clock), which orders the hosts of a relay tree.
+ * Absent (an older daemon): 0 for each.
+ */
+static int decode_joined(struct dec *d, struct rt_wire_msg *m, int n)
+{
+	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(d->o, "joined"), *it;
+	uint32_t i = 0;
+
+	m->joined = calloc((size_t)n + 1, sizeof(*m->joined));
+	if (!m->joined)
+		return -ENOMEM;
+	if (!arr)
+		return 0;
+	if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
+		return bad(d->why, d->whylen, "bad subs: 'joined' is not an array of %d numbers",
+			   n);
+	cJSON_ArrayForEach(it, arr)
+	{
+		double x = it->valuedouble;
+
+		if (!cJSON_IsNumber(it) || !(x >= 0 && x <= (double)RT_SEQ_MAX) || x != floor(x))
+			return bad(d->why, d->whylen,
+				   "bad subs: joined %u is not an integer in 0..%llu", i,
+				   (unsigned long long)RT_SEQ_MAX);
+		m->joined[i++] = (uint64_t)x;
+	}
+	return 0;
+}
+
 static int decode_subs(struct dec *d, struct rt_wire_msg *m)
 {
 	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(d->o, "topics"), *it;
@@ -178,7 +234,7 @@ static int decode_subs(struct dec *d, struct rt_wire_msg *m)
 		}
 		snprintf(m->subs[m->nsubs++], sizeof(m->subs[0]), "%s", it->valuestring);
 	}
-	return 0;
+	return decode_joined(d, m, n);
 }
 
 /* topic_setup's optional "stages": the stage plugins the sender runs on the topic. */
@@ -200,6 +256,33 @@ static int decode_stages(struct dec *d, struct rt_wire_msg *m)
 		snprintf(m->stages[m->nstages++], sizeof(m->stages[0]), "%s", it->valuestring);
 	}
 	return 0;
+}
+
+/* topic_setup's optional "origin" and "relay": whose messages, along which tree. */
+static int decode_tree(struct dec *d, struct rt_wire_msg *m)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d->o, "origin");
+	struct rt_relay_mode mode;
+	int e = 0;
+
+	if (v) {
+		if (!cJSON_IsString(v) || !rt_wire_host_valid(v->valuestring))
+			return bad(d->why, d->whylen,
+				   "bad topic_setup: 'origin' is not a daemon's name (1 to %d "
+				   "printable bytes, no spaces)",
+				   RT_HOST_MAX);
+		snprintf(m->origin, sizeof(m->origin), "%s", v->valuestring);
+	}
+	if (!cJSON_GetObjectItemCaseSensitive(d->o, "relay"))
+		return 0;
+	v = cJSON_GetObjectItemCaseSensitive(d->o, "relay");
+	if (!cJSON_IsString(v) || rt_relay_mode_parse(v->valuestring, &mode) != 0)
+		return bad(d->why, d->whylen,
+			   "bad topic_setup: 'relay' is not \"star\", \"chain\" or \"tree:K\" "
+			   "(K 2 to %d)",
+			   RGAPS_RELAY_FANOUT_MAX);
+	rt_relay_mode_name(&mode, m->relay, sizeof(m->relay));
+	return e;
 }
 
 int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *why, size_t whylen)
@@ -267,6 +350,8 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 		m->has_from = cJSON_GetObjectItemCaseSensitive(o, "from") != NULL;
 		if (!e && m->has_from)
 			m->from = get_uint(&d, "from", 0, RT_SEQ_MAX, false, &e);
+		if (!e)
+			e = decode_tree(&d, m);
 		break;
 	case RT_MSG_TOPIC_READY:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
@@ -280,12 +365,17 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 			m->next = get_uint(&d, "next", 0, RT_SEQ_MAX, false, &e);
 		break;
 	case RT_MSG_TOPIC_REFUSED:
+	case RT_MSG_TOPIC_LEAVE:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
 		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "reason"));
 		printable(m->reason, sizeof(m->reason), s ? s : "no reason given");
+		if (!e && m->type == RT_MSG_TOPIC_REFUSED)
+			m->by_tree = get_bool(&d, "tree", &e);
 		break;
 	case RT_MSG_TOPIC_TEARDOWN:
 		m->ring_id = (uint32_t)get_uint(&d, "ring_id", 0, RT_RINGS - 1, false, &e);
+		if (!e)
+			m->moved = get_bool(&d, "moved", &e);
 		break;
 	case RT_MSG_UNKNOWN:
 	case RT_MSG_NUM_TYPES:
@@ -301,7 +391,9 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 void rt_wire_free(struct rt_wire_msg *m)
 {
 	free(m->subs);
+	free(m->joined);
 	m->subs = NULL;
+	m->joined = NULL;
 	m->nsubs = 0;
 }
 
@@ -328,6 +420,13 @@ char *rt_wire_encode(const struct rt_wire_msg *m)
 		ok = arr != NULL;
 		for (uint32_t i = 0; ok && i < m->nsubs; i++)
 			ok = cJSON_AddItemToArray(arr, cJSON_CreateString(m->subs[i]));
+		if (ok && m->joined) {
+			arr = cJSON_AddArrayToObject(o, "joined");
+			ok = arr != NULL;
+			for (uint32_t i = 0; ok && i < m->nsubs; i++)
+				ok = cJSON_AddItemToArray(arr,
+							  cJSON_CreateNumber((double)m->joined[i]));
+		}
 		break;
 	case RT_MSG_LINK_OFFER:
 		ok = cJSON_AddStringToObject(o, "transport", m->transport) &&
@@ -352,7 +451,9 @@ char *rt_wire_encode(const struct rt_wire_msg *m)
 		}
 		ok = ok && (!m->epoch || cJSON_AddNumberToObject(o, "epoch", (double)m->epoch)) &&
 		     (!m->resend || cJSON_AddNumberToObject(o, "resend", (double)m->resend)) &&
-		     (!m->has_from || cJSON_AddNumberToObject(o, "from", (double)m->from));
+		     (!m->has_from || cJSON_AddNumberToObject(o, "from", (double)m->from)) &&
+		     (!m->origin[0] || cJSON_AddStringToObject(o, "origin", m->origin)) &&
+		     (!m->relay[0] || cJSON_AddStringToObject(o, "relay", m->relay));
 		break;
 	case RT_MSG_TOPIC_READY:
 		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
@@ -361,11 +462,14 @@ char *rt_wire_encode(const struct rt_wire_msg *m)
 		     (!m->has_next || cJSON_AddNumberToObject(o, "next", (double)m->next));
 		break;
 	case RT_MSG_TOPIC_REFUSED:
+	case RT_MSG_TOPIC_LEAVE:
 		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
-		     cJSON_AddStringToObject(o, "reason", m->reason);
+		     cJSON_AddStringToObject(o, "reason", m->reason) &&
+		     (!m->by_tree || cJSON_AddBoolToObject(o, "tree", true));
 		break;
 	case RT_MSG_TOPIC_TEARDOWN:
-		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) != NULL;
+		ok = cJSON_AddNumberToObject(o, "ring_id", m->ring_id) &&
+		     (!m->moved || cJSON_AddBoolToObject(o, "moved", true));
 		break;
 	case RT_MSG_UNKNOWN:
 	case RT_MSG_NUM_TYPES:

@@ -23,6 +23,7 @@
 #include "../../common/config.h"
 #include "record.h"
 #include "rgaps/plugin.h"
+#include "topology.h"
 
 #define RT_RINGS 128	  /* ring ids per direction of a peer pair (immediate: 7 bits) */
 #define RT_SUBS_MAX 4096  /* topic names in one subs message */
@@ -33,6 +34,7 @@
 #define RT_CHUNK_SIZE_MAX (1ull << 30) /* the chunk_size bound of the topic configuration */
 #define RT_SEQ_MAX 999999999999999ull /* sequence numbers, epochs: 15 digits, exact in JSON text */
 #define RT_RESEND_MAX (64ull << 30)	/* the resend_window bound of the topic configuration */
+#define RT_HOST_MAX 255 /* a daemon's name, "HOST:PORT" (as in the peer handshake) */
 
 enum rt_msg_type {
 	RT_MSG_SUBS,	       /* the topics this host has local subscribers for */
@@ -43,6 +45,7 @@ enum rt_msg_type {
 	RT_MSG_TOPIC_READY,    /* receiver: the ring is attached */
 	RT_MSG_TOPIC_REFUSED,  /* receiver: no ring, and why */
 	RT_MSG_TOPIC_TEARDOWN, /* sender: the ring is no longer wanted */
+	RT_MSG_TOPIC_LEAVE,    /* receiver: stop sending on this ring (another host sends it) */
 	RT_MSG_UNKNOWN,	       /* a type this version does not know: ignored */
 	RT_MSG_NUM_TYPES
 };
@@ -54,6 +57,8 @@ struct rt_wire_msg {
 	char transport[RGAPS_CFG_NAME_MAX];   /* link_*, topic_setup */
 	uint8_t token[RGAPS_LINK_TOKEN_LEN];  /* link_offer */
 	char topic[RGAPS_TOPIC_NAME_MAX + 1]; /* topic_setup */
+	char origin[RT_HOST_MAX + 1];  /* topic_setup: the publishers' host ("": the sender) */
+	char relay[RT_RELAY_NAME_MAX]; /* topic_setup: the topology ("": star) */
 	uint32_t ring_id;		      /* topic_* */
 	uint8_t desc[RGAPS_RING_DESC_MAX];    /* topic_setup: head_desc; topic_ready: ring_desc */
 	size_t desc_len;
@@ -67,8 +72,11 @@ struct rt_wire_msg {
 	uint64_t from;	 /* topic_setup: the first message sequence number meant for the receiver */
 	bool has_next;	 /* topic_ready: next is known */
 	uint64_t next;	 /* topic_ready: the first message of the topic not yet delivered */
-	char reason[RT_REASON_MAX];		/* topic_refused, printable */
+	bool moved;	 /* topic_teardown: the receiver gets the topic from another host now */
+	bool by_tree;	 /* topic_refused: the sender is not the receiver's parent in the tree */
+	char reason[RT_REASON_MAX];		/* topic_refused, topic_leave: printable */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1]; /* subs: malloc'd (rt_wire_free) */
+	uint64_t *joined; /* subs: when each topic got its first subscriber (ms), 0 unknown */
 	uint32_t nsubs;
 };
 
@@ -92,6 +100,8 @@ int rt_unhex(const char *s, uint8_t *b, size_t max, size_t *n_p);
 
 /* Transport and stage names on the wire: 1..31 of [a-z0-9_-]. */
 bool rt_wire_name_valid(const char *s);
+/* A daemon's name on the wire: 1..255 bytes of printable ASCII without spaces. */
+bool rt_wire_host_valid(const char *s);
 
 /*
  * Where a ring is in its stream of records: what the next record must be.
