@@ -93,10 +93,10 @@ static void sources_stats(struct rgapsd_remote *rt, cJSON *peers, const char *to
 		SLIST_FOREACH(o, &src->outs, in_topic)
 			cJSON_AddItemToArray(kids,
 					     cJSON_CreateString(rgapsd_peer_name(o->p->peer)));
-		cJSON_AddNumberToObject(so, "next",
-					src->in && src->in->have_next
-						? (double)src->in->next_msg_seq
-						: (double)src->next);
+		/* the first message whose fate its subscribers have not been told yet */
+		cJSON_AddNumberToObject(so, "told_next",
+					src->in && src->in->have_told ? (double)src->in->told_next
+								       : (double)src->next);
 		cJSON_AddNumberToObject(so, "relayed", (double)src->relayed);
 		cJSON_AddNumberToObject(so, "relayed_bytes", (double)src->relayed_bytes);
 		cJSON_AddNumberToObject(so, "relay_drops", (double)src->relay_drops);
