@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote_lib.sh"
 . "$(dirname "$0")/netns_lib.sh"
-COUNT=${RELAY_COUNT:-200}
+COUNT=${RELAY_COUNT:-${REMOTE_COUNT:-200}} # REMOTE_COUNT: fewer under sanitizers
 RATE=${RELAY_RATE:-400mbit}
 netns_hosts 7 "$RATE"
 ok "7 hosts in network namespaces on one switch, every link shaped to $RATE each way"

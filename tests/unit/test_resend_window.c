@@ -1,8 +1,10 @@
 /*
- * The resend window (src/daemon/remote/resend.c): where place() puts each
- * copy in a full window, and that a copy still being made or being sent again
- * is never overwritten. The copies run on a real keep worker; its completions
- * come back through a real mailbox on a libuv loop, as in rgapsd.
+ * The resend windows (src/daemon/remote/resend.c): where place() puts each
+ * copy in a full window, that a copy still being made or being sent again is
+ * never overwritten, and a relay's copy made record by record: how much of it
+ * may be sent again as its records are copied, and one dropped before it was
+ * whole. The copies run on a real keep worker; its completions come back
+ * through a real mailbox on a libuv loop, as in rgapsd.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,7 +62,7 @@ static struct fixture *make(uint64_t window)
 	f->t.lim.mem_kind = RGAPS_MEM_HOST;
 	f->tt.rt = &f->rt;
 	f->tt.t = &f->t;
-	TAILQ_INIT(&f->tt.kept);
+	rt_window_init(&f->tt.window, &f->rt);
 	for (int i = 0; i < 16; i++)
 		memset(f->src[i], 0xa0 + i, MSG);
 	return f;
@@ -70,7 +72,7 @@ static void destroy(struct fixture *f)
 {
 	rgapsd_worker_stop(&f->rt.keeper);
 	rgapsd_mailbox_close(&f->rt.mb);
-	rt_resend_free(&f->tt);
+	rt_window_free(&f->tt.window);
 	assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
 	assert_int_equal(uv_loop_close(&f->loop), 0);
 	pthread_mutex_destroy(&f->gate);
@@ -107,14 +109,14 @@ static bool keep(struct fixture *f, uint64_t seq)
 {
 	struct rt_local_msg m = { .fwd_seq = seq, .seq = seq, .size = MSG, .data = f->src[seq] };
 
-	return rt_resend_keep(&f->tt, &m, on_kept, f);
+	return rt_window_keep(&f->tt.window, &f->t, &m, on_kept, f) != NULL;
 }
 
 static struct rt_kept *kept_of(struct fixture *f, uint64_t seq)
 {
 	struct rt_kept *k;
 
-	TAILQ_FOREACH(k, &f->tt.kept, link)
+	TAILQ_FOREACH(k, &f->tt.window.kept, link)
 		if (k->seq == seq)
 			return k;
 	return NULL;
@@ -126,9 +128,9 @@ static void check_copy(struct fixture *f, uint64_t seq, uint64_t off)
 	struct rt_kept *k = kept_of(f, seq);
 
 	assert_non_null(k);
-	assert_true(k->filled);
+	assert_true(rt_kept_whole(k));
 	assert_int_equal(k->off, off);
-	assert_memory_equal(f->tt.rs_mem + k->off, f->src[seq], MSG);
+	assert_memory_equal(f->tt.window.mem + k->off, f->src[seq], MSG);
 }
 
 static uint32_t nkept(struct fixture *f)
@@ -136,7 +138,7 @@ static uint32_t nkept(struct fixture *f)
 	struct rt_kept *k;
 	uint32_t n = 0;
 
-	TAILQ_FOREACH(k, &f->tt.kept, link)
+	TAILQ_FOREACH(k, &f->tt.window.kept, link)
 		n++;
 	return n;
 }
@@ -158,14 +160,14 @@ static void test_full_window_overwrites_oldest(void **state)
 		check_copy(f, seq, (seq % 4) * MSG);
 	}
 	assert_int_equal(nkept(f), 4);
-	assert_int_equal(f->tt.resend_evicted, 6);
-	assert_int_equal(f->tt.resend_unkept, 0);
+	assert_int_equal(f->tt.window.evicted, 6);
+	assert_int_equal(f->tt.window.unkept, 0);
 	/* Larger than the whole window: never kept. */
 	{
 		struct rt_local_msg m = { .fwd_seq = 10, .size = 8 * MSG, .data = f->src[0] };
 
-		assert_false(rt_resend_keep(&f->tt, &m, on_kept, f));
-		assert_int_equal(f->tt.resend_unkept, 1);
+		assert_null(rt_window_keep(&f->tt.window, &f->t, &m, on_kept, f));
+		assert_int_equal(f->tt.window.unkept, 1);
 	}
 	destroy(f);
 }
@@ -187,8 +189,8 @@ static void test_busy_copy_is_not_overwritten(void **state)
 	k = kept_of(f, 0);
 	k->busy++; /* being sent again */
 	assert_false(keep(f, 4));
-	assert_int_equal(f->tt.resend_unkept, 1);
-	assert_int_equal(f->tt.resend_evicted, 0);
+	assert_int_equal(f->tt.window.unkept, 1);
+	assert_int_equal(f->tt.window.evicted, 0);
 	assert_int_equal(nkept(f), 4);
 	for (uint64_t seq = 0; seq < 4; seq++)
 		check_copy(f, seq, seq * MSG);
@@ -197,7 +199,7 @@ static void test_busy_copy_is_not_overwritten(void **state)
 	wait_kept(f, 5);
 	assert_null(kept_of(f, 0));
 	check_copy(f, 5, 0);
-	assert_int_equal(f->tt.resend_evicted, 1);
+	assert_int_equal(f->tt.window.evicted, 1);
 	destroy(f);
 }
 
@@ -214,15 +216,79 @@ static void test_copy_being_made_is_not_overwritten(void **state)
 	for (uint64_t seq = 0; seq < 4; seq++)
 		assert_true(keep(f, seq));
 	for (uint64_t seq = 0; seq < 4; seq++)
-		assert_false(kept_of(f, seq)->filled);
+		assert_false(rt_kept_whole(kept_of(f, seq)));
 	assert_false(keep(f, 4));
-	assert_int_equal(f->tt.resend_unkept, 1);
-	assert_int_equal(f->tt.resend_evicted, 0);
+	assert_int_equal(f->tt.window.unkept, 1);
+	assert_int_equal(f->tt.window.evicted, 0);
 	release_worker(f);
 	wait_kept(f, 4);
 	for (uint64_t seq = 0; seq < 4; seq++)
 		check_copy(f, seq, seq * MSG);
 	assert_null(kept_of(f, 4));
+	destroy(f);
+}
+
+static void on_filled(void *arg)
+{
+	((struct fixture *)arg)->kept++; /* here: records copied */
+}
+
+/*
+ * A relay keeps a message record by record as it lands (rt_window_open, then
+ * rt_window_fill per record): each of its first bytes may be sent again as
+ * soon as its copy is made (rt_kept_has), the whole once the last is; while
+ * it is made it is busy and never overwritten.
+ */
+static void test_relay_copy_record_by_record(void **state)
+{
+	struct fixture *f = make(4 * MSG);
+	struct rgaps_record_hdr h = { .msg_seq = 7, .msg_size = MSG, .origin_seq = 70 };
+	struct rt_kept *k;
+
+	hold_worker(f);
+	k = rt_window_open(&f->tt.window, &f->t, &h);
+	assert_non_null(k);
+	for (uint64_t off = 0; off < MSG; off += MSG / 4)
+		assert_true(rt_window_fill(k, off, f->src[7] + off, MSG / 4, on_filled, f));
+	assert_false(rt_kept_has(k, 0, 1)); /* nothing copied yet */
+	for (uint64_t seq = 0; seq < 3; seq++)
+		assert_true(keep(f, seq)); /* the window full: 7 and three more */
+	assert_false(keep(f, 3));	   /* 7 is being made: not overwritten */
+	release_worker(f);
+	wait_kept(f, 4 + 3);
+	assert_true(rt_kept_has(k, 0, MSG / 4));
+	assert_true(rt_kept_has(k, MSG / 2, MSG / 2));
+	assert_true(rt_kept_whole(k));
+	assert_int_equal(k->origin_seq, 70);
+	assert_memory_equal(f->tt.window.mem + k->off, f->src[7], MSG);
+	assert_true(keep(f, 4)); /* whole and not sent: it may go now */
+	wait_kept(f, 8);
+	assert_null(kept_of(f, 7));
+	destroy(f);
+}
+
+/*
+ * A relay's message whose ring ended before it was whole is dropped: never
+ * sent again (rt_kept_has says no), and freed once the copies still running
+ * into it are done, not before.
+ */
+static void test_relay_copy_dropped(void **state)
+{
+	struct fixture *f = make(4 * MSG);
+	struct rgaps_record_hdr h = { .msg_seq = 9, .msg_size = MSG };
+	struct rt_kept *k;
+
+	hold_worker(f);
+	k = rt_window_open(&f->tt.window, &f->t, &h);
+	assert_non_null(k);
+	assert_true(rt_window_fill(k, 0, f->src[9], MSG / 2, on_filled, f));
+	rt_window_drop(k);
+	assert_non_null(kept_of(f, 9)); /* its copy still runs into it */
+	assert_false(rt_kept_has(k, 0, 1));
+	release_worker(f);
+	wait_kept(f, 1);
+	assert_null(kept_of(f, 9));
+	assert_int_equal(f->tt.window.used, 0);
 	destroy(f);
 }
 
@@ -232,6 +298,8 @@ int main(void)
 		cmocka_unit_test(test_full_window_overwrites_oldest),
 		cmocka_unit_test(test_busy_copy_is_not_overwritten),
 		cmocka_unit_test(test_copy_being_made_is_not_overwritten),
+		cmocka_unit_test(test_relay_copy_record_by_record),
+		cmocka_unit_test(test_relay_copy_dropped),
 	};
 
 	rgaps__log_level = RGAPS_LOG_ERROR;

@@ -265,19 +265,33 @@ struct rt_link {
 };
 
 /*
- * A message kept to be sent again after a link flap (resend_window): its copy
- * at tt->rs_mem + off, oldest first in tt->kept, the oldest overwritten first.
+ * A message kept to be sent again (resend.c): its copy at win->mem + off,
+ * oldest first in win->kept, the oldest overwritten first.
  */
 struct rt_kept {
 	TAILQ_ENTRY(rt_kept) link;
-	struct rgapsd_job job; /* its copy into the window, on the keep worker */
-	struct rt_topic *tt;
-	const uint8_t *src; /* while the copy runs: the message in its pool */
+	struct rt_window *win;
 	uint64_t seq, size, ts_ns, origin_stream, origin_seq, off;
-	uint32_t busy; /* its copy being made, or sent again: not overwritten until done */
-	bool filled;   /* its bytes are in the window: it may be sent again */
-	void (*done)(void *arg); /* the keeper's caller, once the copy is made (on the loop) */
-	void *done_arg;
+	uint64_t have;	/* its first bytes in the window so far: sent again up to there */
+	uint32_t fills; /* copies into it that run on the keep worker */
+	uint32_t busy;	/* being made, or sent again: not overwritten until done */
+	bool making;	/* not whole yet: it holds one of busy */
+	bool dropped;	/* given up before it was whole: freed once its copies ran */
+};
+
+/*
+ * A resend window: copies of the newest messages of one stream (this host's
+ * own messages of a topic, or a source a relay passes on), resend.c.
+ */
+struct rt_window {
+	struct rgapsd_remote *rt;
+	uint8_t *mem;
+	uint64_t size, used;
+	TAILQ_HEAD(rt_keptq, rt_kept) kept;
+	void *mr[RT_TR_MAX];
+	bool failed;  /* no memory for it: nothing kept (logged once) */
+	bool closing; /* freed once no copy runs and none is sent from it */
+	uint64_t evicted, unkept;
 };
 
 struct rt_omsg {
@@ -472,7 +486,9 @@ struct rt_source {
 	uint64_t last_seq;
 	SLIST_HEAD(, rt_out) outs; /* rings to its children */
 	struct rt_omsg *relaying;  /* the message whose records land now, NULL between two */
-	uint64_t relayed, relayed_bytes, relay_drops, relay_aborts;
+	struct rt_window window;   /* what it sends again to a child that comes to it */
+	struct rt_kept *keeping;   /* the entry of the message whose records land now */
+	uint64_t relayed, relayed_bytes, relay_drops, relay_aborts, resent;
 };
 
 struct rt_peer {
@@ -546,14 +562,9 @@ struct rt_topic {
 	STAILQ_HEAD(, rt_d2h) d2h_q;	      /* waiting for a slot */
 	void (*d2h_ready)(struct rt_d2h *st); /* a copy finished (on the loop) */
 	uint64_t staged_chunks, staged_bytes;
-	/* resend window (host-memory topics, resend_window > 0) */
 	uint64_t epoch; /* this instance of the topic, named in topic_setup */
-	uint8_t *rs_mem;
-	uint64_t rs_size, rs_used;
-	TAILQ_HEAD(rt_keptq, rt_kept) kept;
-	void *rs_mr[RT_TR_MAX];
-	bool rs_failed; /* no memory for it: nothing kept (logged once) */
-	uint64_t resent, resend_evicted, resend_unkept;
+	struct rt_window window; /* resend window (host-memory topics, resend_window > 0) */
+	uint64_t resent;
 	uint32_t pool_msgs; /* live messages with chunks posted from the pool, not yet sent */
 	uint64_t from_copy; /* chunks of live messages posted from their copy in the window */
 	/* Its relay tree, as this host (its origin) lays it out (relay.c). */
@@ -696,20 +707,39 @@ void rt_staging_free(struct rt_topic *tt);
 
 /* ---------------------------------------------------------------- resend.c */
 
+void rt_window_init(struct rt_window *w, struct rgapsd_remote *rt);
 /*
- * Keep a copy of a forwarded message in the topic's resend window, if it has
- * one. The copy is made off the loop, on the keep worker: its entry when it was
- * started, and then done(arg) runs on the loop once it is made (entry->filled);
- * until then the caller keeps msg's bytes where they are (its hold on the
- * message). NULL: nothing kept (no window, or no room: counted), done is never
- * called. The entry is busy until its copy is made; a caller that reads it later
- * keeps it busy itself (busy++ now, busy-- when done with it).
+ * Keep a copy of a forwarded message of topic t in window w, if t has one.
+ * The copy is made off the loop, on the keep worker: its entry when it was
+ * started, and then done(arg) runs on the loop once it is made (whole); until
+ * then the caller keeps msg's bytes where they are (its hold on the message).
+ * NULL: nothing kept (no window, or no room: counted), done is never called.
+ * The entry is busy until its copy is made; a caller that reads it later keeps
+ * it busy itself (busy++ now, busy-- when done with it).
  */
-struct rt_kept *rt_resend_keep(struct rt_topic *tt, const struct rt_local_msg *msg,
-			       void (*done)(void *arg), void *arg);
+struct rt_kept *rt_window_keep(struct rt_window *w, const struct rgapsd_topic *t,
+			       const struct rt_local_msg *msg, void (*done)(void *arg), void *arg);
+/*
+ * A relayed message of topic t whose first record (h) landed: its entry in w,
+ * filled record by record (rt_window_fill) and whole once its last copy is
+ * made, or dropped (rt_window_drop). NULL: nothing kept (counted).
+ */
+struct rt_kept *rt_window_open(struct rt_window *w, const struct rgapsd_topic *t,
+			       const struct rgaps_record_hdr *h);
+/* Copy len bytes of src to off in k, on the keep worker; done(arg) on the loop after. */
+bool rt_window_fill(struct rt_kept *k, uint64_t off, const uint8_t *src, uint64_t len,
+		    void (*done)(void *arg), void *arg);
+/* k will not be whole (its ring ended): it goes once its copies ran; never sent again. */
+void rt_window_drop(struct rt_kept *k);
+/* Are bytes [off, off + len) of k in the window (and k not dropped)? All of them? */
+bool rt_kept_has(const struct rt_kept *k, uint64_t off, uint64_t len);
+bool rt_kept_whole(const struct rt_kept *k);
 /* The window's registration with transport tr (made on first use); NULL: refused, logged. */
-void *rt_resend_mr(struct rt_topic *tt, int tr);
-void rt_resend_free(struct rt_topic *tt);
+void *rt_window_mr(struct rt_window *w, int tr);
+/* No copy into it runs, and none of it is sent: it may be freed. */
+bool rt_window_idle(const struct rt_window *w);
+/* Free the window now, or, while copies run or are sent from it, once they are done. */
+void rt_window_free(struct rt_window *w);
 
 /* ---------------------------------------------------------------- attach.c */
 

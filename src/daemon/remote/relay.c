@@ -473,11 +473,51 @@ static void relay_begin(struct rt_source *src, struct rt_rec *r)
 	}
 }
 
+/* A record's copy into the source's resend window is made: rings waiting for it go on. */
+static void kept_record(void *arg)
+{
+	struct rt_rec *r = arg;
+	struct rt_source *src = r->in->src;
+
+	rt_rec_put(r);
+	drive_all(src);
+}
+
+/*
+ * Keep record r of the message now landing in the source's window, so that a
+ * child that comes to this host later gets it again (a relay's window: in a
+ * tree any host may become a parent). Copied off the loop; the record stays
+ * in the ring until then.
+ */
+static void keep_record(struct rt_source *src, struct rt_in *in, struct rt_rec *r)
+{
+	if (r->h.flags & RGAPS_RECORD_FIRST) {
+		if (src->keeping) /* defensive: the ring's order makes it impossible */
+			rt_window_drop(src->keeping);
+		src->keeping = src->mode.kind == RGAPS_RELAY_STAR ?
+				       NULL :
+				       rt_window_open(&src->window, src->t, &r->h);
+	}
+	if (!src->keeping)
+		return;
+	rt_rec_hold(r);
+	if (!rt_window_fill(src->keeping, r->h.chunk_off,
+			    in->mem + r->slot.off + RGAPS_RECORD_HDR, r->h.chunk_len, kept_record,
+			    r)) {
+		rt_rec_put(r);
+		rt_window_drop(src->keeping);
+		src->keeping = NULL;
+		return;
+	}
+	if (r->h.flags & RGAPS_RECORD_LAST)
+		src->keeping = NULL; /* whole once its copies are made */
+}
+
 /*
  * A record landed on the ring of in's source (receiver.c, before it is copied
- * here): pass it on to every ring that carries its message, now. A loss
- * notice passes on as the rings' own (sender.c tells each child what it
- * lacks once its queue is empty).
+ * here): pass it on to every ring that carries its message, now, and keep it
+ * in the window. A loss notice passes on as the rings' own (sender.c tells
+ * each child what it lacks once its queue is empty).
  */
 static void on_landed(struct rt_in *in, struct rt_rec *r)
 {
@@ -497,6 +537,7 @@ static void on_landed(struct rt_in *in, struct rt_rec *r)
 		if (!SLIST_EMPTY(&src->outs))
 			relay_begin(src, r);
 	}
+	keep_record(src, in, r);
 	m = src->relaying;
 	if (!m)
 		return;
@@ -525,35 +566,56 @@ static void on_landed(struct rt_in *in, struct rt_rec *r)
 	drive_all(src);
 }
 
+/* Does ring o carry message m, or wait to send again the kept copy k (not whole yet)? */
+static bool ring_needs(const struct rt_out *o, const struct rt_omsg *m, const struct rt_kept *k)
+{
+	const struct rt_chunk *c;
+
+	if (m && o->carrying == m)
+		return true;
+	STAILQ_FOREACH(c, &o->queue, link)
+		if (k && c->m && c->m->kept == k)
+			return true;
+	return false;
+}
+
 /*
  * The ring of in's source went (its parent failed, moved or left) in the
  * middle of a message: no later record finishes it here, so the rings that
- * carry it cannot finish it either. They go (moved) and are made again,
- * starting with that message, which the next parent sends again.
+ * carry it, or were to send its copy again, cannot finish it either. They go
+ * (moved) and are made again, starting with that message, which the next
+ * parent sends again.
  */
 static void on_ring_end(struct rt_in *in)
 {
 	struct rt_source *src = in->src;
 	struct rt_omsg *m = src->relaying;
+	struct rt_kept *k = src->keeping;
 	struct rt_out *o, *next;
 	uint64_t seq;
 
-	if (!m)
+	if (!m && !k)
 		return;
-	seq = m->msg.fwd_seq;
+	seq = m ? m->msg.fwd_seq : k->seq;
 	for (o = SLIST_FIRST(&src->outs); o; o = next) {
 		next = SLIST_NEXT(o, in_topic);
-		if (o->carrying != m)
+		if (!ring_needs(o, m, k))
 			continue;
 		src->relay_aborts++;
 		rgaps_info("topic '%s': the ring from %s ended in message %llu: ring %u to %s "
 			   "starts over",
-			   src->topic, rgapsd_peer_name(in->p->peer), (unsigned long long)seq,
-			   o->id, rgapsd_peer_name(o->p->peer));
+			   src->topic, rgapsd_peer_name(in->p->peer), (unsigned long long)seq, o->id,
+			   rgapsd_peer_name(o->p->peer));
 		rt_out_free(o, rgapsd_peer_is_up(o->p->peer), true);
 	}
-	src->relaying = NULL;
-	rt_omsg_put(m);
+	if (k) {
+		rt_window_drop(k);
+		src->keeping = NULL;
+	}
+	if (m) {
+		src->relaying = NULL;
+		rt_omsg_put(m);
+	}
 	/* It lands again from the next parent: rings made meanwhile take it. */
 	if (src->have_seq && src->last_seq == seq) {
 		src->have_seq = seq > 0;

@@ -52,7 +52,7 @@ struct rt_topic *rt_topic_of(struct rgapsd_remote *rt, struct rgapsd_topic *t, b
 	SLIST_INIT(&tt->outs);
 	SLIST_INIT(&tt->waiters);
 	STAILQ_INIT(&tt->d2h_q);
-	TAILQ_INIT(&tt->kept);
+	rt_window_init(&tt->window, rt);
 	/* Names this instance of the topic to receivers: another one restarts the sequence. */
 	tt->epoch = 1 + (((uint64_t)randombytes_random() << 32 | randombytes_random()) % RT_SEQ_MAX);
 	tt->fwd_deliver = on_forwarded;
@@ -81,7 +81,7 @@ static uint32_t pool_cap(const struct rt_topic *tt)
  */
 static void omsg_unpin(struct rt_omsg *m)
 {
-	if (!m->held || !m->copy || !m->copy->filled || m->pool_reads || m->works)
+	if (!m->held || !m->copy || !rt_kept_whole(m->copy) || m->pool_reads || m->works)
 		return;
 	m->held = false;
 	rt_forwarder_release(m->tt, &m->msg);
@@ -321,16 +321,16 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 						   RGAPS_RECORD_HDR,
 					   .len = c->len };
 	else if (c->m->kept) /* sent again, from the resend window */
-		sg[1] = (struct rgaps_sg){ .mr = rt_resend_mr(o->tt, o->tr),
+		sg[1] = (struct rgaps_sg){ .mr = rt_window_mr(c->m->kept->win, o->tr),
 					   .addr = (void *)(c->m->msg.data + c->off),
 					   .len = c->len };
 	else if (c->d2h)
 		sg[1] = (struct rgaps_sg){ .mr = o->tt->stg_mr[o->tr],
 					   .addr = o->tt->stg + c->d2h->slot * o->tt->stg_slot,
 					   .len = c->len };
-	else if (c->m->copy && c->m->copy->filled) /* its copy is made: the pool may go */
-		sg[1] = (struct rgaps_sg){ .mr = rt_resend_mr(o->tt, o->tr),
-					   .addr = o->tt->rs_mem + c->m->copy->off + c->off,
+	else if (c->m->copy && rt_kept_whole(c->m->copy)) /* its copy is made: the pool may go */
+		sg[1] = (struct rgaps_sg){ .mr = rt_window_mr(c->m->copy->win, o->tr),
+					   .addr = c->m->copy->win->mem + c->m->copy->off + c->off,
 					   .len = c->len };
 	else
 		sg[1] = (struct rgaps_sg){ .mr = pool_mr(o, c->m->msg.src),
@@ -345,7 +345,7 @@ static int chunk_post(struct rt_out *o, struct rt_chunk *c)
 	r = tr->lp->ops.transport.post_record(tr->ctx, o->p->links[o->tr].link, o->id, c->slot.off,
 					      sg, nsg, (uint64_t)(uintptr_t)c);
 	if (r == 0 && c->m && !c->m->kept && !c->d2h && !c->rec) {
-		if (c->m->copy && c->m->copy->filled) {
+		if (c->m->copy && rt_kept_whole(c->m->copy)) {
 			o->tt->from_copy++;
 		} else {
 			c->from_pool = true;
@@ -464,7 +464,7 @@ static struct rt_chunk *chunk_to_reserved(struct rt_out *o, struct rt_chunk *c, 
  */
 static bool chunk_copy_due(const struct rt_chunk *c)
 {
-	return c->d2h || (c->m && c->m->kept && !c->m->kept->filled);
+	return c->d2h || (c->m && c->m->kept && !rt_kept_has(c->m->kept, c->off, c->len));
 }
 
 /*
@@ -476,7 +476,7 @@ static bool chunk_waits_for_copy(const struct rt_chunk *c)
 {
 	const struct rt_omsg *m = c->m;
 
-	return m && !m->kept && !c->d2h && m->copy && !m->copy->filled && !m->pool_reads &&
+	return m && !m->kept && !c->d2h && m->copy && !rt_kept_whole(m->copy) && !m->pool_reads &&
 	       m->tt->pool_msgs >= pool_cap(m->tt);
 }
 
@@ -509,7 +509,8 @@ again:
 				chunk_set(rt, c, chunk_copy_due(c) ? CHUNK_STAGING : CHUNK_STAGED);
 				break;
 			case CHUNK_STAGING:
-				if (c->d2h ? c->d2h->ready && !c->d2h->status : c->m->kept->filled)
+				if (c->d2h ? c->d2h->ready && !c->d2h->status :
+					     rt_kept_has(c->m->kept, c->off, c->len))
 					chunk_set(rt, c, CHUNK_STAGED);
 				else
 					stop = true; /* resumes in d2h_ready or on_kept */
@@ -704,6 +705,8 @@ static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
 		m->epoch = src->in ? src->in->epoch : src->epoch; /* the origin's topic's */
 		m->from = o->live_from;
 		m->has_from = src->have_seq && m->from <= RT_SEQ_MAX;
+		if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !src->window.failed)
+			m->resend = tt->t->cfg.resend_window;
 		return;
 	}
 	snprintf(m->origin, sizeof(m->origin), "%s", o->p->rt->d->cfg.listen);
@@ -712,7 +715,7 @@ static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
 	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost. */
 	m->from = tt->have_seq ? tt->last_seq + 1 : 0;
 	m->has_from = m->from <= RT_SEQ_MAX;
-	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->rs_failed)
+	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->window.failed)
 		m->resend = tt->t->cfg.resend_window;
 }
 
@@ -877,37 +880,43 @@ static struct rt_omsg *omsg_new(struct rt_topic *tt, const struct rt_local_msg *
 }
 
 /*
- * A new ring to a peer that had one before: send again, from the resend
- * window, the kept messages from the first it has not received (the
- * receiver's next, in topic_ready) up to the first queued on this ring. Those
- * that fell out of the window show as a jump of the sequence, or in a loss
- * notice.
+ * A new ring to a peer that had one before, or a relay's ring to a child that
+ * comes to it from another parent: send again, from the resend window, the
+ * kept messages from the first it has not received (the receiver's next, in
+ * topic_ready) up to the first that the ring carries as it goes (queued on it
+ * since, or, for a relay's, landing from now on). A relay's may still be
+ * landing: its chunks wait until their bytes are kept. Those that fell out of
+ * the window show as a jump of the sequence, or in a loss notice.
  */
 static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 {
 	struct rt_topic *tt = o->tt;
 	struct rgapsd_remote *rt = tt->rt;
-	uint64_t chunk = tt->t->cfg.chunking ? tt->t->cfg.chunk_size : UINT64_MAX;
-	uint64_t upto = o->queued_any ? o->first_seq : UINT64_MAX;
+	struct rt_window *w = o->src ? &o->src->window : &tt->window;
+	uint64_t chunk = o->src		     ? o->src->chunk_size :
+			 tt->t->cfg.chunking ? tt->t->cfg.chunk_size :
+					       UINT64_MAX;
+	uint64_t upto = o->src ? o->live_from : o->queued_any ? o->first_seq : UINT64_MAX;
 	struct rt_chunk_q later = STAILQ_HEAD_INITIALIZER(later);
+	uint64_t resent = 0;
 	struct rt_kept *k;
 
-	if (!ready->has_next || TAILQ_EMPTY(&tt->kept))
+	if (!ready->has_next || TAILQ_EMPTY(&w->kept))
 		return;
 	STAILQ_CONCAT(&later, &o->queue); /* what was queued meanwhile goes after */
-	TAILQ_FOREACH(k, &tt->kept, link) {
+	TAILQ_FOREACH(k, &w->kept, link) {
 		struct rt_local_msg msg = { .seq = k->seq,
 					    .size = k->size,
 					    .ts_ns = k->ts_ns,
 					    .origin_stream = k->origin_stream,
 					    .origin_seq = k->origin_seq,
-					    .data = tt->rs_mem + k->off,
+					    .data = w->mem + k->off,
 					    .fwd_seq = k->seq,
 					    .token = UINT32_MAX };
 		uint64_t c = RGAPS_MIN(chunk, k->size);
 		struct rt_omsg *m;
 
-		if (k->seq < ready->next)
+		if (k->seq < ready->next || k->dropped)
 			continue;
 		if (k->seq >= upto)
 			break;
@@ -926,14 +935,18 @@ static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 		}
 		out_set(rt, m, OUT_QUEUED);
 		omsg_put(rt, m); /* its chunks hold it now */
-		o->resent++;
-		tt->resent++;
+		resent++;
 	}
 	STAILQ_CONCAT(&o->queue, &later);
-	if (o->resent)
-		rgaps_info("topic '%s': %llu messages sent again to %s after the reconnect",
-			   tt->t->cfg.name, (unsigned long long)o->resent,
-			   rgapsd_peer_name(o->p->peer));
+	o->resent += resent;
+	if (o->src)
+		o->src->resent += resent;
+	else
+		tt->resent += resent;
+	if (resent)
+		rgaps_info("topic '%s': %llu messages sent again to %s, from %llu on",
+			   tt->t->cfg.name, (unsigned long long)resent,
+			   rgapsd_peer_name(o->p->peer), (unsigned long long)ready->next);
 }
 
 /*
@@ -1045,7 +1058,7 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 		rt_forwarder_release(tt, msg);
 		return;
 	}
-	m->copy = rt_resend_keep(tt, msg, on_kept, m);
+	m->copy = rt_window_keep(&tt->window, tt->t, msg, on_kept, m);
 	if (m->copy) {
 		m->refs++;	 /* the copy reads the message in its pool: held until on_kept */
 		m->copy->busy++; /* m's chunks may go from it: not overwritten while m lives */
@@ -1172,8 +1185,7 @@ void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 	o->state = OUT_RING_READY;
 	if (o->src)
 		relay_ready(o, m);
-	else
-		resend_queue(o, m);
+	resend_queue(o, m);
 	p->resetup_ms = 0; /* the peer answers again: the next refusal starts the back-off anew */
 	rgaps_info("topic '%s': ring %u to %s ready", o->tt->t->cfg.name, o->id,
 		   rgapsd_peer_name(p->peer));
@@ -1232,7 +1244,8 @@ void rt_sender_topic_gone(struct rt_topic *tt)
 		rt_out_free(SLIST_FIRST(&tt->outs), false, false);
 	rt_waiters_check(tt, true);
 	rt_staging_free(tt);
-	rt_resend_free(tt);
+	rgaps_require(rt_window_idle(&tt->window)); /* its rings and the keeper are done */
+	rt_window_free(&tt->window);
 	SLIST_REMOVE(&rt->topics, tt, rt_topic, link);
 	rt_local_sub_close(&tt->fwd);
 	free(tt);

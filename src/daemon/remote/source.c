@@ -32,6 +32,7 @@ struct rt_source *rt_source_of(struct rgapsd_remote *rt, const char *topic, cons
 	snprintf(src->topic, sizeof(src->topic), "%s", topic);
 	snprintf(src->origin, sizeof(src->origin), "%s", origin);
 	SLIST_INIT(&src->outs);
+	rt_window_init(&src->window, rt);
 	SLIST_INSERT_HEAD(&rt->sources, src, link);
 	return src;
 }
@@ -58,8 +59,10 @@ void rt_source_check(struct rt_source *src)
 	/* Between two rings the stream stays for the subscribers, so that they see one. */
 	if (src->pub.open && !src->t->local_subs)
 		rt_local_pub_close(&src->pub);
-	if (!src->pub.open && SLIST_EMPTY(&src->outs))
+	if (!src->pub.open && SLIST_EMPTY(&src->outs)) {
 		src->t = NULL;
+		rt_window_free(&src->window); /* nobody to send it again to any more */
+	}
 }
 
 bool rt_sources_hold(const struct rgapsd_remote *rt, const struct rgapsd_topic *t)
@@ -81,6 +84,7 @@ void rt_sources_topic_gone(struct rgapsd_remote *rt, struct rgapsd_topic *t)
 			continue;
 		rgaps_require(!src->in && SLIST_EMPTY(&src->outs));
 		rt_local_pub_close(&src->pub);
+		rt_window_free(&src->window);
 		src->t = NULL;
 	}
 }
@@ -92,6 +96,9 @@ void rt_sources_free(struct rgapsd_remote *rt)
 	while ((src = SLIST_FIRST(&rt->sources))) {
 		SLIST_REMOVE_HEAD(&rt->sources, link);
 		rt_local_pub_close(&src->pub);
+		/* The keeper is stopped and its completions ran; no ring sends from it. */
+		rgaps_require(rt_window_idle(&src->window));
+		rt_window_free(&src->window);
 		free(src);
 	}
 }

@@ -101,6 +101,10 @@ static void sources_stats(struct rgapsd_remote *rt, cJSON *peers, const char *to
 		cJSON_AddNumberToObject(so, "relayed_bytes", (double)src->relayed_bytes);
 		cJSON_AddNumberToObject(so, "relay_drops", (double)src->relay_drops);
 		cJSON_AddNumberToObject(so, "relay_restarts", (double)src->relay_aborts);
+		cJSON_AddNumberToObject(so, "resent", (double)src->resent);
+		cJSON_AddNumberToObject(so, "resend_kept_bytes", (double)src->window.used);
+		cJSON_AddNumberToObject(so, "resend_evicted", (double)src->window.evicted);
+		cJSON_AddNumberToObject(so, "resend_unkept", (double)src->window.unkept);
 		cJSON_AddItemToArray(arr, so);
 	}
 }
@@ -312,13 +316,13 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 			uint64_t kept = 0;
 			struct rt_kept *k;
 
-			TAILQ_FOREACH(k, &tt->kept, link)
+			TAILQ_FOREACH(k, &tt->window.kept, link)
 				kept++;
 			cJSON_AddNumberToObject(fo, "resend_kept", (double)kept);
 		}
-		cJSON_AddNumberToObject(fo, "resend_kept_bytes", (double)tt->rs_used);
-		cJSON_AddNumberToObject(fo, "resend_evicted", (double)tt->resend_evicted);
-		cJSON_AddNumberToObject(fo, "resend_unkept", (double)tt->resend_unkept);
+		cJSON_AddNumberToObject(fo, "resend_kept_bytes", (double)tt->window.used);
+		cJSON_AddNumberToObject(fo, "resend_evicted", (double)tt->window.evicted);
+		cJSON_AddNumberToObject(fo, "resend_unkept", (double)tt->window.unkept);
 		cJSON_AddNumberToObject(fo, "resent", (double)tt->resent);
 		cJSON_AddNumberToObject(fo, "sent_from_copy", (double)tt->from_copy);
 		cJSON_AddNumberToObject(fo, "pool_pinned", tt->pool_msgs);
