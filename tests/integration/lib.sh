@@ -264,10 +264,16 @@ end_bg() {
 # end cleanly on it), wait for it, and require exit CODE (default 0; `rgaps pub` and
 # `rgaps sub` say 130 when SIGINT stopped them before their --count).
 stop_bg() {
-	local name=$1 sig=${2:-INT} want=${3:-0} pid kids rc=0
+	local name=$1 sig=${2:-INT} want=${3:-0} pid kids rc=0 n
 	pid=$(bg_pid "$name")
 	kids=$(pgrep -P "$pid") || fail "stop_bg $name: its program is not running: $(tail -n 3 "$T/$name.out")"
 	kill -"$sig" $kids
+	# A signal that lands between a tool's check of its flag and its next wait is
+	# seen only when that wait ends: signal again until it has ended (bounded).
+	for ((n = 0; n < 100; n++)); do
+		sleep 0.2
+		kill -"$sig" $kids 2>/dev/null || break # its wrapper reaped it: gone
+	done
 	wait "$pid" || rc=$?
 	[ $rc -eq "$want" ] || { tail -n 20 "$T/$name.out"; fail "$name exited $rc after SIG$sig, expected $want"; }
 }

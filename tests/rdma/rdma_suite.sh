@@ -15,6 +15,8 @@
 #   e2e             rgapsd end to end over verbs: two daemons as two hosts on
 #                   rxe0, 4 verifying subscribers, 4 KiB..16 MiB, a peer
 #                   restart (tests/rdma/e2e_verbs.sh)
+#   relay           three daemons in a relay chain over verbs, the middle one
+#                   passing records on from its receive ring (tests/rdma/relay_verbs.sh)
 #   --bench         throughput against ib_write_bw on the same device, same run
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR [--bench]" >&2; exit 2; }
@@ -111,6 +113,10 @@ t "transport conformance (tests/transport/conformance.c), verbs, cases d e f" \
 # ---- rgapsd end to end over verbs: A on $addr, B on $addr2, both on $dev
 t "e2e: two rgapsd over verbs, 4 verifying subscribers, 4 KiB..16 MiB, peer restart" \
 	env RXE_ADDR="$addr" RXE_ADDR2="$addr2" bash "$(dirname "$0")/e2e_verbs.sh" "$build"
+
+# ---- the relay path over verbs: three daemons in a chain, A and C on $addr, B on $addr2
+t "relay: three rgapsd in a chain over verbs, the middle one passing records on from its ring" \
+	env RXE_ADDR="$addr" RXE_ADDR2="$addr2" bash "$(dirname "$0")/relay_verbs.sh" "$build"
 
 # ---- throughput against ib_write_bw (same device, same VM run)
 # TCG timings wander with the host's load, so the two alternate, three rounds

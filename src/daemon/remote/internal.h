@@ -17,7 +17,7 @@
  *   source.c      a topic's messages from one origin: its sequence and landing stream
  *   forwarder.c   the thread that takes each local message for the sender
  *   attach.c      publishers whose attach waits for the topic's set-ups
- *   resend.c      the resend window: copies of the newest messages, to send again after a flap
+ *   resend.c      resend windows: copies of the newest messages, to send again (a flap, a relay)
  *   staging.c     DP1: device-pool chunks copied to pinned host slots
  *   stages.c      pluggable stages: a topic's stage plugins, run on the stage workers
  *   copies.c      copies between pools and host memory off the loop; NUMA placement
@@ -377,6 +377,7 @@ struct rt_out {
 	/* A relay's ring: the messages it carries as they land (relay.c). */
 	uint64_t live_from;	  /* the first message it may start: none begun before it existed */
 	uint64_t skip_below;	  /* the receiver has every message below this one */
+	uint64_t carried_next;	  /* one past the last message it began to carry */
 	struct rt_omsg *carrying; /* the relayed message whose chunks it takes as they land */
 	uint64_t records, bytes, ring_stalls, credit_stalls, dropped_msgs, loss_notices, resent;
 };

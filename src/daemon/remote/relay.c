@@ -52,7 +52,7 @@ void rt_relay_subscribed(struct rgapsd_remote *rt, struct rgapsd_topic *t)
 	if (t->local_subs && i == rt->njoined) {
 		struct rt_joined *n = realloc(rt->joined, (rt->njoined + 1) * sizeof(*n));
 
-		if (n) { /* else this host says 0: first in the order, still in the tree */
+		if (n) { /* else it says 0 and keeps out of its trees (no memory, no relaying) */
 			rt->joined = n;
 			snprintf(n[i].topic, sizeof(n[i].topic), "%s", t->cfg.name);
 			/* Never 0 ("did not say"), and later than any host that came before. */
@@ -425,10 +425,14 @@ static void drive_all(struct rt_source *src)
 		rt_out_drive(o);
 }
 
-/* Ring o carries a message that begins to land now (seq): its child lacks it, and it may start. */
+/*
+ * Ring o carries a message that begins to land now (seq): it may start there,
+ * its child lacks it, and it did not carry it already (this host's next parent
+ * sends again what this host had passed on but not yet published itself).
+ */
 static bool ring_takes(const struct rt_out *o, uint64_t seq)
 {
-	return seq >= o->live_from && seq >= o->skip_below;
+	return seq >= o->live_from && seq >= o->skip_below && seq >= o->carried_next;
 }
 
 /*
@@ -469,6 +473,7 @@ static void relay_begin(struct rt_source *src, struct rt_rec *r)
 			src->relayed_bytes += r->h.msg_size;
 		}
 		o->carrying = m;
+		o->carried_next = r->h.msg_seq + 1;
 		m->refs++;
 	}
 }

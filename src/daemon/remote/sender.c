@@ -896,7 +896,7 @@ static void resend_queue(struct rt_out *o, const struct rt_wire_msg *ready)
 	uint64_t chunk = o->src		     ? o->src->chunk_size :
 			 tt->t->cfg.chunking ? tt->t->cfg.chunk_size :
 					       UINT64_MAX;
-	uint64_t upto = o->src ? o->live_from : o->queued_any ? o->first_seq : UINT64_MAX;
+	uint64_t upto = o->queued_any ? o->first_seq : o->src ? o->live_from : UINT64_MAX;
 	struct rt_chunk_q later = STAILQ_HEAD_INITIALIZER(later);
 	uint64_t resent = 0;
 	struct rt_kept *k;
