@@ -26,19 +26,8 @@
 # RXE_ADDR2=127.0.0.1: a check of the test itself on a machine without RDMA).
 # E2E_STAGES='"crc32c"' runs it with those stages on the topic (records then
 # carry a stage tag: a third gather piece per record).
-set -u
-[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
-RGAPS_BUILD=$(cd "$1" && pwd -P) || exit 2
-export RGAPS_BUILD
-here=$(cd "$(dirname "$0")" && pwd -P)
-TR=${E2E_TRANSPORT:-verbs}
+. "$(dirname "$0")/daemons_lib.sh" "${1:-}" "${E2E_TRANSPORT:-verbs}"
 OTHER=$([ "$TR" = verbs ] && echo tcp || echo verbs)
-if [ ! -e "$RGAPS_BUILD/plugins/transport-$TR.so" ]; then
-	echo "SKIP: $RGAPS_BUILD/plugins/transport-$TR.so is not built"
-	exit 77
-fi
-. "$here/../integration/lib.sh"
-. "$here/../integration/remote_lib.sh"
 
 # Every process this test started goes, pass or fail (lib.sh's cleanup: the
 # process group of every bg job, the daemons, then anything left that carries the

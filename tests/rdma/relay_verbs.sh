@@ -14,18 +14,7 @@
 #     C's source comes from B.
 # RELAY_TRANSPORT=tcp runs the same test over tcp (RXE_ADDR=RXE_ADDR2=127.0.0.1:
 # a check of the test itself on a machine without RDMA).
-set -u
-[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
-RGAPS_BUILD=$(cd "$1" && pwd -P) || exit 2
-export RGAPS_BUILD
-here=$(cd "$(dirname "$0")" && pwd -P)
-TR=${RELAY_TRANSPORT:-verbs}
-if [ ! -e "$RGAPS_BUILD/plugins/transport-$TR.so" ]; then
-	echo "SKIP: $RGAPS_BUILD/plugins/transport-$TR.so is not built"
-	exit 77
-fi
-. "$here/../integration/lib.sh"
-. "$here/../integration/remote_lib.sh"
+. "$(dirname "$0")/daemons_lib.sh" "${1:-}" "${RELAY_TRANSPORT:-verbs}"
 
 COUNT=${RELAY_COUNT:-60}
 TOPIC=relay

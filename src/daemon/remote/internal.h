@@ -824,6 +824,9 @@ void rt_rec_put(struct rt_rec *r);
 /* in's ring registered with transport tr as a source of records (made once); NULL: logged. */
 void *rt_in_send_mr(struct rt_in *in, int tr);
 void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m);
+/* Answer a set-up with topic_refused, saying why (by_tree: not the receiver's parent). */
+void rt_setup_refuse(struct rt_peer *p, uint32_t ring_id, bool by_tree, const char *fmt, ...)
+	RGAPS_PRINTF(4, 5);
 void rt_on_topic_teardown(struct rt_peer *p, const struct rt_wire_msg *m);
 /* Drop the set-ups that wait for the data link of transport tr. */
 void rt_deferred_drop(struct rt_peer *p, int tr);

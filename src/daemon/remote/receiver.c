@@ -706,18 +706,23 @@ void rt_run_deferred(struct rt_peer *p, int tr)
 	}
 }
 
-static void refuse_setup(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
-	RGAPS_PRINTF(3, 4);
-
-static void refuse_setup(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
+void rt_setup_refuse(struct rt_peer *p, uint32_t ring_id, bool by_tree, const char *fmt, ...)
 {
-	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_REFUSED, .ring_id = ring_id };
+	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_REFUSED,
+				 .ring_id = ring_id,
+				 .by_tree = by_tree };
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(r.reason, sizeof(r.reason), fmt, ap);
 	va_end(ap);
-	rgaps_warn("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer), r.reason);
+	/* The tree's refusals are expected while views of it differ: no warning. */
+	if (by_tree)
+		rgaps_info("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer),
+			   r.reason);
+	else
+		rgaps_warn("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer),
+			   r.reason);
 	rt_peer_send(p, &r);
 }
 
@@ -727,8 +732,8 @@ static void defer_setup(struct rt_peer *p, int tr, const struct rt_wire_msg *m)
 	struct rt_deferred *x = NULL;
 
 	if (p->ndeferred[tr] >= RT_DEFERRED_MAX || !(x = malloc(sizeof(*x)))) {
-		refuse_setup(p, m->ring_id, "too many set-ups wait for the %s data link",
-			     p->rt->tr[tr].name);
+		rt_setup_refuse(p, m->ring_id, false, "too many set-ups wait for the %s data link",
+				p->rt->tr[tr].name);
 		return;
 	}
 	x->m = *m;
@@ -750,7 +755,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 	int e;
 
 	if (!in) {
-		refuse_setup(p, m->ring_id, "out of memory");
+		rt_setup_refuse(p, m->ring_id, false, "out of memory");
 		return NULL;
 	}
 	in->p = p;
@@ -762,7 +767,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 	in->stages = rt_stages_of(p->rt, t, err, sizeof(err));
 	if (!in->stages) {
 		free(in);
-		refuse_setup(p, m->ring_id, "topic '%s': %s", m->topic, err);
+		rt_setup_refuse(p, m->ring_id, false, "topic '%s': %s", m->topic, err);
 		return NULL;
 	}
 	e = rgaps_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
@@ -771,16 +776,16 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 		e = rgaps_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
 	if (e) {
 		free(in);
-		refuse_setup(p, m->ring_id, "topic '%s': ring of %llu bytes refused", m->topic,
-			     (unsigned long long)t->cfg.ring_size);
+		rt_setup_refuse(p, m->ring_id, false, "topic '%s': ring of %llu bytes refused",
+				m->topic, (unsigned long long)t->cfg.ring_size);
 		return NULL;
 	}
 	in->mem = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (in->mem == MAP_FAILED) {
 		in->mem = NULL;
 		free(in);
-		refuse_setup(p, m->ring_id, "cannot allocate a %llu-byte ring",
-			     (unsigned long long)t->cfg.ring_size);
+		rt_setup_refuse(p, m->ring_id, false, "cannot allocate a %llu-byte ring",
+				(unsigned long long)t->cfg.ring_size);
 		return NULL;
 	}
 	if (t->lim.mem_kind != RGAPS_MEM_HOST) {
@@ -796,7 +801,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 	e = rt_source_open(src, t);
 	if (e) {
 		rt_in_free(in);
-		refuse_setup(p, m->ring_id, "topic '%s': no publisher slot", m->topic);
+		rt_setup_refuse(p, m->ring_id, false, "topic '%s': no publisher slot", m->topic);
 		return NULL;
 	}
 	e = tr->lp->ops.transport.receiver_ring_attach(tr->ctx, p->links[tr_idx].link, in->id,
@@ -804,8 +809,8 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 						       desc, dlen);
 	if (e) {
 		rt_in_free(in);
-		refuse_setup(p, m->ring_id, "%s cannot attach the ring: %s", tr->name,
-			     strerror(-e));
+		rt_setup_refuse(p, m->ring_id, false, "%s cannot attach the ring: %s", tr->name,
+				strerror(-e));
 		return NULL;
 	}
 	return in;
@@ -851,7 +856,8 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 		return;
 	}
 	if (i < 0) {
-		refuse_setup(p, m->ring_id, "no transport '%s' on this host", m->transport);
+		rt_setup_refuse(p, m->ring_id, false, "no transport '%s' on this host",
+				m->transport);
 		return;
 	}
 	/*
@@ -871,7 +877,7 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 		return;
 	}
 	if (p->links[i].state != LINK_UP && p->links[i].state != LINK_CONNECTING) {
-		refuse_setup(p, m->ring_id, "no %s data link", p->rt->tr[i].name);
+		rt_setup_refuse(p, m->ring_id, false, "no %s data link", p->rt->tr[i].name);
 		return;
 	}
 	if (p->in[m->ring_id])
@@ -879,21 +885,21 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	/* First arrival: the topic is created here if nobody used it yet. */
 	e = rgapsd__topic_get(p->rt->d, m->topic, &t, err, sizeof(err));
 	if (e) {
-		refuse_setup(p, m->ring_id, "topic '%s': %s", m->topic, err);
+		rt_setup_refuse(p, m->ring_id, false, "topic '%s': %s", m->topic, err);
 		return;
 	}
 	if (!same_stages(t, m)) {
 		char mine[RGAPS_CFG_MAX_STAGES * RGAPS_CFG_NAME_MAX], theirs[sizeof(mine)];
 
-		refuse_setup(p, m->ring_id,
-			     "topic '%s': the sender runs the stages [%s], this host [%s]",
-			     m->topic, stage_list(theirs, sizeof(theirs), m->stages, m->nstages),
-			     stage_list(mine, sizeof(mine), t->cfg.stages, t->cfg.nstages));
+		rt_setup_refuse(p, m->ring_id, false,
+				"topic '%s': the sender runs the stages [%s], this host [%s]",
+				m->topic, stage_list(theirs, sizeof(theirs), m->stages, m->nstages),
+				stage_list(mine, sizeof(mine), t->cfg.stages, t->cfg.nstages));
 		return;
 	}
 	src = rt_source_of(p->rt, m->topic, origin, true);
 	if (!src) {
-		refuse_setup(p, m->ring_id, "out of memory");
+		rt_setup_refuse(p, m->ring_id, false, "out of memory");
 		return;
 	}
 	/* One ring per source: the one it came on so far goes (its sender stops). */

@@ -18,7 +18,6 @@
  * nearest live host above, which sends on from where each stopped.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,23 +315,6 @@ void rt_reconcile_all(struct rgapsd_remote *rt)
 
 /* ---------------------------------------------------------------- set-ups */
 
-static void refuse_by_tree(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
-	RGAPS_PRINTF(3, 4);
-
-static void refuse_by_tree(struct rt_peer *p, uint32_t ring_id, const char *fmt, ...)
-{
-	struct rt_wire_msg r = { .type = RT_MSG_TOPIC_REFUSED,
-				 .ring_id = ring_id,
-				 .by_tree = true };
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(r.reason, sizeof(r.reason), fmt, ap);
-	va_end(ap);
-	rgaps_info("peer %s: topic set-up refused: %s", rgapsd_peer_name(p->peer), r.reason);
-	rt_peer_send(p, &r);
-}
-
 /*
  * Whether p may send this host the topic from origin in mode: it is this
  * host's parent in the tree as this host sees it. A host that is not in the
@@ -382,11 +364,12 @@ void rt_relay_on_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 		return;
 	}
 	if (strcmp(origin, self_name(rt)) == 0) {
-		refuse_by_tree(p, m->ring_id, "topic '%s': this host is its origin", m->topic);
+		rt_setup_refuse(p, m->ring_id, true, "topic '%s': this host is its origin",
+				m->topic);
 		return;
 	}
 	if (!parent_ok(rt, p, m, origin, &mode, why, sizeof(why))) {
-		refuse_by_tree(p, m->ring_id, "%s", why);
+		rt_setup_refuse(p, m->ring_id, true, "%s", why);
 		return;
 	}
 	rt_on_topic_setup(p, m);
