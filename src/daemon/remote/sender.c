@@ -588,6 +588,13 @@ void rt_out_free(struct rt_out *o, bool tell_peer, bool moved)
 	struct rgapsd_remote *rt = o->p->rt;
 	struct rt_chunk *c;
 
+	if (o->state == OUT_RING_CLOSING) {
+		/* Retired already, waiting for its records in flight (still in p->out, no
+		 * longer in its list): once the link is gone nothing will come back for them. */
+		if (o->p->links[o->tr].state != LINK_UP)
+			out_finish(o);
+		return;
+	}
 	if (o->src)
 		SLIST_REMOVE(&o->src->outs, o, rt_out, in_topic);
 	else
