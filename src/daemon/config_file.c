@@ -411,7 +411,9 @@ static const struct rgaps_cfg_field topic_fields[] = {
 		 "received is sent again after the reconnect, what fell out of the window is "
 		 "reported lost. The default holds 2.5 s of a 100 MB/s stream (0.4 s at the "
 		 "measured end-to-end TCP rate, docs/BENCHMARKS.md), as much as a publisher's "
-		 "default pool. 0: nothing is kept or sent again. Host-memory topics only." },
+		 "default pool. 0: nothing is kept or sent again. Host-memory topics only. A "
+		 "host that passes messages on in a chain or tree (relay) keeps one of this "
+		 "size per origin it receives, for the hosts below it." },
 	{ .name = "relay", .type = RGAPS_CFG_STRING, CFG_AT(T, relay), .def = "\"auto\"",
 	  .check = check_relay,
 	  .doc = "How a message reaches the hosts that subscribe (decided by the publisher's "
