@@ -94,7 +94,7 @@ ok "H6 joined at the end of the chain and left it; nobody else moved"
 # ---- 1. the streams end: every message on every host, once, in order
 declare -A N
 for t in chain tree; do
-	stop_bg pub$t INT
+	stop_bg pub$t INT 130
 	N[$t]=$(grep -o '^published [0-9]*' "$T/pub$t.out" | tr -dc 0-9)
 	[ -n "${N[$t]}" ] || fail "pub $t said nothing: $(cat "$T/pub$t.out")"
 done
@@ -126,7 +126,7 @@ done
 ok "every relay passed on all ${N[chain]} and ${N[tree]} messages, the leaves none"
 for i in 0 1 2 3 4 5; do
 	for t in chain tree; do
-		stop_bg "sub$t$i" INT 4
+		stop_bg "sub$t$i" INT 130
 		expect_sub "sub$t$i" received="${N[$t]}" verified="${N[$t]}" mismatched=0 gaps=0 drops=0
 	done
 done

@@ -87,7 +87,7 @@ ok "H4's cable back: H5 receives from H4 again"
 # ---- the stream ends: every message accounted for on every host that lived
 n=$(landed H5)
 wait_until 20 eval '[ "$(landed H5)" -gt $((n + 100)) ]' || fail "H5 receives nothing at the end"
-stop_bg pub INT
+stop_bg pub INT 130
 published=$(grep -o '^published [0-9]*' "$T/pub.out" | tr -dc 0-9)
 [ -n "$published" ] || fail "the publisher said nothing: $(cat "$T/pub.out")"
 # A subscriber is stopped once its host has told it the fate of every message
@@ -100,7 +100,7 @@ told_all() { # HOST
 }
 for i in 1 3 4 5; do
 	wait_until 30 told_all H$i || fail "H$i did not account for all $published messages: $(source_entry H$i)"
-	stop_bg sub$i INT 4
+	stop_bg sub$i INT 130
 	r=$(sub_field sub$i received) g=$(sub_field sub$i gaps) d=$(sub_field sub$i drops)
 	expect_sub sub$i mismatched=0 verified="$r"
 	[ $((r + g + d)) -eq "$published" ] ||

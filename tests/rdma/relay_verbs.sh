@@ -71,7 +71,7 @@ ok "chain A > B > C over $TR: A sends to B only, B passed on all $COUNT messages
 for s in subB subC1 subC2; do
 	h=${s:3:1}
 	wait_until 60 eval '! hstats '$h' $TOPIC | grep -q "\"daemon\":false,[^}]*\"lag\":[1-9]"' || true
-	stop_bg $s INT 4
+	stop_bg $s INT 130
 	expect_sub $s received="$COUNT" verified="$COUNT" mismatched=0 gaps=0 drops=0
 done
 ok "$COUNT messages of 4 KiB..8 MiB: B and C (2 subscribers) received every one, verified, in order ($(sub_line subC1 | sed 's/ bytes.*//'))"

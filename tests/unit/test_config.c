@@ -1085,7 +1085,7 @@ static void test_to_json(void **state)
 	assert_non_null(o);
 	cJSON_ArrayForEach(v, o)
 		n++;
-	assert_int_equal(n, 26); /* every topic key */
+	assert_int_equal(n, 27); /* every topic key */
 
 	v = cJSON_GetObjectItemCaseSensitive(o, "pool_size");
 	assert_true(cJSON_IsNumber(v) && v->valuedouble == 1610612736.0);

@@ -112,7 +112,7 @@ for s in $SIZES; do
 						fail "$t did not reach H$i"
 				done
 				tx1=$(netns_tx H0)
-				for ((i = 1; i <= n; i++)); do stop_bg "s$i" INT 4; done
+				for ((i = 1; i <= n; i++)); do stop_bg "s$i" INT 130; done
 				lat+=("$(max_latency_ms "$n")")
 				egr+=("$(awk -v b=$((tx1 - tx0)) 'BEGIN { printf "%.1f", b / 1048576 }')")
 			done
@@ -148,7 +148,7 @@ until [ -z "$(for h in "${!took[@]}"; do [ -n "${took[$h]}" ] || echo "$h"; done
 	sleep 0.05
 done
 sleep 5
-stop_bg pub INT
+stop_bg pub INT 130
 final=$(grep -o '^published [0-9]*' "$T/pub.out" | tr -dc 0-9)
 echo
 echo "relay killed mid-stream: chain H0 > H1 > ... > H$KILL_N, 4 MiB messages at 4/s, H2 SIGKILLed with $at_kill published"
@@ -159,7 +159,7 @@ for ((i = 1; i <= KILL_N; i++)); do
 	[ $i = 2 ] && continue
 	wait_until 60 eval '[ "$(told_next H'$i')" -ge "$final" ]' || fail "H$i did not account for all $final messages"
 	wait_until 30 eval '! hstats H'$i' "$t" | grep -q "\"daemon\":false,[^}]*\"lag\":[1-9]"' || true
-	stop_bg s$i INT 4
+	stop_bg s$i INT 130
 	r=$(sub_field s$i received) g=$(sub_field s$i gaps) d=$(sub_field s$i drops)
 	echo "  H$i: received $r + reported lost $((g + d)) = $((r + g + d)) of $final published"
 done

@@ -272,6 +272,7 @@ struct rt_kept {
 	TAILQ_ENTRY(rt_kept) link;
 	struct rt_window *win;
 	uint64_t seq, size, ts_ns, origin_stream, origin_seq, off;
+	uint64_t kept_ns; /* when it began to be kept here (monotonic) */
 	uint64_t have;	/* its first bytes in the window so far: sent again up to there */
 	uint32_t fills; /* copies into it that run on the keep worker */
 	uint32_t busy;	/* being made, or sent again: not overwritten until done */
@@ -505,6 +506,9 @@ struct rt_peer {
 	 */
 	char (*subs)[RGAPS_TOPIC_NAME_MAX + 1];
 	uint64_t *joined;
+	/* When this host heard of each first (monotonic; anew with each session): what
+	 * this host keeps of a topic from then on is the peer's on its first ring. */
+	uint64_t *learned_ns;
 	uint32_t nsubs;
 	bool subs_fresh; /* said in the current session */
 	struct rt_out *out[RT_RINGS];
@@ -600,6 +604,8 @@ struct rgapsd_remote {
 	/* What relay.c wants to hear from the receiver (STYLE.md 18: no call upwards). */
 	void (*relay_landed)(struct rt_in *in, struct rt_rec *r);
 	void (*relay_ring_end)(struct rt_in *in);
+	/* The sizes of tt's messages moved fourfold since "auto" chose its tree. */
+	void (*relay_size_moved)(struct rt_topic *tt);
 	struct rt_joined *joined; /* the topics with subscribers here, since when (relay.c) */
 	uint32_t njoined;
 	struct rgapsd_mailbox mb;
@@ -641,6 +647,8 @@ void rt_peer_unlinger(struct rt_peer *p);
 /* The peer whose data link of transport tr is link, or NULL. */
 struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_link *link);
 bool rt_peer_subscribes(const struct rt_peer *p, const char *topic);
+/* When this host heard that p subscribes to topic (monotonic), UINT64_MAX if it did not. */
+uint64_t rt_peer_learned_ns(const struct rt_peer *p, const char *topic);
 /* Send a control message (a failure is logged: the session is going down then). */
 void rt_peer_send(struct rt_peer *p, const struct rt_wire_msg *m);
 /* A peer broke the protocol: log why, drop the session; nothing it sent goes further. */
@@ -761,7 +769,7 @@ void rt_forwarder_release(struct rt_topic *tt, const struct rt_local_msg *m);
 
 /* ---------------------------------------------------------------- relay.c */
 
-/* Hook the relay into the receiver (rt->relay_landed, rt->relay_ring_end). */
+/* Hook the relay into the receiver and sender (rt->relay_landed, _ring_end, _size_moved). */
 void rt_relay_init(struct rgapsd_remote *rt);
 /*
  * Make the out rings of one topic (of every topic) match its trees as this

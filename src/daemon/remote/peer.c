@@ -43,8 +43,10 @@ void rt_peer_forget(struct rt_peer *p)
 	SLIST_REMOVE(&rt->peers, p, rt_peer, link);
 	free(p->subs);
 	free(p->joined);
+	free(p->learned_ns);
 	p->subs = NULL;
 	p->joined = NULL;
+	p->learned_ns = NULL;
 	p->nsubs = 0;
 	p->peer = NULL;
 	p->gone = true;
@@ -65,6 +67,14 @@ struct rt_peer *rt_peer_of_link(struct rgapsd_remote *rt, int tr, struct rgaps_l
 		if (p->links[tr].link == link && p->links[tr].state != LINK_NONE)
 			return p;
 	return NULL;
+}
+
+uint64_t rt_peer_learned_ns(const struct rt_peer *p, const char *topic)
+{
+	for (uint32_t i = 0; i < p->nsubs; i++)
+		if (strcmp(p->subs[i], topic) == 0)
+			return p->learned_ns ? p->learned_ns[i] : UINT64_MAX;
+	return UINT64_MAX;
 }
 
 bool rt_peer_subscribes(const struct rt_peer *p, const char *topic)

@@ -928,9 +928,12 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 					   origin, (unsigned long long)src->owed);
 			in->pending_gap = 0;
 		}
-		/* A first ring (or a restarted sender): every message from `from` on is ours. */
+		/* A first ring (or a restarted sender): every message from `from` on is ours,
+		 * those it has already, it sends again (a tree's late ring: first_from). */
 		in->have_next = in->have_told = m->has_from;
 		in->next_msg_seq = in->told_next = in->pending_next = m->from;
+		r.has_next = m->has_from && m->from <= RT_SEQ_MAX;
+		r.next = m->from;
 	}
 	r.ring_size = in->size;
 	rt_peer_send(p, &r);

@@ -259,6 +259,18 @@ static void origin_mode(struct rt_topic *tt, uint32_t n)
 }
 
 /* This host's own messages of t: rings to its children in its tree. */
+static void origin_reconcile(struct rgapsd_remote *rt, struct rgapsd_topic *t);
+
+/*
+ * "auto" chose tt's tree for messages of another size (before any message:
+ * max_message_size): it chooses again before the next message goes, which
+ * then goes on the new tree's rings (each host goes on from where it stood).
+ */
+static void on_size_moved(struct rt_topic *tt)
+{
+	origin_reconcile(tt->rt, tt->t);
+}
+
 static void origin_reconcile(struct rgapsd_remote *rt, struct rgapsd_topic *t)
 {
 	struct rt_topic *tt;
@@ -617,6 +629,7 @@ void rt_relay_init(struct rgapsd_remote *rt)
 {
 	rt->relay_landed = on_landed;
 	rt->relay_ring_end = on_ring_end;
+	rt->relay_size_moved = on_size_moved;
 }
 
 void rt_relay_topic_gone(struct rgapsd_remote *rt, struct rgapsd_topic *t)

@@ -386,6 +386,7 @@ void rgapsd_remote_stop(struct rgapsd *d)
 			rt_deferred_drop(p, i);
 		free(p->subs);
 		free(p->joined);
+		free(p->learned_ns);
 		free(p);
 	}
 	rt_sources_free(rt);

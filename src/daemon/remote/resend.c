@@ -108,6 +108,7 @@ static struct rt_kept *kept_new(struct rt_window *w, const struct rgapsd_topic *
 	k->seq = seq;
 	k->size = size;
 	k->off = off;
+	k->kept_ns = rgaps_now_ns(CLOCK_MONOTONIC);
 	k->busy = 1; /* being made */
 	k->making = true;
 	TAILQ_INSERT_TAIL(&w->kept, k, link);

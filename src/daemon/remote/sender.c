@@ -694,6 +694,29 @@ static int origin_prepare(struct rt_topic *tt, int tr_idx)
 	return rt_forwarder_start(tt);
 }
 
+/*
+ * Where a peer's first ring of the topic starts (topic_setup's from): with the
+ * oldest message of the resend window w that began to be kept here after this
+ * host heard that the peer subscribes, else with live, the first one still to
+ * come. A ring that a tree set up late (a relay's, after its first messages
+ * passed; the origin's, when the tree became a star) so brings the peer what
+ * it subscribed for; a peer that had a ring of the source before asks from
+ * where it stands instead (topic_ready's next).
+ */
+static uint64_t first_from(const struct rt_out *o, const struct rt_window *w, uint64_t live)
+{
+	uint64_t since = rt_peer_learned_ns(o->p, o->tt->t->cfg.name);
+	const struct rt_kept *k;
+
+	TAILQ_FOREACH(k, &w->kept, link) {
+		if (k->seq >= live)
+			break;
+		if (!k->dropped && k->kept_ns >= since)
+			return k->seq;
+	}
+	return live;
+}
+
 /* The topic_setup of ring o (docs/PROTOCOL.md section 4): whose messages, from where on. */
 static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
 {
@@ -710,8 +733,14 @@ static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
 		snprintf(m->origin, sizeof(m->origin), "%s", src->origin);
 		m->chunk_size = src->chunk_size;
 		m->epoch = src->in ? src->in->epoch : src->epoch; /* the origin's topic's */
-		m->from = o->live_from;
-		m->has_from = src->have_seq && m->from <= RT_SEQ_MAX;
+		if (src->have_seq) {
+			m->from = first_from(o, &src->window, o->live_from);
+			m->has_from = true;
+		} else if (src->in && src->in->have_told) { /* nothing landed: where its ring starts */
+			m->from = src->in->told_next;
+			m->has_from = true;
+		}
+		m->has_from = m->has_from && m->from <= RT_SEQ_MAX;
 		if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !src->window.failed)
 			m->resend = tt->t->cfg.resend_window;
 		return;
@@ -719,8 +748,9 @@ static void setup_fill(const struct rt_out *o, struct rt_wire_msg *m)
 	snprintf(m->origin, sizeof(m->origin), "%s", o->p->rt->d->cfg.listen);
 	m->chunk_size = tt->t->cfg.chunk_size;
 	m->epoch = tt->epoch;
-	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost. */
-	m->from = tt->have_seq ? tt->last_seq + 1 : 0;
+	/* What the forwarder takes from now on is meant for this peer: owed, sent or told lost;
+	 * a first ring starts earlier, with what was kept since the peer subscribed. */
+	m->from = first_from(o, &tt->window, tt->have_seq ? tt->last_seq + 1 : 0);
 	m->has_from = m->from <= RT_SEQ_MAX;
 	if (tt->t->lim.mem_kind == RGAPS_MEM_HOST && !tt->window.failed)
 		m->resend = tt->t->cfg.resend_window;
@@ -887,8 +917,9 @@ static struct rt_omsg *omsg_new(struct rt_topic *tt, const struct rt_local_msg *
 }
 
 /*
- * A new ring to a peer that had one before, or a relay's ring to a child that
- * comes to it from another parent: send again, from the resend window, the
+ * A new ring to a peer that had one before, a relay's ring to a child that
+ * comes to it from another parent, or a first ring that starts before what it
+ * carries live (first_from): send again, from the resend window, the
  * kept messages from the first it has not received (the receiver's next, in
  * topic_ready) up to the first that the ring carries as it goes (queued on it
  * since, or, for a relay's, landing from now on). A relay's may still be
@@ -1052,6 +1083,14 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 	uint32_t rings = 0;
 	struct rt_omsg *m;
 
+	if (msg->src) {
+		/* A moving mean of the sizes ("auto" decides on it): the last 16 or so weigh. */
+		tt->size_mean = tt->size_mean ? tt->size_mean - tt->size_mean / 16 + msg->size / 16 :
+						msg->size;
+		if (tt->mode_size && rt->relay_size_moved &&
+		    (tt->size_mean > 4 * tt->mode_size || 4 * tt->size_mean < tt->mode_size))
+			rt->relay_size_moved(tt); /* before this message: it goes on the new rings */
+	}
 	/* Every peer owes a word about messages up to this one (sent, or a loss notice). */
 	tt->have_seq = true;
 	tt->last_seq = msg->fwd_seq;
@@ -1071,9 +1110,6 @@ static void on_forwarded(struct rt_topic *tt, const struct rt_local_msg *msg)
 		m->copy->busy++; /* m's chunks may go from it: not overwritten while m lives */
 	}
 	tt->forwarded++;
-	/* A moving mean of the sizes ("auto" decides on it): the last 16 or so weigh. */
-	tt->size_mean =
-		tt->size_mean ? tt->size_mean - tt->size_mean / 16 + msg->size / 16 : msg->size;
 	if (m->dropped) {
 		rgaps_warn("topic '%s': out of memory for its stages: message %llu not sent",
 			   tt->t->cfg.name, (unsigned long long)msg->seq);

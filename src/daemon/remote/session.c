@@ -38,13 +38,51 @@ void rt_send_subs(struct rt_peer *p)
 	rt_wire_free(&m);
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * When this host heard of each of the peer's subscriptions: kept for those it
+ * said in this session already, now for the others (NULL: out of memory, and
+ * every one counts as heard of just now).
+ */
+static uint64_t *learned_of(const struct rt_peer *p, const struct rt_wire_msg *m)
+{
+	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
+	uint64_t *learned = calloc(m->nsubs + 1, sizeof(*learned));
+	const char **old = NULL;
+	uint32_t n = p->subs_fresh && p->learned_ns ? p->nsubs : 0;
+
+	if (!learned)
+		return NULL;
+	if (n && !(old = calloc(n, sizeof(*old))))
+		n = 0;
+	for (uint32_t j = 0; j < n; j++)
+		old[j] = p->subs[j]; /* its name first: the index follows from the address */
+	qsort(old, n, sizeof(*old), name_cmp);
+	for (uint32_t i = 0; i < m->nsubs; i++) {
+		const char *name = m->subs[i];
+		const char **hit = n ? bsearch(&name, old, n, sizeof(*old), name_cmp) : NULL;
+
+		learned[i] = hit ? p->learned_ns[(*hit - p->subs[0]) / sizeof(p->subs[0])] : now;
+	}
+	free(old);
+	return learned;
+}
+
 /* The peer's topics with subscribers, and since when (the lists are taken from m). */
 static void on_subs(struct rt_peer *p, struct rt_wire_msg *m)
 {
+	uint64_t *learned = learned_of(p, m);
+
 	free(p->subs);
 	free(p->joined);
+	free(p->learned_ns);
 	p->subs = m->subs;
 	p->joined = m->joined;
+	p->learned_ns = learned;
 	p->nsubs = m->nsubs;
 	p->subs_fresh = true;
 	m->subs = NULL;
