@@ -197,6 +197,11 @@ cleanup() {
 			echo "---- $(basename "$f") (warnings and the last 15 lines) ----"
 			grep -E " (warn|error): " "$f" | tail -n 15
 			tail -n 15 "$f"
+			# A sanitizer's report says why a daemon failed; its summary line alone does not.
+			if grep -qE "^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: )|runtime error: " "$f"; then
+				echo "---- $(basename "$f"): the first sanitizer report ----"
+				grep -m1 -A40 -E "^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: )|runtime error: " "$f"
+			fi
 		done
 	fi
 	if [ -n "${RGAPS_TEST_KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
