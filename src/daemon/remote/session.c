@@ -61,7 +61,9 @@ static uint64_t *learned_of(const struct rt_peer *p, const struct rt_wire_msg *m
 		n = 0;
 	for (uint32_t j = 0; j < n; j++)
 		old[j] = p->subs[j]; /* its name first: the index follows from the address */
-	qsort(old, n, sizeof(*old), name_cmp);
+	/* qsort's base must not be NULL, even for no element */
+	if (n)
+		qsort(old, n, sizeof(*old), name_cmp);
 	for (uint32_t i = 0; i < m->nsubs; i++) {
 		const char *name = m->subs[i];
 		const char **hit = n ? bsearch(&name, old, n, sizeof(*old), name_cmp) : NULL;
