@@ -20,8 +20,13 @@ Commands (each prints its findings; a check exits 1 on a violation):
              (CONTRIBUTING.md, "Names")
   doors      check: who may include and call what (tools, plugins, the
              daemon and the library: docs/ARCHITECTURE.md section 12)
+  rename     the renames that make `prefixes` pass, one 'old new' a line,
+             and every rgapsd__ name of the tree as rgapsd_; with --apply,
+             made in every tracked text file (but docs/DECISIONS.md, the
+             record, and tools/dev, whose tests spell wrong names on
+             purpose). A branch that adds names runs it after its rebase.
 
-Usage: tools/dev/house.py COMMAND [-C BUILD_DIR]    (default: build)
+Usage: tools/dev/house.py COMMAND [-C BUILD_DIR] [--apply]    (default: build)
 The build must be complete (ninja -C BUILD_DIR): every object is read.
 """
 import argparse
@@ -536,7 +541,129 @@ def cmd_doors(b):
     return 1 if bad else 0
 
 
-COMMANDS = {"map": cmd_map, "circles": cmd_circles, "prefixes": cmd_prefixes, "doors": cmd_doors}
+def renamed(src, name, exported):
+    """The name prefix_rule wants for name, defined in src; None when it needs a person."""
+    rest = re.sub(r"^(rgapsd__|rgapsd_|rgaps__|rgaps_)", "", name)
+    if src.startswith(("src/common/", "src/lib/")):
+        return "rgaps__" + rest if name.startswith("rgaps_") else None
+    if src.startswith("src/daemon/remote/"):
+        return "rt_" + rest
+    if src.startswith("src/daemon/"):
+        return "rgapsd_" + rest
+    if src.startswith("tools/lib/"):
+        return rest if rest.startswith("tool_") else "tool_" + rest
+    return None
+
+
+# Kept as written: the record of decisions, and the house's own instruments.
+RENAME_SKIP = ("docs/DECISIONS.md", "tools/dev/")
+# Where the rule's name is a type's already (struct rgapsd_client_id): a verb of its own.
+RENAME_CHOSEN = {
+    "rgapsd__client_id": "rgapsd_client_identify",
+    "rgapsd__replica_stats": "rgapsd_replica_stats_get",
+}
+TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def tracked_texts():
+    """The tracked text files of the tree (relative paths) and their contents."""
+    out = subprocess.run(["git", "-C", SRC_ROOT, "ls-files", "-z"], check=True,
+                         capture_output=True).stdout.decode().split("\0")
+    texts = {}
+    for rel in out:
+        path = os.path.join(SRC_ROOT, rel)
+        if not rel or os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        if b"\0" in data:
+            continue
+        try:
+            texts[rel] = data.decode()
+        except UnicodeDecodeError:
+            continue
+    return texts
+
+
+def rename_map(b, texts):
+    """old -> new for every offender of prefixes and every rgapsd__ token; the
+    offenders no rule renames; the new names that some other name has already."""
+    exported = exported_names()
+    names, by_hand = {}, []
+    for src in b.sources:
+        for n in sorted(b.defines[src]):
+            if prefix_rule(src, n, exported) is None:
+                continue
+            new = RENAME_CHOSEN.get(n) or renamed(src, n, exported)
+            if new is None or prefix_rule(src, new, exported) is not None:
+                by_hand.append((src, n))
+            else:
+                names[n] = new
+    tokens = set()
+    for rel, text in texts.items():
+        if rel.startswith(RENAME_SKIP):
+            continue
+        found = set(TOKEN.findall(text))
+        tokens |= found
+        for t in found:
+            if t.startswith("rgapsd__") and len(t) > len("rgapsd__"):
+                names.setdefault(t, RENAME_CHOSEN.get(t, "rgapsd_" + t[len("rgapsd__"):]))
+    taken = sorted((old, new) for old, new in names.items() if new in tokens and new not in names)
+    return names, by_hand, taken
+
+
+def cmd_rename(b, apply=False):
+    texts = tracked_texts()
+    names, by_hand, taken = rename_map(b, texts)
+    for old in sorted(names):
+        print(f"{old} {names[old]}")
+    for src, n in by_hand:
+        print(f"by hand: {src}: {n} (no rule gives it a name)", file=sys.stderr)
+    for old, new in taken:
+        print(f"taken: {old} -> {new}, a name the tree has already", file=sys.stderr)
+    print(f"rename: {len(names)} name(s), {len(by_hand)} by hand, {len(taken)} taken",
+          file=sys.stderr)
+    if by_hand or taken:
+        return 1
+    if not apply or not names:
+        return 0
+    # The linker's --wrap names (__wrap_x, __real_x) follow x; a type's tag of the same
+    # name as a function (struct rgaps_sub_region) does not.
+    pattern = re.compile(r"(?<!struct )(?<!union )(?<!enum )\b(__wrap_|__real_)?("
+                         + "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+                         + r")\b")
+    changed = 0
+    for rel, text in sorted(texts.items()):
+        if rel.startswith(RENAME_SKIP):
+            continue
+        new = pattern.sub(lambda m: (m.group(1) or "") + names[m.group(2)], text)
+        if new != text:
+            with open(os.path.join(SRC_ROOT, rel), "w") as f:
+                f.write(new)
+            changed += 1
+            if rel.endswith((".c", ".h", ".cu")):
+                reflow_long(rel, text, new)
+    print(f"rename: {changed} file(s) rewritten", file=sys.stderr)
+    return 0
+
+
+def reflow_long(rel, old, new):
+    """A line the renames made pass 100 columns is formatted again (clang-format on that
+    line alone: the rest of the file stays as it was). Renames keep the lines in place."""
+    lines = [f"--lines={i}:{i}"
+             for i, (a, b) in enumerate(zip(old.split("\n"), new.split("\n")), 1)
+             if a != b and len(b.expandtabs(8)) > 100]
+    if not lines:
+        return
+    try:
+        subprocess.run(["clang-format", "-i"] + lines + [os.path.join(SRC_ROOT, rel)], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"{rel}: {len(lines)} line(s) over 100 columns, not formatted: {e}",
+              file=sys.stderr)
+
+
+COMMANDS = {"map": cmd_map, "circles": cmd_circles, "prefixes": cmd_prefixes, "doors": cmd_doors,
+            "rename": cmd_rename}
 
 
 def main():
@@ -547,8 +674,13 @@ def main():
     ap.add_argument("command", choices=sorted(COMMANDS))
     ap.add_argument("-C", dest="build", default=os.path.join(SRC_ROOT, "build"),
                     help="the meson build directory (default: build)")
+    ap.add_argument("--apply", action="store_true", help="rename: make the renames")
     args = ap.parse_args()
+    if args.apply and args.command != "rename":
+        fail_usage("--apply goes with rename only")
     b = Build(args.build)
+    if args.command == "rename":
+        return cmd_rename(b, args.apply)
     return COMMANDS[args.command](b)
 
 

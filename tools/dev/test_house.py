@@ -104,6 +104,20 @@ class HouseTest(unittest.TestCase):
         self.assertIn("tools/t.c calls src/common/x.c: rgaps__x", out)
         self.assertIn("doors: 2 violation(s)", out)
 
+    def test_renamed(self):
+        exported = {"rgaps_publisher_init"}
+        cases = [("src/common/t.c", "rgaps_sub_take", "rgaps__sub_take"),
+                 ("src/common/h.c", "helper", None),  # no rule names it: a person does
+                 ("src/daemon/d.c", "rgapsd__d2", "rgapsd_d2"),
+                 ("src/daemon/p/w.c", "peer_text", "rgapsd_peer_text"),
+                 ("src/daemon/remote/r.c", "rgaps_ring_check", "rt_ring_check"),
+                 ("tools/lib/q.c", "rgaps_tool_query", "tool_query"),
+                 ("tools/lib/s.c", "stats_get", "tool_stats_get")]
+        for src, old, new in cases:
+            self.assertEqual(house.renamed(src, old, exported), new, (src, old))
+            if new:
+                self.assertIsNone(house.prefix_rule(src, new, exported), new)
+
     def test_exported_names(self):
         names = house.exported_names()
         self.assertIn("rgaps_publisher_init", names)  # the first stanza
