@@ -71,6 +71,8 @@ struct rgaps_option_value {
 	uint64_t value;
 };
 
+struct rgaps_link; /* transport-owned, opaque to the core */
+
 /** What the host process offers a plugin. */
 struct rgaps_plugin_env {
 	uint32_t struct_size; /**< sizeof(struct rgaps_plugin_env) as the host built it */
@@ -95,6 +97,24 @@ struct rgaps_plugin_env {
 	 * sealed; else -EBADFD (another kind of file) or -EPERM (seals missing).
 	 */
 	int (*shm_check)(int fd, uint64_t size, bool sealed);
+	/**
+	 * Transports in the daemon (NULL in clients, and from a host built before
+	 * them: rgaps_plugin_env_has_admission()): the host's admission of
+	 * connections to the data port it does not know yet, by the peer port's
+	 * rules (docs/CONFIG.md, "Limits on what the network can make rgapsd
+	 * hold"). conn_pending: connection link, from address sa (a struct
+	 * sockaddr of salen bytes), was accepted and owes its preamble; 0: keep
+	 * it; a negative errno: close it at once and say nothing (the host counted
+	 * and logged the refusal). The host may make room by closing another link
+	 * it was told of (the transport's close()). conn_settled: a link
+	 * conn_pending kept presented its preamble (why NULL) or was closed before
+	 * (why: for the host's log, which it rate-limits); never for a link the
+	 * host closed. Both with admit_arg, on the loop thread.
+	 */
+	int (*conn_pending)(void *admit_arg, struct rgaps_link *link, const void *sa,
+			    uint32_t salen);
+	void (*conn_settled)(void *admit_arg, struct rgaps_link *link, const char *why);
+	void *admit_arg;
 };
 
 /** The environment's shm_create and shm_check, if the host is new enough to offer them. */
@@ -104,6 +124,15 @@ static inline bool rgaps_plugin_env_has_shm(const struct rgaps_plugin_env *env)
 	       env->struct_size >=
 		       offsetof(struct rgaps_plugin_env, shm_check) + sizeof(env->shm_check) &&
 	       env->shm_create && env->shm_check;
+}
+
+/** Whether env carries the data-port admission hooks (a host that has them set both). */
+static inline bool rgaps_plugin_env_has_admission(const struct rgaps_plugin_env *env)
+{
+	return env &&
+	       env->struct_size >=
+		       offsetof(struct rgaps_plugin_env, admit_arg) + sizeof(env->admit_arg) &&
+	       env->conn_pending && env->conn_settled;
 }
 
 /**
@@ -379,8 +408,6 @@ struct rgaps_memory_ops {
  *   closes to the loop, whose callbacks live in the plugin (the daemon also
  *   unloads transports only after its loop has closed every handle).
  */
-
-struct rgaps_link; /* transport-owned, opaque to the core */
 
 #define RGAPS_LINK_TOKEN_LEN 16
 #define RGAPS_RING_DESC_MAX 64 /* bytes of an opaque ring / head-word descriptor */

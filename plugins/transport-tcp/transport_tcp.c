@@ -65,7 +65,7 @@
 #define TCP_DESC_RING_LEN   16u /* the same, then ring size u64 */
 
 #define TCP_PREAMBLE_TIMEOUT_MS 3000
-#define TCP_PENDING_MAX		64  /* accepted connections still owing their preamble */
+#define TCP_PENDING_MAX 64	    /* owing their preamble, with no host admission (env) */
 #define TCP_TX_RECORDS		64u /* send credits: records queued or in flight per link */
 #define TCP_TX_BYTES		(256ull << 20) /* ... and their bytes (one record always fits) */
 #define TCP_TX_HEADS		32u	       /* HEAD frames queued per link */
@@ -152,6 +152,7 @@ struct rgaps_link {
 	bool known;	      /* the core has this pointer (connect() or link_accepted) */
 	bool silent;	      /* closed by the core or by fini: no callbacks at all */
 	bool pending_counted; /* counted in ctx->npending */
+	bool admitted;	      /* kept by the host's admission (env conn_pending): settle it */
 	bool tcp_open, timer_open;
 	int refs;     /* open handles and requests; the link is freed at 0 */
 	int fail_err; /* deferred failure, reported from the timer */
@@ -474,9 +475,15 @@ static void link_fail(struct rgaps_link *l, int err, const char *fmt, ...)
 	va_end(ap);
 	link_teardown(l);
 	if (!l->known || l->silent) {
-		/* Only this plugin saw it (a bad or missing preamble): say so. */
-		if (!l->known)
+		/* Only this plugin and the admission saw it (a bad or missing preamble): say so,
+		 * through the host where it keeps them (its log is rate-limited: anyone can make
+		 * these). */
+		if (l->admitted) {
+			l->admitted = false;
+			c->env.conn_settled(c->env.admit_arg, l, why);
+		} else if (!l->known) {
 			tcp_log(c, 1, "data link from %s dropped: %s", l->peer, why);
+		}
 		return;
 	}
 	/* Keep the memory across the callbacks even if a handle close completes meanwhile. */
@@ -668,6 +675,10 @@ static void preamble_done(struct rgaps_link *l)
 	if (l->pending_counted) {
 		c->npending--;
 		l->pending_counted = false;
+	}
+	if (l->admitted) {
+		l->admitted = false;
+		c->env.conn_settled(c->env.admit_arg, l, NULL);
 	}
 	l->state = LINK_UP;
 	l->known = true;
@@ -883,9 +894,20 @@ static void on_connection(uv_stream_t *server, int status)
 		link_fail(l, r, "accept failed: %s", uv_strerror(r));
 		return;
 	}
-	if (uv_tcp_getpeername(&l->tcp, (struct sockaddr *)&ss, &namelen) == 0)
-		addr_name((struct sockaddr *)&ss, l->peer, sizeof(l->peer), &l->port);
-	if (c->npending >= TCP_PENDING_MAX) {
+	r = uv_tcp_getpeername(&l->tcp, (struct sockaddr *)&ss, &namelen);
+	if (r < 0) {
+		link_fail(l, r, "accepted, but its address is unknown: %s", uv_strerror(r));
+		return;
+	}
+	addr_name((struct sockaddr *)&ss, l->peer, sizeof(l->peer), &l->port);
+	if (rgaps_plugin_env_has_admission(&c->env)) {
+		/* Bounded per source, a place kept for configured peers: the host decides. */
+		if (c->env.conn_pending(c->env.admit_arg, l, &ss, (uint32_t)namelen)) {
+			link_teardown(l); /* refused: counted and logged by the host */
+			return;
+		}
+		l->admitted = true;
+	} else if (c->npending >= TCP_PENDING_MAX) {
 		link_fail(l, -EBUSY, "%d connections already wait for their preamble",
 			  TCP_PENDING_MAX);
 		return;

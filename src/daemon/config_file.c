@@ -604,7 +604,9 @@ static const struct rgaps_cfg_field daemon_fields[] = {
 	  .doc = "Peer connections accepted and not yet authenticated, in all; a stranger's "
 		 "connection beyond it is closed at once (peers.pending_refused). A connection "
 		 "from a configured peer's address is still admitted, in place of the oldest "
-		 "stranger's (peers.pending_evicted)." },
+		 "stranger's (peers.pending_evicted). Each data port (tcp) holds as many "
+		 "connections that have not presented their token, by the same rules "
+		 "(peers.data_ports)." },
 	{ .name = "peer_max_pending_per_source", .type = RGAPS_CFG_UINT,
 	  CFG_AT(D, peer_max_pending_per_source), .def = "8", .min = 1, .max = 65536,
 	  .doc = "Of those, how many one source address may hold; one more from a stranger "

@@ -39,6 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admission.h"
 #include "errors.h"
 #include "hostport.h"
 #include "log.h"
@@ -269,35 +270,6 @@ static void addr_format(const struct sockaddr *sa, char *buf, size_t len)
 	} else {
 		snprintf(buf, len, "?");
 	}
-}
-
-/* The IP address of sa (an IPv4-mapped IPv6 address as the IPv4 one): 4, 16 or 0 bytes. */
-static size_t addr_ip(const struct sockaddr *sa, const uint8_t **ip)
-{
-	static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	if (sa->sa_family == AF_INET) {
-		*ip = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
-		return 4;
-	}
-	if (sa->sa_family == AF_INET6) {
-		*ip = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-		if (memcmp(*ip, v4mapped, sizeof(v4mapped)) == 0) {
-			*ip += sizeof(v4mapped);
-			return 4;
-		}
-		return 16;
-	}
-	return 0;
-}
-
-/* Same source host (ports differ: a connection's source port is any). */
-static bool addr_same_ip(const struct sockaddr *a, const struct sockaddr *b)
-{
-	const uint8_t *ia = NULL, *ib = NULL;
-	size_t la = addr_ip(a, &ia), lb = addr_ip(b, &ib);
-
-	return la && la == lb && memcmp(ia, ib, la) == 0;
 }
 
 /* ---- HMAC transcript ------------------------------------------------------------------------ */
@@ -1198,14 +1170,13 @@ static struct peer_conn *conn_new(struct rgapsd_peers *pm)
 
 /* ---- accepting ----------------------------------------------------------------------------- */
 
-/* Is sa the address of a configured peer (numeric, resolved, or seen on its session)? */
-static bool pm_src_configured(const struct rgapsd_peers *pm, const struct sockaddr *sa)
+bool rgapsd_peers_source_known(const struct rgapsd_peers *pm, const struct sockaddr *sa)
 {
 	const struct rgapsd_peer *p;
 
 	TAILQ_FOREACH(p, &pm->peers, link) {
-		if ((p->numeric && addr_same_ip((const struct sockaddr *)&p->addr, sa)) ||
-		    (p->have_seen && addr_same_ip((const struct sockaddr *)&p->seen, sa)))
+		if ((p->numeric && rgapsd_addr_same_host((const struct sockaddr *)&p->addr, sa)) ||
+		    (p->have_seen && rgapsd_addr_same_host((const struct sockaddr *)&p->seen, sa)))
 			return true;
 	}
 	return false;
@@ -1226,7 +1197,7 @@ static struct peer_conn *pm_oldest_pending(struct rgapsd_peers *pm, const struct
 			continue;
 		if (!best_any || c->accepted_ms < best_any->accepted_ms)
 			best_any = c;
-		if (sa && addr_same_ip((const struct sockaddr *)&c->src, sa)) {
+		if (sa && rgapsd_addr_same_host((const struct sockaddr *)&c->src, sa)) {
 			n++;
 			if (!best || c->accepted_ms < best->accepted_ms)
 				best = c;
@@ -1265,7 +1236,7 @@ static bool pm_admit_pending(struct rgapsd_peers *pm, struct peer_conn *conn)
 	unsigned nsrc;
 	char what[128];
 
-	conn->src_configured = pm_src_configured(pm, sa);
+	conn->src_configured = rgapsd_peers_source_known(pm, sa);
 	victim = pm_oldest_pending(pm, sa, false, &nsrc);
 	if (nsrc < pm->max_pending_src)
 		victim = NULL;

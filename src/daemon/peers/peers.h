@@ -36,6 +36,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct sockaddr;
+
 #define RGAPSD_PEER_KEY_MIN 32
 #define RGAPSD_PEER_KEY_MAX 4096
 #define RGAPSD_PEER_MSG_MAX (1024 * 1024) /* one control message */
@@ -160,6 +162,13 @@ void rgapsd_peer_set_data(struct rgapsd_peer *p, void *data);
 void *rgapsd_peer_get_data(const struct rgapsd_peer *p);
 void rgapsd_peer_get_stats(const struct rgapsd_peer *p, struct rgapsd_peer_stats *st);
 void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_stats *st);
+/*
+ * Is sa (a connection's source) a known peer's address, configured or
+ * discovered: its numeric address, the one its name resolved to, or the one it
+ * last opened a session from? Such connections always find a place among the
+ * pending ones (admission.h).
+ */
+bool rgapsd_peers_source_known(const struct rgapsd_peers *pm, const struct sockaddr *sa);
 /*
  * Iterate over every known peer, configured or discovered, in the order they became
  * known (the membership view: a peer that is down is still known). The walk must not

@@ -41,6 +41,7 @@
 
 #include "../../common/futex.h"
 #include "../../common/plugin_loader.h"
+#include "../admission.h"
 #include "record.h"
 #include "ring.h"
 #include "../daemon.h"
@@ -248,6 +249,11 @@ struct rt_transport {
 	struct rgaps_loaded_plugin *lp;
 	void *ctx;
 	struct rgaps_transport_cbs cbs;
+	/* Its data port's connections that have not presented a token yet (admission.h),
+	 * bounded by the peer port's keys; its refusals of tokens, rate-limited in the log. */
+	struct rgapsd_admission pending;
+	char pending_what[48];
+	struct rgaps_ratelimit token_rl;
 	bool usable;
 };
 

@@ -65,7 +65,10 @@ void rt_on_link_accepted(void *arg, struct rgaps_link *link,
 		}
 	}
 	tr->rt->unknown_tokens++;
-	rgaps_warn("%s: data link with an unknown token refused", tr->name);
+	rgaps_log_limited(&tr->token_rl, RGAPS_LOG_WARN,
+			  "%s: data link with an unknown token refused (a stranger's, or a peer's "
+			  "from before a restart)",
+			  tr->name);
 	tr->lp->ops.transport.close(tr->ctx, link);
 }
 

@@ -186,6 +186,25 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 	cJSON_AddNumberToObject(peers, "hello_timeouts", (double)ps.hello_timeouts);
 	cJSON_AddNumberToObject(peers, "stall_excused", (double)ps.stall_excused);
 	cJSON_AddNumberToObject(peers, "unknown_link_tokens", (double)rt->unknown_tokens);
+	{ /* what the data ports hold of connections that have not presented a token */
+		cJSON *dp = cJSON_AddObjectToObject(peers, "data_ports");
+
+		for (int k = 0; k < rt->ntr; k++) {
+			const struct rt_transport *tr = &rt->tr[by_name[k]];
+			const struct rgapsd_admission_stats *as = &tr->pending.st;
+			cJSON *o;
+
+			if (!tr->usable)
+				continue;
+			o = cJSON_AddObjectToObject(dp, tr->name);
+			cJSON_AddNumberToObject(o, "pending", as->pending);
+			cJSON_AddNumberToObject(o, "pending_refused", (double)as->refused);
+			cJSON_AddNumberToObject(o, "pending_refused_source",
+						(double)as->refused_source);
+			cJSON_AddNumberToObject(o, "pending_evicted", (double)as->evicted);
+			cJSON_AddNumberToObject(o, "dropped", (double)as->dropped);
+		}
+	}
 	cJSON *arr = cJSON_AddArrayToObject(peers, "sessions");
 	for (struct rt_peer *p = SLIST_FIRST(&rt->peers); p; p = SLIST_NEXT(p, link)) {
 		struct rgapsd_peer_stats st;

@@ -76,6 +76,32 @@ int rgapsd_remote_check_options(const struct rgapsd_config *cfg, const struct rg
 	return e;
 }
 
+/* env's conn_pending: a data-port connection from sa, before its token (admission.h). */
+static int tr_conn_pending(void *arg, struct rgaps_link *link, const void *sa, uint32_t salen)
+{
+	struct rt_transport *tr = arg;
+	const struct sockaddr *from = sa;
+	void *victim;
+	int e;
+
+	if (salen < sizeof(from->sa_family))
+		return -EINVAL;
+	e = rgapsd_admission_admit(&tr->pending, link, from,
+				   rgapsd_peers_source_known(tr->rt->pm, from),
+				   uv_now(tr->rt->d->loop), &victim);
+	if (victim) /* made room for a configured peer's address: nothing is said to it */
+		tr->lp->ops.transport.close(tr->ctx, victim);
+	return e;
+}
+
+/* env's conn_settled: it presented its token (why NULL), or went before. */
+static void tr_conn_settled(void *arg, struct rgaps_link *link, const char *why)
+{
+	struct rt_transport *tr = arg;
+
+	rgapsd_admission_settled(&tr->pending, link, why);
+}
+
 /* Load, configure, probe and listen with transport i. *fatal: its options are refused. */
 static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 {
@@ -123,6 +149,12 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_DAEMON, rt->d->loop);
 	env.options = opts; /* read during init */
 	env.noptions = nopts;
+	snprintf(tr->pending_what, sizeof(tr->pending_what), "%s data port", name);
+	rgapsd_admission_init(&tr->pending, tr->pending_what, rt->d->cfg.peer_max_pending,
+			      rt->d->cfg.peer_max_pending_per_source);
+	env.conn_pending = tr_conn_pending;
+	env.conn_settled = tr_conn_settled;
+	env.admit_arg = tr;
 	e = tr->lp->ops.transport.init(&env, &tr->cbs, &tr->ctx);
 	if (!e)
 		e = tr->lp->ops.transport.probe(tr->ctx, why, sizeof(why));
@@ -190,6 +222,7 @@ void rt_transports_fini(struct rgapsd_remote *rt)
 		if (rt->tr[i].lp)
 			rt->tr[i].lp->ops.transport.fini(rt->tr[i].ctx);
 		rt->tr[i].ctx = NULL; /* nothing may call into it any more */
+		rgapsd_admission_fini(&rt->tr[i].pending);
 	}
 }
 
