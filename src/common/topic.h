@@ -454,8 +454,6 @@ bool rgaps_sub_clear_stream(struct rgaps_sub *sub, uint32_t slot);
 bool rgaps_sub_stream_held(const struct rgaps_sub *sub, uint64_t gen);
 /* Whether stream (slot, gen) is read here and its publisher still attached (not draining). */
 bool rgaps_sub_stream_live(const struct rgaps_sub *sub, uint32_t slot, uint64_t gen);
-/* n messages of stream (slot, gen) were lost here after all: reported with its next message. */
-void rgaps_sub_add_gap(struct rgaps_sub *sub, uint32_t slot, uint64_t gen, uint64_t n);
 
 /* What a take returns. */
 struct rgaps_sub_msg {

@@ -171,15 +171,19 @@ bool rgaps_sub_stream_live(const struct rgaps_sub *s, uint32_t slot, uint64_t ge
 	       s->streams[slot].limit == UINT64_MAX;
 }
 
-void rgaps_sub_add_gap(struct rgaps_sub *s, uint32_t slot, uint64_t gen, uint64_t n)
+/*
+ * A taken message of stream (slot, gen), which carried gap messages lost
+ * before it, is lost here after all: its stream's next message reports both
+ * (a gap-only message, if the stream is gone). Only the message itself is a
+ * new drop: its gap was counted when it was found.
+ */
+static void lost_after_take(struct rgaps_sub *s, uint32_t slot, uint64_t gen, uint64_t gap)
 {
-	if (!n)
-		return;
-	__atomic_fetch_add(&s->r->c.drops, n, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->r->c.drops, 1, __ATOMIC_RELAXED);
 	if (slot < s->lim.max_publishers && s->streams[slot].gen == gen) {
-		s->streams[slot].pending_gap += n;
+		s->streams[slot].pending_gap += 1 + gap;
 	} else { /* the stream is gone: a gap-only message tells */
-		__atomic_fetch_add(&s->lost, n, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&s->lost, 1 + gap, __ATOMIC_RELAXED);
 		s->lost_stream = gen;
 	}
 }
@@ -573,7 +577,7 @@ static void unpark(struct rgaps_sub *s, uint32_t token)
 static void lose_fenced(struct rgaps_sub *s, const struct rgaps_sub_msg *m)
 {
 	rgaps_sub_release(s, m->token);
-	rgaps_sub_add_gap(s, m->slot, m->stream, 1 + m->gap);
+	lost_after_take(s, m->slot, m->stream, m->gap);
 }
 
 static void give_up_parked(struct rgaps_sub *s, uint32_t token, const char *why)
