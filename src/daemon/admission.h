@@ -5,9 +5,8 @@
  * token are *pending*, bounded per source address and in all, and a
  * configured peer's address always finds a place, taken from the oldest
  * stranger (or from the oldest of its own address). Refusals anyone can cause
- * are logged at most 5 per 10 s. The tcp data ports keep their pending
- * connections here (remote/transports.c); the peer port keeps the same rules
- * in peers.c.
+ * are logged at most 5 per 10 s. The peer port (peers.c) and the tcp data
+ * ports (remote/transports.c) keep their pending connections here.
  *
  * Loop thread only. A pending connection is named by the caller's pointer.
  */

@@ -89,7 +89,7 @@ struct peer_conn {
 	struct peer_conn *prev, *next; /* pm->conns, until freed */
 	enum conn_state state;
 	bool initiator;
-	bool pending; /* accepted and not yet authenticated: counted in pm->npending */
+	bool pending; /* accepted and not yet authenticated: kept in pm->pending */
 	int handles;
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* handshake deadline, then keepalive, then linger */
@@ -169,13 +169,11 @@ struct rgapsd_peers {
 	uint32_t npeers;
 	uint64_t id;
 	struct peer_conn *conns;
-	unsigned npending;
-	unsigned max_pending, max_pending_src; /* rgapsd_peers_config, defaults applied */
+	struct rgapsd_admission pending; /* accepted connections not yet authenticated */
 	uint32_t hello_ms;
 	const struct rgapsd_looplag *lag;
 	unsigned refs; /* listener, peer timers, connections, resolver requests */
 	bool stopping;
-	bool overload_warned;
 	struct rgaps_ratelimit log_rl; /* refusals of accepted connections */
 	struct rgapsd_peers_stats st;
 	uint64_t entered[CONN_NUM_STATES]; /* per state: connections that entered it */
@@ -212,6 +210,7 @@ static void pm_put(struct rgapsd_peers *pm)
 		    (unsigned long long)pm->entered[CONN_CLOSED]);
 	if (pm->key)
 		sodium_free(pm->key);
+	rgapsd_admission_fini(&pm->pending);
 	free(pm);
 }
 
@@ -418,7 +417,7 @@ static void conn_detach(struct peer_conn *conn, const char *why)
 
 	if (conn->pending) {
 		conn->pending = false;
-		pm->npending--;
+		rgapsd_admission_settled(&pm->pending, conn, NULL);
 	}
 	if (!p)
 		return;
@@ -663,7 +662,7 @@ static void conn_up(struct peer_conn *conn)
 
 	if (conn->pending) {
 		conn->pending = false;
-		pm->npending--;
+		rgapsd_admission_settled(&pm->pending, conn, NULL);
 	}
 	if (p->out == conn)
 		p->out = NULL;
@@ -1183,88 +1182,33 @@ bool rgapsd_peers_source_known(const struct rgapsd_peers *pm, const struct socka
 }
 
 /*
- * The oldest pending connection from sa's address (sa non-NULL), else the oldest from a
- * stranger's address, else (any) the oldest of all; *n_src_p counts those from sa's address.
- */
-static struct peer_conn *pm_oldest_pending(struct rgapsd_peers *pm, const struct sockaddr *sa,
-					   bool any, unsigned *n_src_p)
-{
-	struct peer_conn *best = NULL, *best_any = NULL;
-	unsigned n = 0;
-
-	for (struct peer_conn *c = pm->conns; c; c = c->next) {
-		if (!c->pending)
-			continue;
-		if (!best_any || c->accepted_ms < best_any->accepted_ms)
-			best_any = c;
-		if (sa && rgapsd_addr_same_host((const struct sockaddr *)&c->src, sa)) {
-			n++;
-			if (!best || c->accepted_ms < best->accepted_ms)
-				best = c;
-		} else if (!sa && !c->src_configured) {
-			if (!best || c->accepted_ms < best->accepted_ms)
-				best = c;
-		}
-	}
-	if (n_src_p)
-		*n_src_p = n;
-	return best ? best : any ? best_any : NULL;
-}
-
-/* Refuse conn (closed at once, nothing sent: a flood gets no work from us). */
-static void pm_refuse_pending(struct rgapsd_peers *pm, struct peer_conn *conn, uint64_t *counter,
-			      const char *what)
-{
-	(*counter)++;
-	if (!pm->overload_warned)
-		rgaps_warn("peers: %s; closing connections from strangers (first: %s) until some "
-			   "finish (configured peers' addresses are still admitted)", what,
-			   conn->addr);
-	pm->overload_warned = true;
-	conn_close(conn);
-}
-
-/*
- * Pending connections are bounded per source address and in all; a configured peer's
+ * Pending connections are bounded per source address and in all, and a configured peer's
  * address is admitted in place of the oldest stranger (or the oldest of its own address),
- * so strangers cannot keep the daemons of the configuration out. false: conn refused.
+ * so strangers cannot keep the daemons of the configuration out (admission.h). false:
+ * conn refused (closed at once, nothing sent: a flood gets no work from us).
  */
 static bool pm_admit_pending(struct rgapsd_peers *pm, struct peer_conn *conn)
 {
 	const struct sockaddr *sa = (const struct sockaddr *)&conn->src;
-	struct peer_conn *victim = NULL;
-	unsigned nsrc;
-	char what[128];
+	void *victim;
 
 	conn->src_configured = rgapsd_peers_source_known(pm, sa);
-	victim = pm_oldest_pending(pm, sa, false, &nsrc);
-	if (nsrc < pm->max_pending_src)
-		victim = NULL;
-	if (victim && !conn->src_configured) {
-		snprintf(what, sizeof(what), "%u connections from one address already wait for "
-			 "authentication (peer_max_pending_per_source)", nsrc);
-		pm_refuse_pending(pm, conn, &pm->st.pending_refused_source, what);
+	if (rgapsd_admission_admit(&pm->pending, conn, sa, conn->src_configured, uv_now(pm->loop),
+				   &victim)) {
+		conn_close(conn);
 		return false;
 	}
-	if (!victim && pm->npending >= pm->max_pending) {
-		if (!conn->src_configured) {
-			snprintf(what, sizeof(what), "%u connections already wait for "
-				 "authentication (peer_max_pending)", pm->npending);
-			pm_refuse_pending(pm, conn, &pm->st.pending_refused, what);
-			return false;
-		}
-		victim = pm_oldest_pending(pm, NULL, true, NULL);
-	}
+	conn->pending = true;
 	if (victim) {
-		pm->st.pending_evicted++;
+		struct peer_conn *v = victim;
+
 		rgaps_debug("peers: closing pending %s to admit %s, a configured peer's address",
-			    victim->addr, conn->addr);
-		conn_end(victim, 0, 0, true, "closed to admit a configured peer's connection");
+			    v->addr, conn->addr);
+		v->pending = false; /* the admission forgot it already */
+		conn_end(v, 0, 0, true, "closed to admit a configured peer's connection");
 		if (pm->stopping)
-			return false;
-		return true;
+			return false; /* the owner stopped us from its callback: conn is closed too */
 	}
-	pm->overload_warned = false;
 	return true;
 }
 
@@ -1303,10 +1247,8 @@ static void pm_on_connection(uv_stream_t *server, int status)
 		memset(&conn->src, 0, sizeof(conn->src));
 	if (!pm_admit_pending(pm, conn))
 		return;
-	conn->pending = true;
 	conn->accepted_ms = conn->started_ms = uv_now(pm->loop);
 	conn->started_stalled_ns = rgapsd_looplag_stalled_ns(pm->lag);
-	pm->npending++;
 	conn_set_state(conn, CONN_HELLO);
 	rc = conn_open(conn);
 	if (rc) {
@@ -1734,9 +1676,11 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 	pm->ctx = ctx;
 	snprintf(pm->name, sizeof(pm->name), "%s", cfg->listen);
 	pm->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : PEERS_KEEPALIVE_DEFAULT_MS;
-	pm->max_pending = cfg->max_pending ? cfg->max_pending : RGAPSD_PEERS_MAX_PENDING_DEFAULT;
-	pm->max_pending_src = cfg->max_pending_per_source ? cfg->max_pending_per_source
-							  : RGAPSD_PEERS_MAX_PENDING_PER_SOURCE_DEFAULT;
+	rgapsd_admission_init(&pm->pending, "peers",
+			      cfg->max_pending ? cfg->max_pending : RGAPSD_PEERS_MAX_PENDING_DEFAULT,
+			      cfg->max_pending_per_source ?
+				      cfg->max_pending_per_source :
+				      RGAPSD_PEERS_MAX_PENDING_PER_SOURCE_DEFAULT);
 	pm->lag = cfg->lag;
 	pm->hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms
 					     : RGAPSD_PEERS_HELLO_TIMEOUT_DEFAULT_MS;
@@ -1901,6 +1845,9 @@ void rgapsd_peer_get_stats(const struct rgapsd_peer *p, struct rgapsd_peer_stats
 void rgapsd_peers_get_stats(const struct rgapsd_peers *pm, struct rgapsd_peers_stats *st)
 {
 	*st = pm->st;
+	st->pending_refused = pm->pending.st.refused;
+	st->pending_refused_source = pm->pending.st.refused_source;
+	st->pending_evicted = pm->pending.st.evicted;
 }
 
 struct rgapsd_peer *rgapsd_peers_next(struct rgapsd_peers *pm, struct rgapsd_peer *prev)
