@@ -190,7 +190,7 @@ test)
 	# forwarder, copy and stage workers, clients against the loop), not those that
 	# only feed the loop thread hostile or excessive input (plain and ASan run those):
 	# they took half of its time. Nor the 12-daemon etcd tests (as under ASan).
-	tsan_only_input='attack_shm|attack_fence|attack_names|attack_objects|attack_shm_full|peer_flood|dataport_flood|big_replies|limits_connections|limits_frames|limits_replies|limits_topics|visibility|bad_input|connect_errors|config|oracle-cli|harness|topic_idle|sd_notify|prometheus|top|cli'
+	tsan_only_input='attack_shm|attack_fence|attack_names|attack_objects|attack_shm_full|attack_fds|peer_flood|dataport_flood|big_replies|limits_connections|limits_frames|limits_replies|limits_topics|visibility|bad_input|connect_errors|config|oracle-cli|harness|topic_idle|sd_notify|prometheus|top|cli'
 	# (By name: meson runs the tests that match a name and a --suite, not either.)
 	mapfile -t tsan_tests < <(meson test -C build-tsan --list --no-rebuild --suite unit \
 		--suite integration 2>/dev/null | sed -n 's|^.* / ||p' |

@@ -12,7 +12,7 @@
 . "$(dirname "$0")/remote_lib.sh"
 need_users
 PFLOOD="$RGAPS_BUILD/tests/integration/itest-peer-flood"
-as 61060 61060
+as 61080 61080
 HONEST=("${AS[@]}")
 N=50
 host a 1

@@ -11,8 +11,9 @@
  *                      overwrite every byte of every mapping it can write, again and
  *                      again for SECONDS, and check it can write nothing else
  *   legitpub TOPIC N   publish N verifiable messages marked with this process's pid
- *   legitsub TOPIC N   take until N messages marked by a legitpub arrived, each checked
- *                      against its stream's sequence; other streams' bytes are theirs
+ *   legitsub TOPIC N   take until N messages marked by a legitpub are accounted for (each
+ *                      checked against its stream's sequence, or reported lost); other
+ *                      streams' bytes are theirs
  * Exit 0 when everything checked out; messages say what did not (3: wrong bytes).
  */
 #include <dirent.h>
@@ -662,7 +663,7 @@ static int cmd_legitsub(const char *topic, long n)
 	}
 	printf("legitsub: subscribed\n");
 	fflush(stdout);
-	while (got < n) {
+	while (got + (long)lost < n) { /* every message verified, or reported lost */
 		rgaps_msg_info_t info = { .struct_size = sizeof(info) };
 		rgaps_msg_t m;
 		uint64_t ctr = UINT64_MAX;
