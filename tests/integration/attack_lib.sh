@@ -1,7 +1,7 @@
-# Helpers of the attack tests on rgapsd's objects (attack_objects.sh, attack_shm_full.sh,
-# attack_fence.sh), sourced after lib.sh and limits_lib.sh: three users who need no
-# passwd entry - rgapsd's own, an attacker and an honest user - and honest verifying
-# pairs (itest-client legitpub / legitsub) to run beside an attack.
+# Helpers of the attack tests on rgapsd's objects (attack_*.sh, tests/attack/soak.sh),
+# sourced after lib.sh and limits_lib.sh: three users who need no passwd entry - rgapsd's
+# own, an attacker and an honest user - and honest verifying pairs (itest-client legitpub /
+# legitsub) to run beside an attack.
 
 # three_users BASE: DUID=BASE (rgapsd's user), AUID=BASE+1 (the attacker), HUID=BASE+2 (the
 # honest user), each its own group; rgapsd's socket in $T/run, which its user owns.
@@ -9,7 +9,7 @@
 # base of its own (tests of other worktrees may run at the same time): attack_objects
 # 61010, attack_shm_full 61020, attack_holds 61030, attack_stuck_fence 61040, attack_names
 # 61050, attack_fence 61060 (its attacker and honest user only), attack_fds 61070;
-# dataport_flood's honest user is 61080.
+# dataport_flood's honest user is 61080; tests/attack/soak.sh (outside CI) 61090.
 three_users() {
 	DUID=$1 AUID=$(($1 + 1)) HUID=$(($1 + 2))
 	mkdir -p "$T/run"

@@ -670,8 +670,8 @@ static int cmd_legitsub(const char *topic, long n)
 		int r = rgaps_subscriber_take(sub, &m, 5000);
 
 		if (r) {
-			fprintf(stderr, "legitsub: take: %s after %ld messages\n", rgaps_strerror(r),
-				got);
+			fprintf(stderr, "legitsub: take: %s after %ld messages (%llu lost)\n",
+				rgaps_strerror(r), got, (unsigned long long)lost);
 			rgaps_subscriber_destroy(sub);
 			return 1;
 		}
