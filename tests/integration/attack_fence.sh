@@ -4,8 +4,9 @@
 # /dev/shm, mode 0666, as the host backend's handles once named the segments readers were
 # to map read-write; any reader that opened what a handle names would die of SIGBUS at its
 # first read - another user's subscriber, and rgapsd's forwarder for a subscriber on
-# another host. Two daemons on loopback (A, B); the attacker, an honest publisher and an
-# honest subscriber (a third user) on A, and an honest subscriber on B. The host backend's
+# another host. Two daemons on loopback (A, B), running as a user of their own; the attacker,
+# an honest publisher and an honest subscriber (a third user) on A, and an honest subscriber
+# on B. The host backend's
 # fences now live in the publisher's region (a state word rgapsd made), their handles are
 # all zeros and any other is refused: the attacker's messages are reported lost, by every
 # reader, and nothing else happens. Throughout: both daemons live, both honest
@@ -16,13 +17,23 @@
 . "$(dirname "$0")/remote_lib.sh"
 need_users
 OBJECTS="$RGAPS_BUILD/tests/integration/itest-objects"
-AUID=61061 HUID=61062 # the attacker, the honest user (rgapsd runs as root here)
+DUID=61060 AUID=61061 HUID=61062 # rgapsd's user, the attacker, the honest user
 N=600
 
+# rgapsd runs as a user of its own, as the packaged unit runs it: the key and the sockets'
+# folder are that user's.
+as $DUID $DUID
+HOST_AS=("${AS[@]}")
+mkdir -p "$T/run"
+chown $DUID:$DUID "$T/run" "$KEY"
 host A 0
 host B 1
+SOCK[A]=$T/run/A.sock SOCK[B]=$T/run/B.sock
 start_host A ', "memory": "host", "pool_size": "4MiB", "max_message_size": "64KiB", "overflow": "block"'
 start_host B ', "memory": "host", "pool_size": "4MiB", "max_message_size": "64KiB", "overflow": "block"'
+for h in A B; do
+	[ "$(stat -c %u "/proc/${DPID[$h]}")" = $DUID ] || fail "$h's rgapsd does not run as uid $DUID"
+done
 wait_until 20 peer_up A B || fail "A and B did not connect"
 RGAPS_SOCKET=${SOCK[A]} as $AUID $AUID
 ATTACKER=("${AS[@]}")

@@ -8,8 +8,9 @@
 # DAEMON_AS, ATTACKER, HONEST: the prefixes that run a command as each. Each test takes a
 # base of its own (tests of other worktrees may run at the same time): attack_objects
 # 61010, attack_shm_full 61020, attack_holds 61030, attack_stuck_fence 61040, attack_names
-# 61050, attack_fence 61060 (its attacker and honest user only), attack_fds 61070;
-# dataport_flood's honest user is 61080; tests/attack/soak.sh (outside CI) 61090.
+# 61050, attack_fence 61060 (its own three, without this helper), attack_fds 61070;
+# dataport_flood 61080 (its honest user) and 61081 (rgapsd's); tests/attack/soak.sh (outside
+# CI) 61090.
 three_users() {
 	DUID=$1 AUID=$(($1 + 1)) HUID=$(($1 + 2))
 	mkdir -p "$T/run"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The tcp data port under a flood (docs/SECURITY.md, "The data port"; docs/CONFIG.md, "Data
 # ports"): a network neighbour without the key holds silent connections on both daemons' data
-# ports (200 a port, from 10 source addresses 127.0.0.2 ...), running as nobody, and one
+# ports (200 a port, from 10 source addresses 127.0.0.2 ...), running as nobody, against
+# daemons running as a user of their own, and one
 # daemon restarts inside the flood (before, the data link stayed down 25 s here: strangers
 # held all 64 places of the data port). Pending connections are bounded per source address and in
 # all, and the configured peer's address still finds a place: the data link comes back and an
@@ -14,11 +15,21 @@ need_users
 PFLOOD="$RGAPS_BUILD/tests/integration/itest-peer-flood"
 as 61080 61080
 HONEST=("${AS[@]}")
+# rgapsd runs as a user of its own, as the packaged unit runs it: the key and the sockets'
+# folder are that user's.
+as 61081 61081
+HOST_AS=("${AS[@]}")
+mkdir -p "$T/run"
+chown 61081:61081 "$T/run" "$KEY"
 N=50
 host a 1
 host b 2
+SOCK[a]=$T/run/a.sock SOCK[b]=$T/run/b.sock
 start_host a
 start_host b
+for h in a b; do
+	[ "$(stat -c %u "/proc/${DPID[$h]}")" = 61081 ] || fail "$h's rgapsd does not run as uid 61081"
+done
 wait_until 20 peer_up a b || fail "a and b did not connect before the flood"
 wait_until 20 peer_up b a || fail "b does not see a up before the flood"
 

@@ -47,7 +47,9 @@ JSON
 	# plugin (tests/fault/transport_fault.c), which misbehaves as asked; its folder
 	# is FAULT_PLUGIN_DIR where a test made its own.
 	# NETNS[name] (netns_lib.sh): its daemon runs in that network namespace.
-	${NETNS[$name]:+ip netns exec ${NETNS[$name]}} \
+	# HOST_AS=(a prefix that execs its command, e.g. setpriv): the daemons run through it
+	# (rgapsd as a user of its own: the attack tests; its sockets, key and $T must suit).
+	${NETNS[$name]:+ip netns exec ${NETNS[$name]}} ${HOST_AS[@]+"${HOST_AS[@]}"} \
 	env ${RGAPSD_FAULT:+RGAPS_PLUGIN_DIR=${FAULT_PLUGIN_DIR:-$RGAPS_BUILD/tests/fault/plugins}} \
 		"$RGAPSD" --config "$T/$name.json" --socket "${SOCK[$name]}" --instance "$INSTANCE$name" \
 		--log-level "${RGAPS_TEST_LOG:-info}" >>"$T/$name.log" 2>&1 &
