@@ -8,6 +8,8 @@
 #   (remote_lib.sh's host), and its daemon runs in its namespace (start_host). RATE
 #   "none": no shaping. Everything goes at exit, pass or fail.
 #   netns_link HOST up|down: plug a host's cable in or out (its end of the veth).
+#   netns_rate HOST RATE: shape one host's cable to another rate.
+#   netns_start N DEFAULTS: the daemons of H0 .. H(N-1) up, every pair's session too.
 #
 # Namespaces and links are named after this shell's pid, so that tests and benchmarks
 # running at once never collide.
@@ -55,6 +57,26 @@ netns_hosts() {
 		NETNS[H$i]=$ns
 		host "H$i" "$i" "$NETNS_NET.$((i + 1))"
 	done
+}
+
+# netns_start N DEFAULTS: start the daemons of H0 .. H(N-1) (start_host, topic defaults
+# DEFAULTS) and wait until every pair of them has its session up
+netns_start() {
+	local n=$1 i j
+	for ((i = 0; i < n; i++)); do start_host H$i "$2"; done
+	for ((i = 0; i < n; i++)); do
+		for ((j = i + 1; j < n; j++)); do
+			wait_until 20 peer_up H$i H$j || fail "the session H$i H$j did not come up"
+		done
+	done
+}
+
+# netns_rate HOST RATE: shape HOST's cable to RATE both ways from now on (a slower host)
+netns_rate() {
+	local i=${1#H}
+	local tbf=(root tbf rate "$2" burst 512kb latency 100ms)
+	tc -n "${NETNS[$1]}" qdisc change dev "rgv$$h$i" "${tbf[@]}" &&
+		tc -n "$NETNS_SW" qdisc change dev "rgv$$s$i" "${tbf[@]}"
 }
 
 netns_link() {

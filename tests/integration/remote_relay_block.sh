@@ -22,10 +22,7 @@ COUNT=512
 DEFAULTS=', "pool_size": "4MiB", "max_message_size": "256KiB", "ring_size": "1MiB",
   "chunk_size": "64KiB", "resend_window": "4MiB", "overflow": "block",
   "block_timeout_ms": 60000, "relay": "chain"'
-for i in 0 1 2; do start_host H$i "$DEFAULTS"; done
-for p in "H0 H1" "H0 H2" "H1 H2"; do
-	wait_until 20 peer_up $p || fail "the session $p did not come up"
-done
+netns_start 3 "$DEFAULTS"
 # H1's subscriber waits for more than the stream holds: it is stopped once H2 has it
 # all, so that H1 stays in the chain (a relay that leaves moves the hosts below it).
 for i in 1 2; do
