@@ -232,199 +232,294 @@ static bool rec_swork_start(struct rt_in *in, struct rt_rec *r, uint32_t point)
 	return true;
 }
 
+/* ---------------------------------------------------------------- the driver, one state at a time */
+
 /*
- * The receiver's driver: walk the records in landing order. Allocation and
- * copies may run ahead (chunk k copies while k+1 lands and k+2 is on the
- * wire); publication and ring release happen strictly in order at the head.
+ * A message's first chunk: loan its block in the local pool, where its chunks
+ * are assembled. 0; -EAGAIN: no room yet (the record waits); another negative
+ * errno: the message is refused (r dropped, its loss counted).
  */
-static void in_drive(struct rt_in *in)
+static int asm_begin(struct rt_in *in, struct rt_rec *r)
+{
+	uint8_t *dst;
+	uint32_t tok;
+	int e;
+
+	drop_assembly(in); /* defensive: checked at landing */
+	e = rt_local_pub_loan(in->pub, r->h.msg_size, &tok, &dst);
+	if (e == -EAGAIN || e == -ENOBUFS) {
+		/* Pool full under "block", or every loan of our slot is still being
+		 * assembled: keep the ring full too; the sender stalls, its publishers
+		 * feel it. */
+		in->blocked = true;
+		in->blocked_retries++;
+		return -EAGAIN;
+	}
+	if (e) {
+		rgaps_warn("topic '%s': message of %llu bytes from %s refused: %s",
+			   in->topic->cfg.name, (unsigned long long)r->h.msg_size,
+			   rgapsd_peer_name(in->p->peer), strerror(-e));
+		in->refused++;
+		in->topic->refused_msgs++;
+		r->lost = 1 + (uint64_t)r->gap; /* nothing lost silently */
+		in_set(in->p->rt, r, IN_DROPPED);
+		return e;
+	}
+	in->asm_open = true;
+	in->asm_token = tok;
+	in->asm_dst = dst;
+	in->asm_gap = r->gap;
+	return 0;
+}
+
+/*
+ * Each state's step of record r returns true when r waits (the walk stops
+ * there, what waits moves it on) and false when it moved r on, or r is
+ * dropped.
+ */
+
+/* Checked (or nothing to check): the record gets its place in its message's block. */
+static bool rec_checked(struct rt_in *in, struct rt_rec *r)
 {
 	struct rgapsd_remote *rt = in->p->rt;
-	struct rt_transport *tr = &rt->tr[in->tr];
-	struct rt_link *l = &in->p->links[in->tr];
-	bool released = false, progress;
-	uint64_t head;
 
-again:
-	progress = false;
-	in->blocked = false;
+	if (r->h.flags & RGAPS_RECORD_FIRST) {
+		int e = asm_begin(in, r);
+
+		if (e)
+			return e == -EAGAIN;
+	}
+	if (!in->asm_open) {
+		in_set(rt, r, IN_DROPPED); /* rest of a refused message */
+		return false;
+	}
+	r->loan_token = in->asm_token;
+	r->loan_dst = in->asm_dst;
+	if (r->h.flags & RGAPS_RECORD_LAST) {
+		in->asm_open = false; /* the record now owns the loan */
+		r->gap = in->asm_gap; /* and reports what was lost before it */
+	}
+	in_set(rt, r, IN_ALLOCATED);
+	return false;
+}
+
+/* Landed: dropped, handed to the after-landing stages, or on to its block. */
+static bool rec_landed(struct rt_in *in, struct rt_rec *r)
+{
+	struct rgapsd_remote *rt = in->p->rt;
+
+	if (r->dup || (r->h.flags & RGAPS_RECORD_LOSS)) {
+		in_set(rt, r, IN_DROPPED); /* told at the head */
+		return false;
+	}
+	if (r->im && r->im->failed) {
+		in_set(rt, r, IN_DROPPED); /* rest of a refused message */
+		return false;
+	}
+	if (rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING)) {
+		in_set(rt, r, IN_CHECKING);
+		return false;
+	}
+	return rec_checked(in, r);
+}
+
+/* The after-landing stages: started here, one record at a time, in order. */
+static bool rec_checking(struct rt_in *in, struct rt_rec *r)
+{
+	if (r->im->failed) {
+		in_set(in->p->rt, r, IN_DROPPED); /* rest of a refused message */
+		return false;
+	}
+	if (!r->work && !rec_swork_start(in, r, RGAPS_STAGE_AFTER_LANDING)) {
+		msg_failed(in, r, "out of memory for its stages");
+		return false;
+	}
+	return true; /* rec_swork_done goes on */
+}
+
+/* Allocated: the worker copies the chunk from the ring into its block. */
+static bool rec_allocated(struct rt_in *in, struct rt_rec *r)
+{
+	struct rgapsd_remote *rt = in->p->rt;
+
+	in_set(rt, r, IN_COPYING);
+	in->jobs++;
+	r->job.run = copy_run;
+	r->job.done.fn = copy_done;
+	rt_copy_start(rt, in->topic->mem, &r->job, &r->copy_status, r->loan_dst + r->h.chunk_off,
+		      in->mem + r->slot.off + RGAPS_RECORD_HDR, r->h.chunk_len, RGAPS_COPY_TO_POOL);
+	return false;
+}
+
+static bool rec_step(struct rt_in *in, struct rt_rec *r)
+{
+	switch (r->state) {
+	case IN_LANDED:
+		return rec_landed(in, r);
+	case IN_CHECKING:
+		return rec_checking(in, r);
+	case IN_CHECKED:
+		return rec_checked(in, r);
+	case IN_ALLOCATED:
+		return rec_allocated(in, r);
+	case IN_COPYING: /* async: copy_done moves it on */
+	case IN_COPIED:	 /* the head's from here on (in_head) */
+	case IN_FINISHING:
+	case IN_FINISHED:
+	case IN_PUBLISHED:
+	case IN_RELEASED:
+	case IN_DROPPED:
+	case IN_NUM_STATES:
+		break;
+	}
+	return false;
+}
+
+/*
+ * Walk the records in landing order from drive_from, each as far as it goes:
+ * allocation and copies run ahead of the head (chunk k copies while k+1
+ * lands and k+2 is on the wire). A record that waits stops the walk.
+ */
+static void in_walk(struct rt_in *in)
+{
 	for (struct rt_rec *r = in->drive_from; r; r = STAILQ_NEXT(r, link)) {
 		enum rt_in_state prev;
-		bool stop = false;
+		bool waits;
 
 		do {
 			prev = r->state;
-			switch (r->state) {
-			case IN_LANDED:
-				if (r->dup || (r->h.flags & RGAPS_RECORD_LOSS)) {
-					in_set(rt, r, IN_DROPPED); /* told at the head */
-					break;
-				}
-				if (r->im && r->im->failed) {
-					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
-					break;
-				}
-				if (rt_stages_at(in->stages, RGAPS_STAGE_AFTER_LANDING)) {
-					in_set(rt, r, IN_CHECKING);
-					break;
-				}
-				/* fall through */
-			case IN_CHECKED:
-				if (r->h.flags & RGAPS_RECORD_FIRST) {
-					uint8_t *dst;
-					uint32_t tok;
-					int e;
-
-					drop_assembly(in); /* defensive: checked at landing */
-					e = rt_local_pub_loan(in->pub, r->h.msg_size, &tok, &dst);
-					if (e == -EAGAIN || e == -ENOBUFS) {
-						/* Pool full under "block", or every loan of our slot
-						 * is still being assembled: keep the ring full too;
-						 * the sender stalls, its publishers feel it. */
-						in->blocked = true;
-						in->blocked_retries++;
-						stop = true;
-						break;
-					}
-					if (e) {
-						rgaps_warn(
-							"topic '%s': message of %llu bytes from %s "
-							"refused: %s",
-							in->topic->cfg.name,
-							(unsigned long long)r->h.msg_size,
-							rgapsd_peer_name(in->p->peer),
-							strerror(-e));
-						in->refused++;
-						in->topic->refused_msgs++;
-						r->lost = 1 + (uint64_t)r->gap; /* nothing lost
-										   silently */
-						in_set(rt, r, IN_DROPPED);
-						break;
-					}
-					in->asm_open = true;
-					in->asm_token = tok;
-					in->asm_dst = dst;
-					in->asm_gap = r->gap;
-				}
-				if (!in->asm_open) {
-					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
-					break;
-				}
-				r->loan_token = in->asm_token;
-				r->loan_dst = in->asm_dst;
-				if (r->h.flags & RGAPS_RECORD_LAST) {
-					in->asm_open = false; /* the record now owns the loan */
-					r->gap =
-						in->asm_gap; /* and reports what was lost before it */
-				}
-				in_set(rt, r, IN_ALLOCATED);
-				break;
-			case IN_CHECKING:
-				if (r->im->failed) {
-					in_set(rt, r, IN_DROPPED); /* rest of a refused message */
-					break;
-				}
-				if (!r->work &&
-				    !rec_swork_start(in, r, RGAPS_STAGE_AFTER_LANDING)) {
-					msg_failed(in, r, "out of memory for its stages");
-					break;
-				}
-				stop = true; /* one check at a time, in order: rec_swork_done goes on */
-				break;
-			case IN_ALLOCATED:
-				in_set(rt, r, IN_COPYING);
-				in->jobs++;
-				r->job.run = copy_run;
-				r->job.done.fn = copy_done;
-				rt_copy_start(rt, in->topic->mem, &r->job, &r->copy_status,
-					      r->loan_dst + r->h.chunk_off,
-					      in->mem + r->slot.off + RGAPS_RECORD_HDR,
-					      r->h.chunk_len, RGAPS_COPY_TO_POOL);
-				break;
-			case IN_COPYING: /* async: copy_done moves it on */
-			case IN_COPIED:
-			case IN_FINISHING:
-			case IN_FINISHED:
-			case IN_PUBLISHED:
-			case IN_RELEASED:
-			case IN_DROPPED:
-			case IN_NUM_STATES:
-				break;
-			}
-		} while (r->state != prev && !stop);
-		if (stop)
-			break;
+			waits = rec_step(in, r);
+		} while (r->state != prev && !waits);
+		if (waits)
+			return;
 		in->drive_from = STAILQ_NEXT(r, link); /* r is with the worker, or dropped */
 	}
+}
 
-	/* In order at the head: publish last chunks, give ring space back. */
-	while (!STAILQ_EMPTY(&in->recs)) {
-		struct rt_rec *r = STAILQ_FIRST(&in->recs);
+/*
+ * Publish the message whose last chunk r is. 0; -EAGAIN: its queue is full
+ * under "block" (retried); a failure is counted and r dropped.
+ */
+static int msg_publish(struct rt_in *in, struct rt_rec *r)
+{
+	int e = rt_local_pub_commit(in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
+				    (uint32_t)RGAPS_MIN(r->gap + in->pending_gap, UINT32_MAX),
+				    r->h.origin_stream, r->h.origin_seq);
 
-		if (r->state == IN_COPIED && (r->h.flags & RGAPS_RECORD_LAST) &&
-		    rt_stages_at(in->stages, RGAPS_STAGE_BEFORE_PUBLISH)) {
-			in_set(rt, r, IN_FINISHING);
-			if (!rec_swork_start(in, r, RGAPS_STAGE_BEFORE_PUBLISH)) {
-				in_set(rt, r, IN_COPIED);
-				in->blocked = true; /* out of memory: try again later */
-			}
-			break; /* rec_swork_done goes on */
-		}
-		if ((r->state == IN_COPIED || r->state == IN_FINISHED) &&
-		    (r->h.flags & RGAPS_RECORD_LAST)) {
-			int e = rt_local_pub_commit(
-				in->pub, r->loan_token, r->h.msg_size, r->h.ts_ns,
-				(uint32_t)RGAPS_MIN(r->gap + in->pending_gap, UINT32_MAX),
-				r->h.origin_stream, r->h.origin_seq);
-
-			if (e == -EAGAIN) {
-				in->blocked = true; /* queue full under "block": retry */
-				in->blocked_retries++;
-				break;
-			}
-			if (e) {
-				rgaps_warn("topic '%s': publish failed: %s", in->topic->cfg.name,
-					   strerror(-e));
-				r->lost = 1 + (uint64_t)r->gap;
-				in_set(rt, r, IN_DROPPED);
-			} else {
-				in->messages++;
-				in->told_next = r->h.msg_seq + 1;
-				in->topic->landed_msgs++;
-				in->topic->landed_bytes += r->h.msg_size;
-				in->pending_gap = 0;
-				in_set(rt, r, IN_PUBLISHED);
-			}
-		}
-		if (r->state != IN_COPIED && r->state != IN_PUBLISHED && r->state != IN_DROPPED)
-			break; /* not done yet (the head of a message keeps the ring in order) */
-		if (r->holds)
-			break; /* a relay still sends from it to its children (relay.c) */
-		if (r->state == IN_DROPPED && (r->lost || (r->h.flags & RGAPS_RECORD_LOSS)))
-			loss_note(in, r->lost, r->h.msg_seq);
-		rgaps_ring_receiver_consume(&in->ring, &r->slot);
-		in_set(rt, r, IN_RELEASED);
-		released = true;
-		progress = true;
-		STAILQ_REMOVE_HEAD(&in->recs, link);
-		rec_free(in, r);
-	}
-	/* A loss with no message behind it to carry the news: told now. */
-	if (!loss_flush(in)) {
+	if (e == -EAGAIN) {
 		in->blocked = true;
 		in->blocked_retries++;
+		return e;
 	}
-	/* A publish returned loans: records that waited for one may go on now. */
-	if (in->blocked && progress)
-		goto again;
-	if (released && l->link && rgaps_ring_receiver_should_report(&in->ring, &head)) {
-		if (tr->lp->ops.transport.post_head(tr->ctx, l->link, in->id, head) == 0) {
-			rgaps_ring_receiver_reported(&in->ring, head);
-			tr->lp->ops.transport.flush(tr->ctx, l->link);
+	if (e) {
+		rgaps_warn("topic '%s': publish failed: %s", in->topic->cfg.name, strerror(-e));
+		r->lost = 1 + (uint64_t)r->gap;
+		in_set(in->p->rt, r, IN_DROPPED);
+		return e;
+	}
+	in->messages++;
+	in->told_next = r->h.msg_seq + 1;
+	in->topic->landed_msgs++;
+	in->topic->landed_bytes += r->h.msg_size;
+	in->pending_gap = 0;
+	in_set(in->p->rt, r, IN_PUBLISHED);
+	return 0;
+}
+
+/*
+ * The last chunk of a message at the head: its before-publish stages, then
+ * its publication. true: it waits (the stages run, or no room to publish).
+ */
+static bool head_finish(struct rt_in *in, struct rt_rec *r)
+{
+	struct rgapsd_remote *rt = in->p->rt;
+
+	if (r->state == IN_COPIED && rt_stages_at(in->stages, RGAPS_STAGE_BEFORE_PUBLISH)) {
+		in_set(rt, r, IN_FINISHING);
+		if (!rec_swork_start(in, r, RGAPS_STAGE_BEFORE_PUBLISH)) {
+			in_set(rt, r, IN_COPIED);
+			in->blocked = true; /* out of memory: try again later */
 		}
+		return true; /* rec_swork_done goes on */
 	}
+	if (r->state == IN_COPIED || r->state == IN_FINISHED)
+		return msg_publish(in, r) == -EAGAIN;
+	return false;
+}
+
+/* The head record is done with: its ring space goes back, a loss it tells is noted. */
+static void head_release(struct rt_in *in, struct rt_rec *r)
+{
+	if (r->state == IN_DROPPED && (r->lost || (r->h.flags & RGAPS_RECORD_LOSS)))
+		loss_note(in, r->lost, r->h.msg_seq);
+	rgaps_ring_receiver_consume(&in->ring, &r->slot);
+	in_set(in->p->rt, r, IN_RELEASED);
+	STAILQ_REMOVE_HEAD(&in->recs, link);
+	rec_free(in, r);
+}
+
+/*
+ * Strictly in order at the head: publish last chunks, give ring space back
+ * (the head of a message keeps the ring in order). The records released.
+ */
+static uint32_t in_head(struct rt_in *in)
+{
+	uint32_t released = 0;
+	struct rt_rec *r;
+
+	while ((r = STAILQ_FIRST(&in->recs))) {
+		if ((r->h.flags & RGAPS_RECORD_LAST) && head_finish(in, r))
+			break;
+		if (r->state != IN_COPIED && r->state != IN_PUBLISHED && r->state != IN_DROPPED)
+			break; /* not done yet */
+		if (r->holds)
+			break; /* a relay still sends from it to its children (relay.c) */
+		head_release(in, r);
+		released++;
+	}
+	return released;
+}
+
+/* Tell the sender of the space given back, when the watermark says so. */
+static void head_report(struct rt_in *in)
+{
+	struct rt_transport *tr = &in->p->rt->tr[in->tr];
+	struct rt_link *l = &in->p->links[in->tr];
+	uint64_t head;
+
+	if (!l->link || !rgaps_ring_receiver_should_report(&in->ring, &head))
+		return;
+	if (tr->lp->ops.transport.post_head(tr->ctx, l->link, in->id, head) == 0) {
+		rgaps_ring_receiver_reported(&in->ring, head);
+		tr->lp->ops.transport.flush(tr->ctx, l->link);
+	}
+}
+
+/*
+ * The receiver's driver, called whenever something a record waits for
+ * happened: walk the records, then the head. When a publish returned loans
+ * while some record waited for one, once more (each round releases records,
+ * so the rounds end).
+ */
+static void in_drive(struct rt_in *in)
+{
+	bool released = false, progress;
+
+	do {
+		in->blocked = false;
+		in_walk(in);
+		progress = in_head(in) > 0;
+		released |= progress;
+		/* A loss with no message behind it to carry the news: told now. */
+		if (!loss_flush(in)) {
+			in->blocked = true;
+			in->blocked_retries++;
+		}
+	} while (in->blocked && progress);
+	if (released)
+		head_report(in);
 	if (in->blocked)
-		arm_retry(rt);
+		arm_retry(in->p->rt);
 }
 
 /*
