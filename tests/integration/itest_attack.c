@@ -120,8 +120,8 @@ static int cmd_forgeholds(const char *topic, double seconds)
 				}
 				if (b < nbases)
 					base = bases[b][1];
-				for (uint32_t k = 0; k < (per ? per : 1) && i * per + k < lim->max_holds;
-				     k++) {
+				for (uint32_t k = 0;
+				     k < (per ? per : 1) && i * per + k < lim->max_holds; k++) {
 					struct rgaps_sub_hold *x = &h[i * per + k];
 
 					__atomic_store_n(&x->seq, base + k, __ATOMIC_RELAXED);
@@ -151,6 +151,9 @@ static int cmd_stuckfence(const char *topic, long n, size_t size, double seconds
 
 	if (!pub || !buf) {
 		fprintf(stderr, "stuckfence: cannot attach: %s\n", rgaps_strerror(errno));
+		if (pub)
+			rgaps_publisher_destroy(pub);
+		free(buf);
 		return 1;
 	}
 	if (!getenv("RGAPS_HOST_FENCE_DELAY_US"))
@@ -194,7 +197,9 @@ static int send_with_fd(int s, int fd)
 		char buf[CMSG_SPACE(sizeof(int))];
 	} cm = { 0 };
 	struct iovec iov = { frame, sizeof(frame) };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+	struct msghdr m = { .msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = cm.buf,
 			    .msg_controllen = sizeof(cm.buf) };
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 
@@ -249,10 +254,13 @@ static int cmd_bigpub(const char *topic, long n, size_t size)
 	char mark[32];
 	rgaps_pub_opts_t o = { .struct_size = sizeof(o), .attrs = mark, .timeout_ms = 2000 };
 	uint8_t *buf = malloc(size);
+	int rc = 0;
 
 	if (!pub || !buf) {
-		fprintf(stderr, "legitpub: cannot attach to %s: %s\n", topic, rgaps_strerror(errno));
-		return 1;
+		fprintf(stderr, "legitpub: cannot attach to %s: %s\n", topic,
+			rgaps_strerror(errno));
+		rc = 1;
+		goto out;
 	}
 	o.attr_len = (size_t)snprintf(mark, sizeof(mark), LEGIT_MARK "%d", (int)getpid());
 	for (long i = 0; i < n; i++) {
@@ -262,14 +270,17 @@ static int cmd_bigpub(const char *topic, long n, size_t size)
 		r = rgaps_publisher_push_ex(pub, size, buf, &o);
 		if (r) {
 			fprintf(stderr, "legitpub: publish %ld: %s\n", i, rgaps_strerror(r));
-			return 1;
+			rc = 1;
+			goto out;
 		}
 		usleep(2000);
 	}
 	printf("legitpub: published %ld\n", n);
-	rgaps_publisher_destroy(pub);
+out:
+	if (pub)
+		rgaps_publisher_destroy(pub);
 	free(buf);
-	return 0;
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -277,8 +288,7 @@ int main(int argc, char **argv)
 	if (argc >= 4 && strcmp(argv[1], "forgeholds") == 0)
 		return cmd_forgeholds(argv[2], atof(argv[3]));
 	if (argc >= 6 && strcmp(argv[1], "stuckfence") == 0)
-		return cmd_stuckfence(argv[2], atol(argv[3]), (size_t)atol(argv[4]),
-				      atof(argv[5]));
+		return cmd_stuckfence(argv[2], atol(argv[3]), (size_t)atol(argv[4]), atof(argv[5]));
 	if (argc >= 3 && strcmp(argv[1], "lingerfd") == 0)
 		return cmd_lingerfd(atof(argv[2]));
 	if (argc >= 5 && strcmp(argv[1], "bigpub") == 0)
