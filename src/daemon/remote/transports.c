@@ -109,7 +109,7 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	const char *name = tr->name;
 	struct rgaps_option_value opts[32];
 	struct rgaps_plugin_env env;
-	char why[256] = "", host[256];
+	char why[256] = "", host[256], what[sizeof(tr->pending_what)];
 	cJSON *all, *mine;
 	uint32_t nopts = 0;
 	uint16_t port;
@@ -149,7 +149,10 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_DAEMON, rt->d->loop);
 	env.options = opts; /* read during init */
 	env.noptions = nopts;
-	snprintf(tr->pending_what, sizeof(tr->pending_what), "%s data port", name);
+	/* Through a copy: at -O0 (the sanitizer builds) GCC's -Wrestrict takes name, which
+	 * is tr->name, for a part of the destination. */
+	snprintf(what, sizeof(what), "%s data port", name);
+	memcpy(tr->pending_what, what, sizeof(what));
 	rgapsd_admission_init(&tr->pending, tr->pending_what, rt->d->cfg.peer_max_pending,
 			      rt->d->cfg.peer_max_pending_per_source);
 	env.conn_pending = tr_conn_pending;
