@@ -103,9 +103,10 @@ static void usage(FILE *f)
 		"      stream; --rate: at most HZ messages a second; --wait-subscribers: first\n"
 		"      wait up to --timeout SEC (default 30) for N subscribers\n"
 		"  sub TOPIC [--count N] [--verify] [--timeout SEC] [--allow-gaps] [--hold-ms MS]\n"
-		"            [--latency]\n"
+		"            [--latency] [--warmup W]\n"
 		"      take N messages (default 1); --verify checks every byte and each\n"
-		"      message's place; stops after SEC seconds (default 30) without a message\n"
+		"      message's place; stops after SEC seconds (default 30) without a message;\n"
+		"      --warmup: also the rate after the W-th take (\"steady\")\n"
 		"  topics [--json]          the daemon's topics, pools and subscribers\n"
 		"  stats [TOPIC] [--json | --prometheus]   every counter\n"
 		"  --socket PATH            rgapsd's control socket (else $RGAPS_SOCKET, else %s)\n"
@@ -435,7 +436,9 @@ static int publish_one(rgaps_publisher_t *pub, const struct pub_opts *o, uint8_t
 		r = rgaps_publisher_loan(pub, size, -1, &l);
 		if (r)
 			return r;
-		rgaps_pattern_fill(l.data, size, seq);
+		/* --fixed-payload: the block is sent as it is (throughput runs) */
+		if (!o->fixed)
+			rgaps_pattern_fill(l.data, size, seq);
 		return rgaps_publisher_commit(pub, &l, size);
 	}
 	/* --fixed-payload: fill once (throughput runs; not verifiable after the first) */
@@ -671,6 +674,7 @@ static int cmd_sub(int argc, char **argv)
 		{ "allow-gaps", no_argument, NULL, 'g' },
 		{ "hold-ms", required_argument, NULL, 'H' },
 		{ "latency", no_argument, NULL, 'T' },
+		{ "warmup", required_argument, NULL, 'W' },
 		{ 0 },
 	};
 	struct subscriber_state st = { 0 };
@@ -679,8 +683,8 @@ static int cmd_sub(int argc, char **argv)
 	bool latency = false;
 	double *lat = NULL;
 	uint64_t count = 1, received = 0, verified = 0, bad = 0, gaps = 0, drops = 0, bytes = 0;
-	uint64_t first_seq = 0, last_seq = 0;
-	double timeout = 30, hold_ms = 0, deadline, t0 = 0;
+	uint64_t first_seq = 0, last_seq = 0, warmup = 0, steady_bytes = 0;
+	double timeout = 30, hold_ms = 0, deadline, t0 = 0, t_warm = 0, t_last = 0;
 	bool verify = false, allow_gaps = false;
 	const char *ended = NULL; /* why it stopped before count, in words */
 	int c, rc;
@@ -709,6 +713,10 @@ static int cmd_sub(int argc, char **argv)
 			break;
 		case 'T':
 			latency = true;
+			break;
+		case 'W':
+			if (parse_count("--warmup", optarg, &warmup))
+				return EXIT_USAGE;
 			break;
 		default:
 			return bad_option("sub", argv);
@@ -809,6 +817,15 @@ static int cmd_sub(int argc, char **argv)
 		last_seq = m.seq;
 		received++;
 		bytes += m.size;
+		/* --warmup W: the steady rate's clock starts at the W-th take, its bytes after it */
+		t_last = tool_now_s();
+		if (received == warmup) {
+			t_warm = t_last;
+			printf("warm %" PRIu64 "\n", warmup); /* a benchmark starts its meters here */
+			fflush(stdout);
+		} else if (warmup && received > warmup) {
+			steady_bytes += m.size;
+		}
 		if (verify) {
 			if (verify_msg(&st, v, &m, &info) == 0)
 				verified++;
@@ -826,6 +843,11 @@ static int cmd_sub(int argc, char **argv)
 	if (received)
 		printf(" first_seq %" PRIu64 " last_seq %" PRIu64, first_seq, last_seq);
 	printf("\n");
+	if (warmup && received > warmup)
+		printf("steady %" PRIu64 " messages %" PRIu64 " bytes in %.6f s: %.1f MiB/s "
+		       "(from the take of message %" PRIu64 " to the last take)\n",
+		       received - warmup, steady_bytes, t_last - t_warm,
+		       (double)steady_bytes / (1 << 20) / (t_last - t_warm), warmup);
 	if (lat && received) {
 		uint64_t n = received < count ? received : count;
 
