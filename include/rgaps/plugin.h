@@ -34,9 +34,11 @@ extern "C" {
  * (struct rgaps_plugin), so that rgapsd finds plugins without knowing their
  * names. 4: fence_create and fence_open take the fence slot's state word, so
  * that a backend's shared fence state lives in memory rgapsd made, never in
- * an object that a handle names.
+ * an object that a handle names. 5: struct rgaps_transport_cbs grew
+ * record_header (a receiver may land a record's payload outside its ring),
+ * struct rgaps_link_stats grew zc_sends and zc_copied.
  */
-#define RGAPS_PLUGIN_ABI_VERSION 4
+#define RGAPS_PLUGIN_ABI_VERSION 5
 /** Name of the one symbol every plugin exports. */
 #define RGAPS_PLUGIN_SYMBOL "rgaps_plugin"
 #define RGAPS_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -381,9 +383,10 @@ struct rgaps_memory_ops {
  * receiver daemon (docs/ARCHITECTURE.md section 4; docs/PROTOCOL.md section 3). The core
  * decides every offset (Tail/Head/Delayed Head arithmetic, src/daemon/remote/ring.h);
  * the transport only writes bytes where it is told and reports completions.
- * Everything runs on the daemon's loop thread (the plugin puts its fds under
- * uv_poll handles on env->uv_loop); callbacks are called on that thread, never
- * from inside the operation that caused them (no re-entrance).
+ * Its operations are called on the daemon's loop thread and its callbacks
+ * come on that thread, never from inside the operation that caused them (no
+ * re-entrance). The bytes may move on threads of the transport's own (tcp:
+ * two per TCP stream), which reach the loop through a uv_async handle.
  *
  * Links are data connections to one peer daemon. The peer control plane
  * (authenticated, src/daemon/peers/peers.c) tells the listener which 16-byte token
@@ -397,10 +400,15 @@ struct rgaps_memory_ops {
  *   link is freed. After link_connected(link, err < 0) the link is freed too
  *   and no link_down follows.
  * - close(), ring_detach() and fini() make no callbacks; after ring_detach()
- *   the transport writes nothing more into that ring's memory.
+ *   the transport writes nothing more into that ring's memory, and no
+ *   head_update comes for that ring (a Head that arrives late is dropped).
  * - record_landed's len is the record's exact length (tcp) or its 64-byte
  *   aligned footprint (verbs: the immediate carries 64-byte units); the exact
  *   length is 64 + the header's chunk_len (+ 8: a stage tag, flag TAG).
+ * - record_header, where a transport calls it (tcp; verbs never does), comes
+ *   for every record of the link, in ring order, before that record's
+ *   record_landed; after ring_detach() none comes for that ring, and the
+ *   transport writes nothing more where record_header told it to.
  * - A ring id names one ring per link: the core gives each direction its own
  *   half of the ids (docs/PROTOCOL.md section 4).
  * - Descriptor buffers hold RGAPS_RING_DESC_MAX bytes; *desc_len_p is output.
@@ -412,6 +420,8 @@ struct rgaps_memory_ops {
 #define RGAPS_LINK_TOKEN_LEN 16
 #define RGAPS_RING_DESC_MAX 64 /* bytes of an opaque ring / head-word descriptor */
 #define RGAPS_RECORD_SG_MAX 4
+/* Bytes of a record that land in the ring before record_header: its header (PROTOCOL.md 3). */
+#define RGAPS_RECORD_PEEK 64
 
 /* Where a record's bytes come from: pieces of locally registered memory. */
 struct rgaps_sg {
@@ -438,6 +448,19 @@ struct rgaps_transport_cbs {
 	 */
 	void (*record_landed)(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
 			      uint64_t len);
+	/*
+	 * Receiver, optional (NULL: every record lands whole in the ring): a record
+	 * of len bytes for ring ring_id at off (as record_landed) is arriving, and
+	 * its first RGAPS_RECORD_PEEK bytes (all of it when shorter) are in ring
+	 * memory already. With can_redirect the transport can receive the rest
+	 * elsewhere: the core may return host memory for bytes [RGAPS_RECORD_PEEK,
+	 * len) of the record, which the transport writes there instead of into the
+	 * ring (those ring bytes stay as they were); NULL: into the ring. The
+	 * memory must stay writable until the record's record_landed, or until
+	 * ring_detach() of its ring, after which the transport writes none of it.
+	 */
+	void *(*record_header)(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			       uint64_t len, bool can_redirect);
 	/* Sender: the record posted with cookie is out of the source memory (status < 0: failed). */
 	void (*record_sent)(void *arg, struct rgaps_link *link, uint64_t cookie, int status);
 	/* Sender: the receiver advanced Head of ring ring_id (the Delayed Head). */
@@ -452,6 +475,8 @@ struct rgaps_link_stats {
 	uint64_t cq_events, cq_polls_busy; /* completion-channel wake-ups, busy-poll rounds */
 	uint64_t cq_overflows;	    /* must stay 0 */
 	uint64_t records_late;	    /* landed in a ring detached meanwhile: dropped */
+	uint64_t zc_sends;  /* sends that left the source memory without a copy (MSG_ZEROCOPY) */
+	uint64_t zc_copied; /* ... that the kernel completed with a copy after all (loopback) */
 };
 
 struct rgaps_transport_ops {

@@ -1,61 +1,92 @@
 /*
- * The tcp transport (include/rgaps/plugin.h, section "transport"): one libuv TCP
- * stream per data link, on the daemon's loop. The wire format is drawn in
- * docs/PROTOCOL.md section 3, "tcp: data connection": the connector's 24-byte
- * preamble with the link token, then 24-byte frames both ways. A RECORD leaves
- * the sender's registered memory with one writev (frame header + the gathered
- * pieces, never copied in user space) and lands straight in the receiver's ring:
- * the buffer handed to libuv's alloc_cb points into the ring at the claimed
- * offset and is sized to the bytes still due, so nothing is staged. Every frame
- * is checked before a byte of its payload is read (magic, type, ring attached,
- * bounds, and that it cannot overwrite bytes the core has not released yet); a
- * violation drops the link with the reason in words. The core's ring arithmetic
- * (src/daemon/remote/ring.h) decides every offset: this file checks and moves bytes.
+ * The tcp transport (include/rgaps/plugin.h, section "transport"): a data link
+ * is one TCP connection or several ("streams", transport option `streams`),
+ * each carrying whole records; the wire format is drawn in docs/PROTOCOL.md
+ * section 3, "tcp: data connection". Connections are made on the daemon's
+ * loop with libuv (connect, accept, the connector's preamble, its deadline);
+ * once a link is up each of its streams gets two threads of its own, one that
+ * writes and one that reads, so that the copies of the bytes through the
+ * kernel run beside the loop and beside each other. The threads reach the
+ * loop only through the link's uv_async handle; every callback to the core
+ * runs on the loop.
  *
- * Lifecycle: init -> listen / connect -> links come and go -> fini. Handles are
- * closed asynchronously (libuv): a link's memory is freed once its handles have
- * closed, the context's once every link and handle has, so after fini() the
- * host's loop must still run (it does until uv_loop_close) to free them. The
- * module is linked with -z nodelete: the loader may dlclose() it right after
- * fini(), before those close callbacks have run.
+ * Sending: post_record() queues a frame on the stream with the fewest bytes
+ * queued; its thread writes every frame queued on it with one writev straight
+ * from the core's registered memory (frame header + the gathered pieces, no
+ * copy in user space). record_sent comes in posting order: a record written
+ * on one stream waits for those posted before it on others.
+ *
+ * Receiving: every frame is checked before a byte of its payload is read
+ * (magic, type, ring attached, bounds, and that it cannot overwrite bytes the
+ * core has not released yet); a violation drops the link with the reason in
+ * words. With several streams each RECORD frame carries its number on the
+ * link, and the readers take their headers in that order (a reader whose next
+ * record is not the next in number waits for the others), so the checks run
+ * in ring order; payloads then arrive side by side, and record_landed comes in
+ * that order too. Where the core asks (record_header), a large record's bytes
+ * after its header go where the core says (a pool block) instead of the ring.
+ * A reader writes ring memory only inside one non-blocking recv at a time,
+ * marked on the ring, so ring_detach() waits at most for one such copy.
+ *
+ * Lifecycle: init -> listen / connect -> links come and go -> fini. A link's
+ * threads are stopped and joined when it is torn down (shutdown(2) ends their
+ * system calls), before close() or link_down returns; its memory goes once its
+ * libuv handles have closed, the context's once every link and handle has, so
+ * after fini() the host's loop must still run (it does until uv_loop_close).
+ * The module is linked with -z nodelete: the loader may dlclose() it right
+ * after fini(), before those close callbacks have run.
  *
  * Completions: every posted record gets exactly one record_sent, in posting
- * order; when an up link fails, the records still queued or on the wire get
- * record_sent(err) first, then link_down. A connect that fails gets
+ * order; when an up link fails, the records written already get record_sent(0)
+ * and the rest record_sent(err), then link_down. A connect that fails gets
  * link_connected(err) and the link is freed after it. close() and fini() call
  * nothing back. Send credits bound what one link queues (TCP_TX_RECORDS
  * records, TCP_TX_BYTES bytes): beyond, post_record() says -EAGAIN and the core
- * retries after a record_sent. Batching: records posted before flush() leave in
- * one writev; whatever flush() was not called for leaves before the loop sleeps.
+ * retries after a record_sent. Batching: a stream's writer wakes at flush() (or
+ * before the loop sleeps, or once TCP_BATCH_BYTES wait) and writes everything
+ * queued on it at once.
  *
  * Ring descriptors, opaque to the core, little-endian: the sender's (its
  * Delayed Head word stays local) is 8 bytes {u32 "RGTH", u8 version 1,
  * u8 ring_id, u16 0}; the receiver's is 16 bytes {u32 "RGTR", u8 1, u8 ring_id,
  * u16 0, u64 ring size}, which bounds the offsets post_record() accepts.
+ *
+ * Locking: each link has one mutex (lock) for everything its threads and the
+ * loop share: the frame queue, the rings' cursors and states, the landing
+ * order, the stats. It is never held across a system call that can wait, nor
+ * across a callback to the core.
  */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "rgaps/plugin.h"
 
-#define TCP_PREAMBLE_MAGIC   0x44544752u /* "RGTD" little-endian */
-#define TCP_PREAMBLE_VERSION 1u
-#define TCP_PREAMBLE_LEN     24u
-#define TCP_FRAME_MAGIC	     0x46544752u /* "RGTF" */
-#define TCP_FRAME_LEN	     24u
-#define TCP_FRAME_RECORD     1u
-#define TCP_FRAME_HEAD	     2u
-#define TCP_RINGS	     128u
+#define TCP_PREAMBLE_MAGIC  0x44544752u /* "RGTD" little-endian */
+#define TCP_PREAMBLE_V1	    1u		/* one stream: magic, version, token */
+#define TCP_PREAMBLE_V2	    2u		/* several: ... then stream, streams, 0 */
+#define TCP_PREAMBLE_V1_LEN 24u
+#define TCP_PREAMBLE_V2_LEN 32u
+#define TCP_FRAME_MAGIC	    0x46544752u /* "RGTF" */
+#define TCP_FRAME_LEN	    24u
+#define TCP_FRAME_RECORD    1u
+#define TCP_FRAME_HEAD	    2u
+#define TCP_RINGS	    128u
+#define TCP_STREAMS_MAX	    16u
 
 /* Ring descriptors carried by the core over the peer control plane (little-endian). */
 #define TCP_DESC_HEAD_MAGIC 0x48544752u /* "RGTH": sender's Delayed Head word */
@@ -70,26 +101,21 @@
 #define TCP_TX_BYTES		(256ull << 20) /* ... and their bytes (one record always fits) */
 #define TCP_TX_HEADS		32u	       /* HEAD frames queued per link */
 #define TCP_TX_FIFO		128u	       /* >= records + heads; a power of two */
-#define TCP_BATCH_BYTES		(1u << 20)     /* write at once when this much waits for flush() */
-#define TCP_READ_MAX		(1u << 30)     /* largest single read into the ring */
+#define TCP_BATCH_BYTES		(1u << 20)     /* wake a writer at once when this much waits */
+#define TCP_IOV_MAX		256u	       /* iovecs of one writev */
+#define TCP_RX_WINDOW		64u	       /* records of a link landing at once: > streams */
 #define TCP_DISCARD_BUF		(64u << 10)    /* sink for records of a ring detached meanwhile */
+#define TCP_REDIRECT_MIN	(256u << 10)   /* smallest record whose rest may land elsewhere */
 #define TCP_WHY_LEN		256
 
 enum link_state {
 	LINK_RESOLVING,	 /* connector: resolving the peer's host name */
-	LINK_CONNECTING, /* connector: TCP handshake in progress */
+	LINK_CONNECTING, /* connector: TCP handshakes in progress */
 	LINK_PREAMBLE,	 /* listener: accepted, waiting for the preamble; unknown to the core */
-	LINK_UP,	 /* frames flow both ways */
+	LINK_FORMING,	 /* listener: some of its streams are here, the others are awaited */
+	LINK_UP,	 /* frames flow both ways; the streams' threads run */
 	LINK_DEAD,	 /* closed or failed: no more callbacks, handles closing */
 	LINK_NUM_STATES
-};
-
-enum rx_state {
-	RX_PREAMBLE, /* reading the connector's preamble into rx_hdr */
-	RX_HEADER,   /* reading a frame header into rx_hdr */
-	RX_PAYLOAD,  /* reading a RECORD payload straight into the ring */
-	RX_DISCARD,  /* reading a RECORD payload for a ring detached meanwhile into a sink */
-	RX_NUM_STATES
 };
 
 enum ring_state {
@@ -105,22 +131,18 @@ struct tcp_mr {
 	uint64_t len;
 };
 
-/* One frame queued (unsent) or on the wire (sent, write not completed). */
+/* One frame queued on a stream (unwritten) or written, waiting for its turn to complete. */
 struct tx_frame {
 	uint8_t hdr[TCP_FRAME_LEN];
 	uint8_t type;
 	uint8_t nsg;
 	uint8_t ring_id;
+	uint8_t stream;
+	bool taken;   /* its stream's writer has it: no more changes to it */
+	bool written; /* out of the source memory */
 	uint64_t cookie;
 	uint64_t len; /* payload bytes */
-	uv_buf_t sg[RGAPS_RECORD_SG_MAX];
-};
-
-/* One uv_write of a run of consecutive frames. */
-struct tx_batch {
-	uv_write_t req;
-	struct rgaps_link *link;
-	uint32_t nframes;
+	struct iovec sg[RGAPS_RECORD_SG_MAX];
 };
 
 struct rx_ring {
@@ -128,61 +150,111 @@ struct rx_ring {
 	uint64_t size;
 	/*
 	 * Cursors (docs/RING.md) as far as this side can follow them: tail is the
-	 * end of the last landed record, head the last Head the core posted. A
+	 * end of the last record placed, head the last Head the core posted. A
 	 * record may end at most one ring past head: anything else would
 	 * overwrite bytes the core has not released.
 	 */
 	uint64_t tail;
 	uint64_t head;
 	uint32_t head_frame; /* 1 + index of an unsent HEAD frame for this ring, 0: none */
+	uint32_t writers;    /* readers inside a recv into its memory (or where it sent them) */
+	uint32_t gen;	     /* attachments so far: a record of an earlier one never lands */
 	uint8_t state;
 };
 
 struct tx_ring {
 	uint64_t size;
+	uint64_t head_in; /* the newest Head the peer wrote, for the loop */
+	bool head_new;
 	uint8_t state;
 };
 
+/* A record in landing order: what its reader saw, for the loop to report. */
+struct rx_slot {
+	enum { SLOT_FREE, SLOT_READING, SLOT_LANDED, SLOT_DROPPED } state;
+	bool told; /* its record_header question was answered (or none is asked) */
+	uint32_t ring_id, gen;
+	uint64_t off, len;
+};
+
 struct tcp_ctx;
+struct rgaps_link;
+
+struct tcp_stream {
+	struct rgaps_link *l;
+	uint32_t idx;
+	int fd;	     /* ours once the link is up (a dup of libuv's), -1 before */
+	uv_tcp_t *h; /* connector: its libuv handle while it connects (stream 0: l->tcp) */
+	uv_connect_t creq;
+	bool connected;
+	pthread_t rx_thread, tx_thread;
+	bool rx_on, tx_on;
+	/* send: indices of its frames in l->tx: [.., qnext) taken by its writer, [qnext, qtail) queued */
+	uint32_t q[TCP_TX_FIFO];
+	uint32_t qnext, qtail;
+	uint64_t qbytes;
+	bool kick;		/* flush() asked: write what is queued */
+	bool streaming;		/* the writer goes on without waiting for a kick */
+	pthread_cond_t tx_cond; /* frames to write, or stop */
+	/* receive: a record_header answer the reader waits for */
+	bool asking;
+	bool answered;
+	uint32_t ask_no; /* its question's number (l->hdr_tail when asked) */
+	uint32_t ask_ring;
+	uint8_t *redirect;
+	uint8_t *discard; /* the reader's sink */
+};
 
 struct rgaps_link {
 	struct tcp_ctx *ctx;
 	struct rgaps_link *prev, *next; /* in ctx->links until torn down */
 	enum link_state state;
-	bool known;	      /* the core has this pointer (connect() or link_accepted) */
-	bool silent;	      /* closed by the core or by fini: no callbacks at all */
-	bool pending_counted; /* counted in ctx->npending */
-	bool admitted;	      /* kept by the host's admission (env conn_pending): settle it */
-	bool tcp_open, timer_open;
-	int refs;     /* open handles and requests; the link is freed at 0 */
-	int fail_err; /* deferred failure, reported from the timer */
-	char fail_why[TCP_WHY_LEN];
+	bool known;		  /* the core has this pointer (connect() or link_accepted) */
+	bool silent;		  /* closed by the core or by fini: no callbacks at all */
+	bool pending_counted;	  /* counted in ctx->npending */
+	uint32_t pending_members; /* LINK_FORMING: streams counted in ctx->npending */
+	bool admitted;		  /* kept by the host's admission (env conn_pending): settle it */
+	bool tcp_open, timer_open, async_open;
+	int refs; /* open handles and requests; the link is freed at 0 */
 	char peer[80];
 	uint16_t port;
 	uint8_t token[RGAPS_LINK_TOKEN_LEN];
+	uint32_t version; /* of its preamble: 1 (one stream), 2 (several) */
 
-	uv_tcp_t tcp;
-	uv_timer_t timer; /* preamble timeout; deferred failure report */
-	uv_connect_t conn_req;
+	uv_tcp_t tcp;	  /* the first connection until the link is up */
+	uv_timer_t timer; /* the preamble deadline (listener) */
+	uv_async_t async; /* the threads' news for the loop */
 	uv_getaddrinfo_t gai;
-	uv_write_t preamble_req;
-	uint8_t preamble[TCP_PREAMBLE_LEN];
+	struct sockaddr_storage addr; /* connector: where every stream goes */
+	uint8_t preamble[TCP_PREAMBLE_V2_LEN];
+	uint32_t rx_have; /* preamble bytes read (listener) */
 
-	/* receive */
-	enum rx_state rx;
-	uint8_t rx_hdr[TCP_FRAME_LEN];
-	uint32_t rx_have;
-	uint32_t rx_ring;
-	uint64_t rx_off, rx_len, rx_got;
-	uint8_t *discard;
+	pthread_mutex_t lock;
+	pthread_cond_t rx_cond; /* a reader's turn, a ring's writers gone, an answer */
+	bool stop;		/* the threads end */
+	int thread_err;		/* the first failure a thread saw, for the loop */
+	char thread_why[TCP_WHY_LEN];
+	uint32_t nstreams, nconnected;
+	struct tcp_stream s[TCP_STREAMS_MAX];
 
-	/* send: frames [tx_done, tx_unsent) are written, [tx_unsent, tx_end) queued */
-	uint32_t tx_done, tx_unsent, tx_end;
-	uint32_t tx_records, tx_heads;
+	/* receive order: records are numbered as their headers are taken */
+	uint32_t rx_next;	     /* number of the next record whose header is taken */
+	uint32_t rx_deliver;	     /* number of the next record_landed */
+	uint32_t slot_waiting;	     /* readers waiting for a landing slot */
+	uint32_t hdr_head, hdr_tail; /* record_header questions, in order: rx_asks */
+	struct {
+		uint32_t stream, ring_id, gen, no;
+		uint64_t off, len;
+		bool can_redirect;
+	} rx_asks[TCP_RX_WINDOW];
+	struct rx_slot rx_slots[TCP_RX_WINDOW];
+	bool heads_new; /* some tx ring has head_new */
+
+	/* send: frames [tx_done, tx_end) are queued or written, in posting order */
+	uint32_t tx_done, tx_end;
+	uint32_t tx_records, tx_heads, tx_seq;
 	uint64_t tx_bytes, unsent_bytes;
-	uint32_t b_done, b_end;
 	struct tx_frame tx[TCP_TX_FIFO];
-	struct tx_batch batch[TCP_TX_FIFO];
 
 	struct rx_ring rxr[TCP_RINGS];
 	struct tx_ring txr[TCP_RINGS];
@@ -195,15 +267,17 @@ struct tcp_ctx {
 	uv_loop_t *loop;
 	struct rgaps_link *links; /* every link not yet torn down */
 	uv_tcp_t *listener;	  /* heap: a failed listen() may be retried while it closes */
-	uv_prepare_t prepare;	  /* writes what posts left queued before the loop sleeps */
+	uv_prepare_t prepare;	  /* wakes writers with frames queued before the loop sleeps */
 	bool listening, prepare_open, finalizing;
 	int refs; /* 1 until fini, + open handles, + links not yet freed */
 	int npending;
 	int sndbuf, rcvbuf; /* RGAPS_TCP_SNDBUF / RGAPS_TCP_RCVBUF, 0: kernel autotuning */
+	uint32_t streams;   /* TCP connections per link this side opens */
 };
 
 static void link_unref(struct rgaps_link *l);
 static void link_flush(struct rgaps_link *l);
+static void link_progress(struct rgaps_link *l);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -223,6 +297,12 @@ static void tcp_log(struct tcp_ctx *c, int level, const char *fmt, ...)
 	c->env.log(level, "tcp: %s", buf);
 }
 
+static void put_le16(uint8_t *p, uint16_t v)
+{
+	v = htole16(v);
+	memcpy(p, &v, 2);
+}
+
 static void put_le32(uint8_t *p, uint32_t v)
 {
 	v = htole32(v);
@@ -233,6 +313,14 @@ static void put_le64(uint8_t *p, uint64_t v)
 {
 	v = htole64(v);
 	memcpy(p, &v, 8);
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, 2);
+	return le16toh(v);
 }
 
 static uint32_t get_le32(const uint8_t *p)
@@ -251,13 +339,13 @@ static uint64_t get_le64(const uint8_t *p)
 	return le64toh(v);
 }
 
-static void frame_encode(uint8_t *hdr, uint8_t type, uint8_t ring_id, uint64_t off, uint64_t len)
+static void frame_encode(uint8_t *hdr, uint8_t type, uint8_t ring_id, uint16_t num, uint64_t off,
+			 uint64_t len)
 {
 	put_le32(hdr, TCP_FRAME_MAGIC);
 	hdr[4] = type;
 	hdr[5] = ring_id;
-	hdr[6] = 0;
-	hdr[7] = 0;
+	put_le16(hdr + 6, num);
 	put_le64(hdr + 8, off);
 	put_le64(hdr + 16, len);
 }
@@ -265,38 +353,48 @@ static void frame_encode(uint8_t *hdr, uint8_t type, uint8_t ring_id, uint64_t o
 /*
  * Tunables: the daemon's "transport_options": { "tcp": { ... } }, else the
  * environment variable RGAPS_TCP_<NAME> (programs without a daemon
- * configuration), else the default. 0 leaves the kernel's autotuning alone.
+ * configuration), else the default. Socket buffers: 0 leaves the kernel's
+ * autotuning alone.
  */
-enum { OPT_SNDBUF, OPT_RCVBUF, OPT_NUM };
+enum { OPT_SNDBUF, OPT_RCVBUF, OPT_STREAMS, OPT_NUM };
 
 static const struct rgaps_plugin_option tcp_options[OPT_NUM] = {
 	[OPT_SNDBUF] = { "sndbuf", 0, 0, 1u << 30,
 			 "SO_SNDBUF of data links in bytes; 0: the kernel autotunes" },
 	[OPT_RCVBUF] = { "rcvbuf", 0, 0, 1u << 30,
 			 "SO_RCVBUF of data links in bytes; 0: the kernel autotunes" },
+	[OPT_STREAMS] = { "streams", 1, 1, TCP_STREAMS_MAX,
+			  "TCP connections per data link, each with its own threads (the "
+			  "connecting side's value rules)" },
 };
 
-static int opt_int(const struct rgaps_plugin_env *env, int i)
+static const char *const opt_env[OPT_NUM] = {
+	[OPT_SNDBUF] = "RGAPS_TCP_SNDBUF",
+	[OPT_RCVBUF] = "RGAPS_TCP_RCVBUF",
+	[OPT_STREAMS] = "RGAPS_TCP_STREAMS",
+};
+
+static uint64_t opt_value(const struct rgaps_plugin_env *env, int i)
 {
 	const struct rgaps_plugin_option *o = &tcp_options[i];
-	const char *s = getenv(i == OPT_SNDBUF ? "RGAPS_TCP_SNDBUF" : "RGAPS_TCP_RCVBUF");
+	const char *s = getenv(opt_env[i]);
 	uint64_t v;
 	char *end;
 
 	if (rgaps_plugin_env_option(env, o->name, &v))
-		return (int)v; /* the daemon checked the bounds */
+		return v; /* the daemon checked the bounds */
 	if (!s || !*s)
-		return (int)o->def;
+		return o->def;
 	errno = 0;
 	v = strtoull(s, &end, 0);
-	if (errno || *end || v > o->max) {
+	if (errno || *end || v < o->min || v > o->max) {
 		if (env->log)
-			env->log(1, "tcp: %s=%s is not a number in [0, %llu]; using the default",
-				 i == OPT_SNDBUF ? "RGAPS_TCP_SNDBUF" : "RGAPS_TCP_RCVBUF", s,
-				 (unsigned long long)o->max);
-		return (int)o->def;
+			env->log(1, "tcp: %s=%s is not a number in [%llu, %llu]; using %llu",
+				 opt_env[i], s, (unsigned long long)o->min,
+				 (unsigned long long)o->max, (unsigned long long)o->def);
+		return o->def;
 	}
-	return (int)v;
+	return v;
 }
 
 static void ctx_unref(struct tcp_ctx *c)
@@ -369,11 +467,502 @@ static void set_sockbufs(struct tcp_ctx *c, uv_handle_t *h)
 	}
 }
 
+/* ------------------------------------------------------------------ the threads' side */
+
+/*
+ * A thread met a failure (or the end of its stream): the first one is kept for
+ * the loop, which tears the link down. Called with the lock held.
+ */
+static void thread_fail_locked(struct rgaps_link *l, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void thread_fail_locked(struct rgaps_link *l, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!l->stop && !l->thread_err) {
+		l->thread_err = err ? err : -EIO;
+		va_start(ap, fmt);
+		vsnprintf(l->thread_why, sizeof(l->thread_why), fmt, ap);
+		va_end(ap);
+	}
+	__atomic_store_n(&l->stop, true, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&l->rx_cond);
+	for (uint32_t i = 0; i < l->nstreams; i++)
+		pthread_cond_signal(&l->s[i].tx_cond);
+	uv_async_send(&l->async);
+}
+
+/* Wait until fd is readable (or writable); false once the link stops. */
+static bool wait_fd(struct rgaps_link *l, int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	for (;;) {
+		int r = poll(&p, 1, -1);
+
+		if (__atomic_load_n(&l->stop, __ATOMIC_RELAXED))
+			return false;
+		if (r > 0 || (r < 0 && errno != EINTR))
+			return true; /* the next system call says what it was */
+	}
+}
+
+/* Read exactly n bytes into buf, memory of the reader's own. 0, or -1 (the link failed). */
+static int read_own(struct tcp_stream *s, uint8_t *buf, size_t n)
+{
+	struct rgaps_link *l = s->l;
+
+	while (n) {
+		ssize_t r = recv(s->fd, buf, n, MSG_DONTWAIT);
+
+		if (r > 0) {
+			buf += r;
+			n -= (size_t)r;
+			continue;
+		}
+		if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+			if (!wait_fd(l, s->fd, POLLIN))
+				return -1;
+			continue;
+		}
+		pthread_mutex_lock(&l->lock);
+		if (r == 0)
+			thread_fail_locked(l, -ECONNRESET, "%s closed the data link", l->peer);
+		else
+			thread_fail_locked(l, -errno, "read from %s failed: %s", l->peer,
+					   strerror(errno));
+		pthread_mutex_unlock(&l->lock);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Read n bytes of ring ring_id's record: to dst (the ring, or where the core
+ * redirected them) while the ring stays attached, else into the sink. Ring
+ * memory is written only inside one non-blocking recv at a time, counted in
+ * the ring's writers, so that ring_detach() waits for one such copy at most.
+ * 0 when done (*dropped_p: some bytes went to the sink), -1: the link failed.
+ */
+static int read_ring(struct tcp_stream *s, uint32_t ring_id, uint32_t gen, uint8_t *dst, uint64_t n,
+		     bool *dropped_p)
+{
+	struct rgaps_link *l = s->l;
+	struct rx_ring *r = &l->rxr[ring_id];
+
+	while (n) {
+		size_t want = n > (1u << 30) ? (1u << 30) : (size_t)n;
+		uint8_t *to;
+		ssize_t got;
+		int e;
+
+		pthread_mutex_lock(&l->lock);
+		if (dst && r->state == RING_ATTACHED && r->gen == gen) {
+			r->writers++;
+			to = dst;
+		} else {
+			*dropped_p = true;
+			to = s->discard;
+			want = want < TCP_DISCARD_BUF ? want : TCP_DISCARD_BUF;
+		}
+		pthread_mutex_unlock(&l->lock);
+		got = recv(s->fd, to, want, MSG_DONTWAIT);
+		e = errno;
+		pthread_mutex_lock(&l->lock);
+		if (to != s->discard && --r->writers == 0 && r->state != RING_ATTACHED)
+			pthread_cond_broadcast(&l->rx_cond); /* ring_detach() waits for this */
+		l->st.cq_events++;
+		if (got > 0) {
+			pthread_mutex_unlock(&l->lock);
+			n -= (uint64_t)got;
+			if (to != s->discard)
+				dst += got;
+			continue;
+		}
+		if (got < 0 && (e == EAGAIN || e == EINTR)) {
+			pthread_mutex_unlock(&l->lock);
+			if (!wait_fd(l, s->fd, POLLIN))
+				return -1;
+			continue;
+		}
+		if (got == 0)
+			thread_fail_locked(l, -ECONNRESET, "%s closed the data link", l->peer);
+		else
+			thread_fail_locked(l, -e, "read from %s failed: %s", l->peer, strerror(e));
+		pthread_mutex_unlock(&l->lock);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Several streams: wait (lock held) until num is the link's next record
+ * number (the record before it may still be queued on another stream's
+ * writer). false: the link stops, or num was taken already: a sender that
+ * numbers a record twice breaks the protocol. One that skips a number only
+ * stalls its own link.
+ */
+static bool wait_turn_locked(struct tcp_stream *s, uint16_t num)
+{
+	struct rgaps_link *l = s->l;
+
+	while (!l->stop && (uint16_t)l->rx_next != num) {
+		if ((uint16_t)(num - (uint16_t)l->rx_next) >= 0x8000u) {
+			thread_fail_locked(l, -EPROTO,
+					   "record number %u on stream %u from %s, after %u: "
+					   "numbered twice",
+					   num, s->idx, l->peer,
+					   (unsigned)(uint16_t)(l->rx_next - 1));
+			return false;
+		}
+		pthread_cond_wait(&l->rx_cond, &l->lock);
+	}
+	return !l->stop;
+}
+
+/*
+ * A RECORD frame's header (lock held, in the link's record order): check it
+ * against the ring and place it. 0: it lands in ring ring_id at off; 1: the
+ * ring was detached meanwhile, drop it; -1: the link failed.
+ */
+static int place_record_locked(struct rgaps_link *l, uint32_t ring_id, uint64_t off, uint64_t len)
+{
+	struct rx_ring *r;
+	uint64_t start;
+
+	if (ring_id >= TCP_RINGS) {
+		thread_fail_locked(l, -EPROTO, "record for ring %" PRIu32 ": ring ids are below %u",
+				   ring_id, TCP_RINGS);
+		return -1;
+	}
+	r = &l->rxr[ring_id];
+	if (r->state == RING_DETACHED) {
+		l->st.records_late++; /* sent before the sender heard of the detach */
+		return 1;
+	}
+	if (r->state != RING_ATTACHED) {
+		thread_fail_locked(
+			l, -EPROTO,
+			"record for ring %" PRIu32 ", which is not attached on this link", ring_id);
+		return -1;
+	}
+	if (len == 0) {
+		thread_fail_locked(l, -EPROTO, "empty record for ring %" PRIu32, ring_id);
+		return -1;
+	}
+	if (off > r->size || len > r->size - off) {
+		thread_fail_locked(l, -EPROTO,
+				   "record for ring %" PRIu32 " outside the ring: off %" PRIu64
+				   " len %" PRIu64 " size %" PRIu64,
+				   ring_id, off, len, r->size);
+		return -1;
+	}
+	/*
+	 * The record starts at the first cursor at or after the end of the last
+	 * one whose offset is off (a sender following docs/RING.md never leaves
+	 * more than a ring's worth of padding), and must end within one ring of
+	 * the last Head the core released: beyond, it would overwrite bytes still
+	 * in use. The core's own placement check (verify) follows on record_landed.
+	 */
+	start = r->tail + (off + r->size - r->tail % r->size) % r->size;
+	if (start + len > r->head + r->size) {
+		thread_fail_locked(l, -EPROTO,
+				   "record for ring %" PRIu32
+				   " would overwrite unconsumed bytes: off %" PRIu64 " len %" PRIu64
+				   ", ring of %" PRIu64 " released up to cursor %" PRIu64
+				   ", placed up to %" PRIu64,
+				   ring_id, off, len, r->size, r->head, r->tail);
+		return -1;
+	}
+	r->tail = start + len;
+	return 0;
+}
+
+/* A HEAD frame (lock held): the newest Head of one of our out rings, for the loop. */
+static int frame_head_locked(struct rgaps_link *l, uint32_t ring_id, uint64_t head, uint64_t len)
+{
+	struct tx_ring *t;
+
+	if (len != 0) {
+		thread_fail_locked(l, -EPROTO,
+				   "head update for ring %" PRIu32 " carries %" PRIu64 " bytes",
+				   ring_id, len);
+		return -1;
+	}
+	if (ring_id >= TCP_RINGS) {
+		thread_fail_locked(l, -EPROTO,
+				   "head update for ring %" PRIu32 ": ring ids are below %u",
+				   ring_id, TCP_RINGS);
+		return -1;
+	}
+	t = &l->txr[ring_id];
+	if (t->state == RING_DETACHED)
+		return 0;
+	if (t->state != RING_PREPARED && t->state != RING_CONNECTED) {
+		thread_fail_locked(l, -EPROTO,
+				   "head update for ring %" PRIu32
+				   ", which this side does not write to",
+				   ring_id);
+		return -1;
+	}
+	l->st.head_updates_received++;
+	t->head_in = head;
+	t->head_new = true;
+	l->heads_new = true;
+	uv_async_send(&l->async);
+	return 0;
+}
+
+/*
+ * One record on stream s, its frame header checked for magic and type: take
+ * its turn, place it, read it (its first bytes into the ring, then, if the
+ * core redirects them, the rest where it says), and leave it in landing order
+ * for the loop. 0, or -1: the link failed.
+ */
+static int rx_record(struct tcp_stream *s, uint32_t ring_id, uint16_t num, uint64_t off,
+		     uint64_t len)
+{
+	struct rgaps_link *l = s->l;
+	bool ask = l->ctx->cbs.record_header != NULL, dropped = false;
+	/* asking: its first bytes are read before the question, the rest after the answer */
+	uint64_t peek = !ask ? 0 : len < RGAPS_RECORD_PEEK ? len : RGAPS_RECORD_PEEK;
+	struct rx_slot *slot;
+	uint8_t *dst = NULL;
+	uint32_t gen = 0;
+	int placed;
+
+	pthread_mutex_lock(&l->lock);
+	if (l->nstreams > 1 && !wait_turn_locked(s, num)) {
+		pthread_mutex_unlock(&l->lock);
+		return -1;
+	}
+	placed = place_record_locked(l, ring_id, off, len);
+	if (placed < 0) {
+		pthread_mutex_unlock(&l->lock);
+		return -1;
+	}
+	/* its place in landing order: wait while the loop is that far behind */
+	slot = &l->rx_slots[l->rx_next % TCP_RX_WINDOW];
+	while (slot->state != SLOT_FREE && !l->stop) {
+		l->slot_waiting++;
+		pthread_cond_wait(&l->rx_cond, &l->lock);
+		l->slot_waiting--;
+	}
+	if (l->stop) {
+		pthread_mutex_unlock(&l->lock);
+		return -1;
+	}
+	slot->state = placed ? SLOT_DROPPED : SLOT_READING;
+	slot->told = placed || !ask;
+	slot->ring_id = ring_id;
+	slot->off = off;
+	slot->len = len;
+	if (!placed) {
+		gen = slot->gen = l->rxr[ring_id].gen;
+		dst = l->rxr[ring_id].base + off;
+	}
+	if (placed || !ask) {
+		l->rx_next++; /* the next reader may take its header now */
+		pthread_cond_broadcast(&l->rx_cond);
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (placed)
+		return read_ring(s, ring_id, 0, NULL, len, &dropped);
+
+	if (ask) {
+		uint32_t q;
+
+		/* Its header into the ring, then the question, in record order (turn held). */
+		if (read_ring(s, ring_id, gen, dst, peek, &dropped) < 0)
+			return -1;
+		pthread_mutex_lock(&l->lock);
+		q = l->hdr_tail % TCP_RX_WINDOW;
+		l->rx_asks[q].stream = s->idx;
+		l->rx_asks[q].ring_id = ring_id;
+		l->rx_asks[q].gen = gen;
+		l->rx_asks[q].no = l->rx_next;
+		l->rx_asks[q].off = off;
+		l->rx_asks[q].len = len;
+		l->rx_asks[q].can_redirect = len >= TCP_REDIRECT_MIN && !dropped;
+		s->asking = l->rx_asks[q].can_redirect;
+		s->answered = false;
+		s->ask_no = l->hdr_tail++;
+		s->ask_ring = ring_id;
+		s->redirect = NULL;
+		l->rx_next++;
+		pthread_cond_broadcast(&l->rx_cond);
+		uv_async_send(&l->async);
+		while (s->asking && !s->answered && !l->stop)
+			pthread_cond_wait(&l->rx_cond, &l->lock);
+		if (s->redirect)
+			dst = s->redirect - peek; /* the rest goes there, at its place */
+		s->asking = false;
+		if (l->stop) {
+			pthread_mutex_unlock(&l->lock);
+			return -1;
+		}
+		pthread_mutex_unlock(&l->lock);
+	}
+	if (read_ring(s, ring_id, gen, dst + peek, len - peek, &dropped) < 0)
+		return -1;
+	pthread_mutex_lock(&l->lock);
+	slot->state = dropped ? SLOT_DROPPED : SLOT_LANDED;
+	if (!dropped) {
+		l->st.records_landed++;
+		l->st.bytes_landed += len;
+	}
+	uv_async_send(&l->async);
+	pthread_mutex_unlock(&l->lock);
+	return 0;
+}
+
+static void *rx_main(void *arg)
+{
+	struct tcp_stream *s = arg;
+	struct rgaps_link *l = s->l;
+	uint8_t h[TCP_FRAME_LEN];
+
+	while (read_own(s, h, sizeof(h)) == 0) {
+		uint32_t magic = get_le32(h);
+		uint16_t num = get_le16(h + 6);
+		uint64_t off = get_le64(h + 8), len = get_le64(h + 16);
+		int e = 0;
+
+		pthread_mutex_lock(&l->lock);
+		if (magic != TCP_FRAME_MAGIC)
+			thread_fail_locked(l, -EPROTO, "bad frame magic 0x%08" PRIx32 " from %s",
+					   magic, l->peer);
+		else if (h[4] == TCP_FRAME_HEAD && num)
+			thread_fail_locked(l, -EPROTO,
+					   "head frame with nonzero reserved bytes from %s",
+					   l->peer);
+		else if (h[4] == TCP_FRAME_RECORD && l->nstreams == 1 && num)
+			thread_fail_locked(l, -EPROTO, "frame with nonzero reserved bytes from %s",
+					   l->peer);
+		else if (h[4] == TCP_FRAME_HEAD)
+			e = frame_head_locked(l, h[5], off, len);
+		else if (h[4] != TCP_FRAME_RECORD)
+			thread_fail_locked(l, -EPROTO, "unknown frame type %u from %s", h[4],
+					   l->peer);
+		if (l->stop || e < 0) {
+			pthread_mutex_unlock(&l->lock);
+			break;
+		}
+		pthread_mutex_unlock(&l->lock);
+		if (h[4] == TCP_FRAME_RECORD && rx_record(s, h[5], num, off, len) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* Write iov[0..n) whole; 0, or -1 (the link failed). */
+static int write_all(struct tcp_stream *s, struct iovec *iov, int n)
+{
+	struct rgaps_link *l = s->l;
+
+	while (n > 0) {
+		ssize_t w = writev(s->fd, iov, n > IOV_MAX ? IOV_MAX : n);
+
+		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+			if (!wait_fd(l, s->fd, POLLOUT))
+				return -1;
+			continue;
+		}
+		if (w < 0) {
+			int e = errno;
+
+			pthread_mutex_lock(&l->lock);
+			thread_fail_locked(l, -e, "write to %s failed: %s", l->peer, strerror(e));
+			pthread_mutex_unlock(&l->lock);
+			return -1;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static void *tx_main(void *arg)
+{
+	struct tcp_stream *s = arg;
+	struct rgaps_link *l = s->l;
+	struct iovec iov[TCP_IOV_MAX];
+
+	if (l->version) { /* connector: the preamble goes first on each stream */
+		uint8_t pre[TCP_PREAMBLE_V2_LEN];
+		struct iovec p = { pre, l->version == TCP_PREAMBLE_V1 ? TCP_PREAMBLE_V1_LEN
+								      : TCP_PREAMBLE_V2_LEN };
+
+		memcpy(pre, l->preamble, sizeof(pre));
+		put_le16(pre + 24, (uint16_t)s->idx); /* (version 2: which stream this is) */
+		if (write_all(s, &p, 1) < 0)
+			return NULL;
+	}
+	pthread_mutex_lock(&l->lock);
+	for (;;) {
+		uint32_t first, n = 0, niov = 0;
+
+		while (!l->stop && (s->qnext == s->qtail || (!s->kick && !s->streaming)))
+			pthread_cond_wait(&s->tx_cond, &l->lock);
+		if (l->stop)
+			break;
+		s->kick = false;
+		first = s->qnext;
+		/* every frame queued on this stream, as many as one writev takes */
+		while (first + n != s->qtail) {
+			struct tx_frame *f = &l->tx[s->q[(first + n) % TCP_TX_FIFO] % TCP_TX_FIFO];
+
+			if (niov + 1 + f->nsg > TCP_IOV_MAX)
+				break;
+			f->taken = true;
+			if (f->type == TCP_FRAME_HEAD)
+				/* on its way: a newer Head no longer replaces it */
+				l->rxr[f->ring_id].head_frame = 0;
+			iov[niov].iov_base = f->hdr;
+			iov[niov++].iov_len = TCP_FRAME_LEN;
+			for (uint32_t k = 0; k < f->nsg; k++)
+				iov[niov++] = f->sg[k];
+			n++;
+		}
+		s->qnext = first + n;
+		pthread_mutex_unlock(&l->lock);
+		if (write_all(s, iov, (int)niov) < 0)
+			return NULL;
+		pthread_mutex_lock(&l->lock);
+		for (uint32_t i = 0; i < n; i++) {
+			struct tx_frame *f = &l->tx[s->q[(first + i) % TCP_TX_FIFO] % TCP_TX_FIFO];
+
+			f->written = true;
+			s->qbytes -= TCP_FRAME_LEN + f->len;
+		}
+		s->streaming = s->qnext != s->qtail; /* more came while it wrote: go on */
+		uv_async_send(&l->async);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return NULL;
+}
+
 /* ------------------------------------------------------------------ link lifecycle */
 
 static void link_handle_closed(uv_handle_t *h)
 {
 	link_unref(h->data);
+}
+
+static void stream_handle_closed(uv_handle_t *h)
+{
+	struct rgaps_link *l = h->data;
+
+	free(h);
+	link_unref(l);
 }
 
 static void link_unref(struct rgaps_link *l)
@@ -382,9 +971,22 @@ static void link_unref(struct rgaps_link *l)
 
 	if (--l->refs > 0)
 		return;
-	free(l->discard);
+	for (uint32_t i = 0; i < TCP_STREAMS_MAX; i++) {
+		free(l->s[i].discard);
+		pthread_cond_destroy(&l->s[i].tx_cond);
+	}
+	pthread_cond_destroy(&l->rx_cond);
+	pthread_mutex_destroy(&l->lock);
 	free(l);
 	ctx_unref(c);
+}
+
+static void on_async(uv_async_t *a)
+{
+	struct rgaps_link *l = a->data;
+
+	if (l->state == LINK_UP)
+		link_progress(l);
 }
 
 static struct rgaps_link *link_new(struct tcp_ctx *c)
@@ -398,12 +1000,24 @@ static struct rgaps_link *link_new(struct tcp_ctx *c)
 		free(l);
 		return NULL;
 	}
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->rx_cond, NULL);
+	for (uint32_t i = 0; i < TCP_STREAMS_MAX; i++) {
+		l->s[i].l = l;
+		l->s[i].idx = i;
+		l->s[i].fd = -1;
+		pthread_cond_init(&l->s[i].tx_cond, NULL);
+	}
 	l->tcp.data = l;
 	l->tcp_open = true;
 	l->refs++;
 	uv_timer_init(c->loop, &l->timer);
 	l->timer.data = l;
 	l->timer_open = true;
+	l->refs++;
+	uv_async_init(c->loop, &l->async, on_async);
+	l->async.data = l;
+	l->async_open = true;
 	l->refs++;
 	c->refs++;
 	l->next = c->links;
@@ -413,11 +1027,38 @@ static struct rgaps_link *link_new(struct tcp_ctx *c)
 	return l;
 }
 
+/* Stop and join the streams' threads, close their sockets (lock not held). */
+static void streams_stop(struct rgaps_link *l)
+{
+	pthread_mutex_lock(&l->lock);
+	__atomic_store_n(&l->stop, true, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&l->rx_cond);
+	for (uint32_t i = 0; i < l->nstreams; i++)
+		pthread_cond_signal(&l->s[i].tx_cond);
+	pthread_mutex_unlock(&l->lock);
+	/* Ends every recv, writev and poll of the threads at once. */
+	for (uint32_t i = 0; i < l->nstreams; i++)
+		if (l->s[i].fd >= 0)
+			shutdown(l->s[i].fd, SHUT_RDWR);
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		struct tcp_stream *s = &l->s[i];
+
+		if (s->rx_on)
+			pthread_join(s->rx_thread, NULL);
+		if (s->tx_on)
+			pthread_join(s->tx_thread, NULL);
+		s->rx_on = s->tx_on = false;
+		if (s->fd >= 0)
+			close(s->fd);
+		s->fd = -1;
+	}
+}
+
 /*
- * Stop everything: the socket is closed at once (the kernel keeps no pointer
- * into source or ring memory after this returns), memory goes when the handles'
- * close callbacks have run. Writes still queued complete with UV_ECANCELED and
- * are ignored.
+ * Stop everything: the threads are joined and the sockets closed at once (the
+ * kernel keeps no pointer into source or ring memory after this returns),
+ * memory goes when the handles' close callbacks have run. libuv writes still
+ * queued (a connector's preamble) complete with UV_ECANCELED and are ignored.
  */
 static void link_teardown(struct rgaps_link *l)
 {
@@ -432,6 +1073,8 @@ static void link_teardown(struct rgaps_link *l)
 		c->npending--;
 		l->pending_counted = false;
 	}
+	c->npending -= (int)l->pending_members;
+	l->pending_members = 0;
 	if (l->prev)
 		l->prev->next = l->next;
 	else if (c->links == l)
@@ -439,6 +1082,13 @@ static void link_teardown(struct rgaps_link *l)
 	if (l->next)
 		l->next->prev = l->prev;
 	l->prev = l->next = NULL;
+	streams_stop(l);
+	for (uint32_t i = 1; i < TCP_STREAMS_MAX; i++) {
+		if (l->s[i].h) {
+			uv_close((uv_handle_t *)l->s[i].h, stream_handle_closed);
+			l->s[i].h = NULL;
+		}
+	}
 	if (l->tcp_open) {
 		uv_read_stop((uv_stream_t *)&l->tcp);
 		uv_close((uv_handle_t *)&l->tcp, link_handle_closed);
@@ -449,14 +1099,19 @@ static void link_teardown(struct rgaps_link *l)
 		uv_close((uv_handle_t *)&l->timer, link_handle_closed);
 		l->timer_open = false;
 	}
+	if (l->async_open) {
+		uv_close((uv_handle_t *)&l->async, link_handle_closed);
+		l->async_open = false;
+	}
 }
 
 /*
  * The link failed. Tear it down, then tell the core: a connect that never came
- * up gets link_connected(err); an up link first fails every record still queued
- * or in flight (record_sent with err, so the core can release their chunks) and
- * then gets link_down. A link the core never saw is only logged. The core may
- * close the link, or call fini, from any of these callbacks: then we stop.
+ * up gets link_connected(err); an up link first completes every record still
+ * queued or in flight (record_sent: 0 for those written, else err, so the core
+ * can release their chunks) and then gets link_down. A link the core never saw
+ * is only logged. The core may close the link, or call fini, from any of these
+ * callbacks: then we stop.
  */
 static void link_fail(struct rgaps_link *l, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -493,11 +1148,12 @@ static void link_fail(struct rgaps_link *l, int err, const char *fmt, ...)
 		goto out;
 	}
 	tcp_log(c, 2, "data link %s down: %s", l->peer, why); /* the core reports it */
+	/* The threads are gone: the frames' flags hold still now. */
 	while (l->tx_done != l->tx_end && !l->silent) {
 		struct tx_frame *f = &l->tx[l->tx_done++ % TCP_TX_FIFO];
 
 		if (f->type == TCP_FRAME_RECORD && c->cbs.record_sent)
-			c->cbs.record_sent(c->cbs.arg, l, f->cookie, err);
+			c->cbs.record_sent(c->cbs.arg, l, f->cookie, f->written ? 0 : err);
 	}
 	if (!l->silent)
 		c->cbs.link_down(c->cbs.arg, l, err, why);
@@ -506,94 +1162,225 @@ out:
 	link_unref(l);
 }
 
-static void on_deferred_fail(uv_timer_t *t)
+/*
+ * Take the socket of owner's connection h for stream s: a dup, and libuv's
+ * handle closes (it was only read for the preamble; its epoll registration
+ * goes with it). h is owner->tcp or, on a connector, the stream's own handle.
+ */
+static int stream_adopt(struct tcp_stream *s, struct rgaps_link *owner, uv_tcp_t *h)
 {
-	struct rgaps_link *l = t->data;
+	int one = 1, fd;
+	uv_os_fd_t ufd;
 
-	link_fail(l, l->fail_err, "%s", l->fail_why);
-}
-
-/* A failure found inside an operation: report it from the loop, never re-entrantly. */
-static void link_fail_later(struct rgaps_link *l, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void link_fail_later(struct rgaps_link *l, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (l->fail_err || l->state == LINK_DEAD)
-		return;
-	l->fail_err = err ? err : -EIO;
-	va_start(ap, fmt);
-	vsnprintf(l->fail_why, sizeof(l->fail_why), fmt, ap);
-	va_end(ap);
-	uv_read_stop((uv_stream_t *)&l->tcp);
-	uv_timer_stop(&l->timer);
-	uv_timer_start(&l->timer, on_deferred_fail, 0, 0);
-}
-
-/* ------------------------------------------------------------------ send */
-
-static void on_write(uv_write_t *req, int status)
-{
-	struct tx_batch *b = (struct tx_batch *)req;
-	struct rgaps_link *l = b->link;
-	struct tcp_ctx *c = l->ctx;
-	uint32_t n = b->nframes;
-
-	if (l->state == LINK_DEAD)
-		return; /* the records were failed when the link went down */
-	l->b_done++;
-	if (status < 0) {
-		link_fail(l, status, "write to %s failed: %s", l->peer, uv_strerror(status));
-		return;
+	if (uv_fileno((uv_handle_t *)h, &ufd) < 0)
+		return -EBADF;
+	fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	s->fd = fd;
+	uv_read_stop((uv_stream_t *)h);
+	if (h == &owner->tcp) {
+		uv_close((uv_handle_t *)h, link_handle_closed);
+		owner->tcp_open = false;
+	} else {
+		uv_close((uv_handle_t *)h, stream_handle_closed);
+		s->h = NULL;
 	}
-	/* Writes complete in order: this batch is the oldest run of frames. */
-	while (n--) {
-		struct tx_frame *f = &l->tx[l->tx_done++ % TCP_TX_FIFO];
+	return 0;
+}
 
+/* Every stream has its socket: start the threads (connector: each writes its preamble first). */
+static int streams_start(struct rgaps_link *l)
+{
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		struct tcp_stream *s = &l->s[i];
+		int r;
+
+		s->discard = malloc(TCP_DISCARD_BUF);
+		if (!s->discard)
+			return -ENOMEM;
+		r = pthread_create(&s->tx_thread, NULL, tx_main, s);
+		if (r)
+			return -r;
+		s->tx_on = true;
+		r = pthread_create(&s->rx_thread, NULL, rx_main, s);
+		if (r)
+			return -r;
+		s->rx_on = true;
+		{
+			char name[16];
+
+			snprintf(name, sizeof(name), "rgaps-tcp-tx%u", i);
+			pthread_setname_np(s->tx_thread, name);
+			snprintf(name, sizeof(name), "rgaps-tcp-rx%u", i);
+			pthread_setname_np(s->rx_thread, name);
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ on the loop: the threads' news */
+
+/* Records written: record_sent in posting order (a frame waits for those posted before it). */
+static void deliver_sent(struct rgaps_link *l)
+{
+	struct tcp_ctx *c = l->ctx;
+
+	for (;;) {
+		struct tx_frame *f;
+		uint64_t cookie;
+
+		pthread_mutex_lock(&l->lock);
+		f = &l->tx[l->tx_done % TCP_TX_FIFO];
+		if (l->tx_done == l->tx_end || !f->written) {
+			pthread_mutex_unlock(&l->lock);
+			return;
+		}
+		l->tx_done++;
 		if (f->type == TCP_FRAME_HEAD) {
 			l->tx_heads--;
+			pthread_mutex_unlock(&l->lock);
 			continue;
 		}
 		l->tx_records--;
 		l->tx_bytes -= f->len;
 		l->st.records_sent++;
 		l->st.bytes_sent += f->len;
-		c->cbs.record_sent(c->cbs.arg, l, f->cookie, 0);
-		if (l->state == LINK_DEAD)
+		cookie = f->cookie;
+		pthread_mutex_unlock(&l->lock);
+		c->cbs.record_sent(c->cbs.arg, l, cookie, 0);
+		if (l->state != LINK_UP)
 			return;
 	}
 }
 
-/* Hand every queued frame to the socket with one uv_write (one writev when it fits). */
-static void link_flush(struct rgaps_link *l)
+/*
+ * New Heads of our out rings: head_update with the newest of each. None for a ring
+ * detached since its reader saw the Head (the core may have freed the ring's id, or a
+ * head_update callback of this round may detach the next ring).
+ */
+static void deliver_heads(struct rgaps_link *l)
 {
-	uv_buf_t bufs[TCP_TX_FIFO * (1 + RGAPS_RECORD_SG_MAX)];
-	struct tx_batch *b;
-	uint32_t nbufs = 0, i;
-	int r;
+	struct tcp_ctx *c = l->ctx;
 
-	if (l->state != LINK_UP || l->fail_err || l->tx_unsent == l->tx_end)
+	pthread_mutex_lock(&l->lock);
+	if (!l->heads_new) {
+		pthread_mutex_unlock(&l->lock);
 		return;
-	for (i = l->tx_unsent; i != l->tx_end; i++) {
-		struct tx_frame *f = &l->tx[i % TCP_TX_FIFO];
-
-		bufs[nbufs++] = uv_buf_init((char *)f->hdr, TCP_FRAME_LEN);
-		for (uint32_t k = 0; k < f->nsg; k++)
-			bufs[nbufs++] = f->sg[k];
-		if (f->type == TCP_FRAME_HEAD)
-			l->rxr[f->ring_id].head_frame = 0; /* on its way: no more coalescing */
 	}
-	b = &l->batch[l->b_end++ % TCP_TX_FIFO];
-	b->link = l;
-	b->nframes = l->tx_end - l->tx_unsent;
-	l->tx_unsent = l->tx_end;
-	l->unsent_bytes = 0;
-	r = uv_write(&b->req, (uv_stream_t *)&l->tcp, bufs, nbufs, on_write);
-	if (r < 0)
-		link_fail_later(l, r, "write to %s failed: %s", l->peer, uv_strerror(r));
+	l->heads_new = false;
+	for (uint32_t i = 0; i < TCP_RINGS && l->state == LINK_UP; i++) {
+		struct tx_ring *t = &l->txr[i];
+		uint64_t head = t->head_in;
+
+		if (!t->head_new)
+			continue;
+		t->head_new = false;
+		if (t->state != RING_PREPARED && t->state != RING_CONNECTED)
+			continue;
+		pthread_mutex_unlock(&l->lock);
+		c->cbs.head_update(c->cbs.arg, l, i, head);
+		pthread_mutex_lock(&l->lock);
+	}
+	pthread_mutex_unlock(&l->lock);
 }
+
+/* record_header questions, in record order: the answer goes back to the reader that waits. */
+static void deliver_headers(struct rgaps_link *l)
+{
+	struct tcp_ctx *c = l->ctx;
+
+	for (;;) {
+		uint32_t q, no, ring_id, gen;
+		struct tcp_stream *s;
+		uint64_t off, len;
+		bool can, live;
+		void *to = NULL;
+
+		pthread_mutex_lock(&l->lock);
+		if (l->hdr_head == l->hdr_tail) {
+			pthread_mutex_unlock(&l->lock);
+			return;
+		}
+		no = l->hdr_head++;
+		q = no % TCP_RX_WINDOW;
+		s = &l->s[l->rx_asks[q].stream];
+		ring_id = l->rx_asks[q].ring_id;
+		gen = l->rx_asks[q].gen;
+		off = l->rx_asks[q].off;
+		len = l->rx_asks[q].len;
+		can = l->rx_asks[q].can_redirect;
+		live = l->rxr[ring_id].state == RING_ATTACHED && l->rxr[ring_id].gen == gen;
+		pthread_mutex_unlock(&l->lock);
+		if (live) /* none for a ring the core detached meanwhile */
+			to = c->cbs.record_header(c->cbs.arg, l, ring_id, off, len, can);
+		if (l->state != LINK_UP)
+			return;
+		pthread_mutex_lock(&l->lock);
+		l->rx_slots[l->rx_asks[q].no % TCP_RX_WINDOW].told = true;
+		if (s->asking && s->ask_no == no && !s->answered) {
+			s->redirect = can ? to : NULL;
+			s->answered = true;
+			pthread_cond_broadcast(&l->rx_cond);
+		}
+		pthread_mutex_unlock(&l->lock);
+	}
+}
+
+/* Records read whole: record_landed in record order (ring order, per ring). */
+static void deliver_landed(struct rgaps_link *l)
+{
+	struct tcp_ctx *c = l->ctx;
+
+	for (;;) {
+		struct rx_slot *slot, got;
+
+		pthread_mutex_lock(&l->lock);
+		slot = &l->rx_slots[l->rx_deliver % TCP_RX_WINDOW];
+		if (l->rx_deliver == l->rx_next || !slot->told ||
+		    (slot->state != SLOT_LANDED && slot->state != SLOT_DROPPED)) {
+			pthread_mutex_unlock(&l->lock);
+			return;
+		}
+		got = *slot;
+		slot->state = SLOT_FREE;
+		l->rx_deliver++;
+		if (l->slot_waiting)
+			pthread_cond_broadcast(&l->rx_cond);
+		if (got.state == SLOT_LANDED && (l->rxr[got.ring_id].state != RING_ATTACHED ||
+						 l->rxr[got.ring_id].gen != got.gen))
+			got.state = SLOT_DROPPED; /* detached since it landed */
+		pthread_mutex_unlock(&l->lock);
+		if (got.state == SLOT_LANDED)
+			c->cbs.record_landed(c->cbs.arg, l, got.ring_id, got.off, got.len);
+		if (l->state != LINK_UP)
+			return;
+	}
+}
+
+/* On the loop: whatever the threads have done since the last time, in order. */
+static void link_progress(struct rgaps_link *l)
+{
+	int err;
+
+	deliver_sent(l);
+	if (l->state == LINK_UP)
+		deliver_heads(l);
+	if (l->state == LINK_UP && l->ctx->cbs.record_header)
+		deliver_headers(l);
+	if (l->state == LINK_UP)
+		deliver_landed(l);
+	if (l->state != LINK_UP)
+		return;
+	pthread_mutex_lock(&l->lock);
+	err = l->thread_err;
+	pthread_mutex_unlock(&l->lock);
+	if (err)
+		link_fail(l, err, "%s", l->thread_why); /* the threads wrote it before err */
+}
+
+/* ------------------------------------------------------------------ send */
 
 static void on_prepare(uv_prepare_t *p)
 {
@@ -604,7 +1391,25 @@ static void on_prepare(uv_prepare_t *p)
 	uv_prepare_stop(p);
 }
 
-/* Frames were queued: write them at flush() or, at the latest, before the loop sleeps. */
+/* Wake the writers of every stream with frames queued. */
+static void link_flush(struct rgaps_link *l)
+{
+	if (l->state != LINK_UP || !l->unsent_bytes)
+		return;
+	pthread_mutex_lock(&l->lock);
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		struct tcp_stream *s = &l->s[i];
+
+		if (s->qnext != s->qtail && !s->kick) {
+			s->kick = true;
+			pthread_cond_signal(&s->tx_cond);
+		}
+	}
+	l->unsent_bytes = 0;
+	pthread_mutex_unlock(&l->lock);
+}
+
+/* Frames were queued: the writers wake at flush() or, at the latest, before the loop sleeps. */
 static void queued(struct rgaps_link *l)
 {
 	struct tcp_ctx *c = l->ctx;
@@ -615,62 +1420,51 @@ static void queued(struct rgaps_link *l)
 		uv_prepare_start(&c->prepare, on_prepare);
 }
 
-/* ------------------------------------------------------------------ receive */
-
-static void rx_to_header(struct rgaps_link *l)
+/* The stream with the fewest bytes queued, ties taken in turn (lock held). */
+static struct tcp_stream *pick_stream(struct rgaps_link *l)
 {
-	l->rx = RX_HEADER;
-	l->rx_have = 0;
-}
+	uint32_t first = l->tx_seq % l->nstreams;
+	struct tcp_stream *best = &l->s[first];
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-	struct rgaps_link *l = h->data;
-	uint64_t left = l->rx_len - l->rx_got;
+	for (uint32_t k = 1; k < l->nstreams; k++) {
+		struct tcp_stream *s = &l->s[(first + k) % l->nstreams];
 
-	switch (l->rx) {
-	case RX_PREAMBLE:
-		*buf = uv_buf_init((char *)l->rx_hdr + l->rx_have, TCP_PREAMBLE_LEN - l->rx_have);
-		break;
-	case RX_HEADER:
-		*buf = uv_buf_init((char *)l->rx_hdr + l->rx_have, TCP_FRAME_LEN - l->rx_have);
-		break;
-	case RX_PAYLOAD:
-		/* Straight into the ring, never past the record's last byte. */
-		*buf = uv_buf_init((char *)l->rxr[l->rx_ring].base + l->rx_off + l->rx_got,
-				   (unsigned int)(left < TCP_READ_MAX ? left : TCP_READ_MAX));
-		break;
-	case RX_DISCARD:
-		if (!l->discard)
-			l->discard = malloc(TCP_DISCARD_BUF);
-		/* No sink: a zero-length buffer makes libuv report UV_ENOBUFS. */
-		*buf = uv_buf_init(
-			(char *)l->discard,
-			l->discard ? (unsigned int)(left < TCP_DISCARD_BUF ? left : TCP_DISCARD_BUF)
-				   : 0);
-		break;
-	default:
-		*buf = uv_buf_init(NULL, 0);
-		break;
+		if (s->qbytes < best->qbytes)
+			best = s;
 	}
+	return best;
 }
 
-static void preamble_done(struct rgaps_link *l)
+/* Queue frame f on stream s (lock held). */
+static void enqueue_locked(struct rgaps_link *l, struct tcp_stream *s, struct tx_frame *f)
+{
+	f->stream = (uint8_t)s->idx;
+	f->taken = f->written = false;
+	s->q[s->qtail++ % TCP_TX_FIFO] = l->tx_end;
+	s->qbytes += TCP_FRAME_LEN + f->len;
+	l->tx_end++;
+	l->unsent_bytes += TCP_FRAME_LEN + f->len;
+}
+
+/* ------------------------------------------------------------------ listen / accept */
+
+static void on_preamble_timeout(uv_timer_t *t)
+{
+	struct rgaps_link *l = t->data;
+
+	if (l->state == LINK_FORMING)
+		link_fail(l, -ETIMEDOUT, "only %u of %u streams came within %d ms", l->nconnected,
+			  l->nstreams, TCP_PREAMBLE_TIMEOUT_MS);
+	else
+		link_fail(l, -ETIMEDOUT, "no preamble within %d ms", TCP_PREAMBLE_TIMEOUT_MS);
+}
+
+/* Every stream of listener-side link l is here: up, and offered to the core. */
+static void accepted_up(struct rgaps_link *l)
 {
 	struct tcp_ctx *c = l->ctx;
-	uint32_t magic = get_le32(l->rx_hdr), version = get_le32(l->rx_hdr + 4);
+	int r;
 
-	if (magic != TCP_PREAMBLE_MAGIC) {
-		link_fail(l, -EPROTO, "bad preamble magic 0x%08" PRIx32 " (not an rgaps data link)",
-			  magic);
-		return;
-	}
-	if (version != TCP_PREAMBLE_VERSION) {
-		link_fail(l, -EPROTO, "data link version %" PRIu32 ", this side speaks %u", version,
-			  TCP_PREAMBLE_VERSION);
-		return;
-	}
-	memcpy(l->token, l->rx_hdr + 8, RGAPS_LINK_TOKEN_LEN);
 	uv_timer_stop(&l->timer);
 	if (l->pending_counted) {
 		c->npending--;
@@ -680,150 +1474,117 @@ static void preamble_done(struct rgaps_link *l)
 		l->admitted = false;
 		c->env.conn_settled(c->env.admit_arg, l, NULL);
 	}
+	c->npending -= (int)l->pending_members;
+	l->pending_members = 0;
 	l->state = LINK_UP;
+	l->version = 0; /* the listener writes no preamble */
+	r = streams_start(l);
+	if (r < 0) {
+		link_fail(l, r, "cannot start the data link's threads: %s", strerror(-r));
+		return;
+	}
 	l->known = true;
-	rx_to_header(l);
 	/* The core closes it (close()) if it does not know the token. */
 	c->cbs.link_accepted(c->cbs.arg, l, l->token);
 }
 
-static void frame_record(struct rgaps_link *l, uint32_t ring_id, uint64_t off, uint64_t len)
+/* Pending connection p, one stream of a several-stream link, joins its link (or starts it). */
+static void join_group(struct rgaps_link *p, uint32_t idx, uint32_t count)
 {
-	struct rx_ring *r;
-	uint64_t start;
+	struct tcp_ctx *c = p->ctx;
+	struct rgaps_link *g;
+	int r;
 
-	if (ring_id >= TCP_RINGS) {
-		link_fail(l, -EPROTO, "record for ring %" PRIu32 ": ring ids are below %u", ring_id,
-			  TCP_RINGS);
+	for (g = c->links; g; g = g->next)
+		if (g->state == LINK_FORMING && g != p && g->nstreams == count &&
+		    memcmp(g->token, p->token, RGAPS_LINK_TOKEN_LEN) == 0)
+			break;
+	if (!g) {
+		/* the first of its streams: this connection becomes the link */
+		g = p;
+		g->state = LINK_FORMING;
+		g->nstreams = count;
+		g->nconnected = 0;
+	} else if (g->s[idx].fd >= 0) {
+		link_fail(p, -EPROTO, "stream %u of a data link came twice", idx);
 		return;
 	}
-	r = &l->rxr[ring_id];
-	if (r->state == RING_DETACHED) {
-		/* Sent before the sender heard of the detach: drop it quietly. */
-		l->st.records_late++;
-		l->rx = RX_DISCARD;
-		l->rx_ring = ring_id;
-		l->rx_len = len;
-		l->rx_got = 0;
-		if (len == 0)
-			rx_to_header(l);
+	r = stream_adopt(&g->s[idx], p, &p->tcp);
+	if (r < 0) {
+		link_fail(p, r, "cannot take the connection from %s: %s", p->peer, strerror(-r));
 		return;
 	}
-	if (r->state != RING_ATTACHED) {
-		link_fail(l, -EPROTO,
-			  "record for ring %" PRIu32 ", which is not attached on this link",
-			  ring_id);
-		return;
+	g->nconnected++;
+	if (g != p) {
+		/*
+		 * Its pending place moves to the link it joined; the connection's shell goes,
+		 * and with it its place in the host's admission (its preamble is whole: the
+		 * link's first stream keeps the link's place until it forms or fails).
+		 */
+		if (p->pending_counted) {
+			p->pending_counted = false;
+			g->pending_members++;
+		}
+		if (p->admitted) {
+			p->admitted = false;
+			c->env.conn_settled(c->env.admit_arg, p, NULL);
+		}
+		p->silent = true;
+		link_teardown(p);
 	}
-	if (len == 0) {
-		link_fail(l, -EPROTO, "empty record for ring %" PRIu32, ring_id);
-		return;
-	}
-	if (off > r->size || len > r->size - off) {
-		link_fail(l, -EPROTO,
-			  "record for ring %" PRIu32 " outside the ring: off %" PRIu64
-			  " len %" PRIu64 " size %" PRIu64,
-			  ring_id, off, len, r->size);
-		return;
-	}
-	/*
-	 * The record starts at the first cursor at or after the last landed byte
-	 * whose offset is off (a sender following docs/RING.md never leaves more
-	 * than a ring's worth of padding), and must end within one ring of the
-	 * last Head the core released: beyond, it would overwrite bytes still in
-	 * use. The core's own placement check (verify) follows on record_landed.
-	 */
-	start = r->tail + (off + r->size - r->tail % r->size) % r->size;
-	if (start + len > r->head + r->size) {
-		link_fail(l, -EPROTO,
-			  "record for ring %" PRIu32
-			  " would overwrite unconsumed bytes: off %" PRIu64 " len %" PRIu64
-			  ", ring of %" PRIu64 " released up to cursor %" PRIu64
-			  ", landed up to %" PRIu64,
-			  ring_id, off, len, r->size, r->head, r->tail);
-		return;
-	}
-	r->tail = start + len;
-	l->rx = RX_PAYLOAD;
-	l->rx_ring = ring_id;
-	l->rx_off = off;
-	l->rx_len = len;
-	l->rx_got = 0;
+	if (g->nconnected == g->nstreams)
+		accepted_up(g);
 }
 
-static void frame_head(struct rgaps_link *l, uint32_t ring_id, uint64_t head, uint64_t len)
+/* The preamble is whole (on_read checked its magic and version). */
+static void preamble_done(struct rgaps_link *l)
 {
-	struct tcp_ctx *c = l->ctx;
-	struct tx_ring *t;
+	uint32_t version = get_le32(l->preamble + 4);
+	uint32_t idx, count;
+	int r;
 
-	if (len != 0) {
-		link_fail(l, -EPROTO, "head update for ring %" PRIu32 " carries %" PRIu64 " bytes",
-			  ring_id, len);
+	memcpy(l->token, l->preamble + 8, RGAPS_LINK_TOKEN_LEN);
+	if (version == TCP_PREAMBLE_V1) {
+		l->nstreams = 1;
+		r = stream_adopt(&l->s[0], l, &l->tcp);
+		if (r < 0) {
+			link_fail(l, r, "cannot take the connection from %s: %s", l->peer,
+				  strerror(-r));
+			return;
+		}
+		accepted_up(l);
 		return;
 	}
-	if (ring_id >= TCP_RINGS) {
-		link_fail(l, -EPROTO, "head update for ring %" PRIu32 ": ring ids are below %u",
-			  ring_id, TCP_RINGS);
-		return;
-	}
-	t = &l->txr[ring_id];
-	rx_to_header(l);
-	if (t->state == RING_DETACHED)
-		return;
-	if (t->state != RING_PREPARED && t->state != RING_CONNECTED) {
+	idx = get_le16(l->preamble + 24);
+	count = get_le16(l->preamble + 26);
+	if (get_le32(l->preamble + 28) || count < 2 || count > TCP_STREAMS_MAX || idx >= count) {
 		link_fail(l, -EPROTO,
-			  "head update for ring %" PRIu32 ", which this side does not write to",
-			  ring_id);
+			  "preamble for stream %" PRIu32 " of %" PRIu32 " (at most %u, reserved 0)",
+			  idx, count, TCP_STREAMS_MAX);
 		return;
 	}
-	l->st.head_updates_received++;
-	c->cbs.head_update(c->cbs.arg, l, ring_id, head);
+	join_group(l, idx, count);
 }
 
-static void frame_header(struct rgaps_link *l)
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-	const uint8_t *h = l->rx_hdr;
-	uint32_t magic = get_le32(h);
-	uint64_t off = get_le64(h + 8), len = get_le64(h + 16);
+	struct rgaps_link *l = h->data;
+	uint32_t want = TCP_PREAMBLE_V1_LEN;
 
-	if (magic != TCP_FRAME_MAGIC) {
-		link_fail(l, -EPROTO, "bad frame magic 0x%08" PRIx32 " from %s", magic, l->peer);
-		return;
-	}
-	if (h[6] || h[7]) {
-		link_fail(l, -EPROTO, "frame with nonzero reserved bytes from %s", l->peer);
-		return;
-	}
-	switch (h[4]) {
-	case TCP_FRAME_RECORD:
-		frame_record(l, h[5], off, len);
-		break;
-	case TCP_FRAME_HEAD:
-		frame_head(l, h[5], off, len);
-		break;
-	default:
-		link_fail(l, -EPROTO, "unknown frame type %u from %s", h[4], l->peer);
-		break;
-	}
-}
-
-static void payload_done(struct rgaps_link *l)
-{
-	struct tcp_ctx *c = l->ctx;
-	uint32_t ring_id = l->rx_ring;
-	uint64_t off = l->rx_off, len = l->rx_len;
-
-	rx_to_header(l);
-	l->st.records_landed++;
-	l->st.bytes_landed += len;
-	c->cbs.record_landed(c->cbs.arg, l, ring_id, off, len);
+	if (l->rx_have >= 8 && get_le32(l->preamble + 4) == TCP_PREAMBLE_V2)
+		want = TCP_PREAMBLE_V2_LEN;
+	else if (l->rx_have < 8)
+		want = 8; /* magic and version first: they say how long the rest is */
+	/* never more than the preamble: the frames after it are the threads' */
+	*buf = uv_buf_init((char *)l->preamble + l->rx_have, want - l->rx_have);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct rgaps_link *l = s->data;
+	uint32_t magic, version;
 
-	if (l->state == LINK_DEAD || nread == 0)
+	if (l->state != LINK_PREAMBLE || nread == 0)
 		return;
 	if (nread < 0) {
 		if (nread == UV_EOF)
@@ -833,40 +1594,23 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 				  uv_strerror((int)nread));
 		return;
 	}
-	l->st.cq_events++;
-	switch (l->rx) {
-	case RX_PREAMBLE:
-		l->rx_have += (uint32_t)nread;
-		if (l->rx_have == TCP_PREAMBLE_LEN)
-			preamble_done(l);
-		break;
-	case RX_HEADER:
-		l->rx_have += (uint32_t)nread;
-		if (l->rx_have == TCP_FRAME_LEN)
-			frame_header(l);
-		break;
-	case RX_PAYLOAD:
-		l->rx_got += (uint64_t)nread;
-		if (l->rx_got == l->rx_len)
-			payload_done(l);
-		break;
-	case RX_DISCARD:
-		l->rx_got += (uint64_t)nread;
-		if (l->rx_got == l->rx_len)
-			rx_to_header(l);
-		break;
-	default:
-		break;
+	l->rx_have += (uint32_t)nread;
+	if (l->rx_have < 8)
+		return;
+	magic = get_le32(l->preamble);
+	version = get_le32(l->preamble + 4);
+	if (magic != TCP_PREAMBLE_MAGIC) {
+		link_fail(l, -EPROTO, "bad preamble magic 0x%08" PRIx32 " (not an rgaps data link)",
+			  magic);
+		return;
 	}
-}
-
-/* ------------------------------------------------------------------ listen / connect */
-
-static void on_preamble_timeout(uv_timer_t *t)
-{
-	struct rgaps_link *l = t->data;
-
-	link_fail(l, -ETIMEDOUT, "no preamble within %d ms", TCP_PREAMBLE_TIMEOUT_MS);
+	if (version != TCP_PREAMBLE_V1 && version != TCP_PREAMBLE_V2) {
+		link_fail(l, -EPROTO, "data link version %" PRIu32 ", this side speaks 1 and 2",
+			  version);
+		return;
+	}
+	if (l->rx_have == (version == TCP_PREAMBLE_V1 ? TCP_PREAMBLE_V1_LEN : TCP_PREAMBLE_V2_LEN))
+		preamble_done(l);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -887,7 +1631,6 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	l->state = LINK_PREAMBLE;
-	l->rx = RX_PREAMBLE;
 	snprintf(l->peer, sizeof(l->peer), "?");
 	r = uv_accept(server, (uv_stream_t *)&l->tcp);
 	if (r < 0) {
@@ -922,20 +1665,13 @@ static void on_connection(uv_stream_t *server, int status)
 		link_fail(l, r, "read from %s failed: %s", l->peer, uv_strerror(r));
 }
 
-static void on_preamble_written(uv_write_t *req, int status)
-{
-	struct rgaps_link *l = req->data;
-
-	if (l->state == LINK_DEAD || status >= 0)
-		return;
-	link_fail(l, status, "sending the preamble to %s failed: %s", l->peer, uv_strerror(status));
-}
+/* ------------------------------------------------------------------ connect */
 
 static void on_connect(uv_connect_t *req, int status)
 {
-	struct rgaps_link *l = req->data;
+	struct tcp_stream *s = req->data;
+	struct rgaps_link *l = s->l;
 	struct tcp_ctx *c = l->ctx;
-	uv_buf_t b;
 	int r;
 
 	if (l->state == LINK_DEAD)
@@ -944,22 +1680,30 @@ static void on_connect(uv_connect_t *req, int status)
 		link_fail(l, status, "connect to %s failed: %s", l->peer, uv_strerror(status));
 		return;
 	}
-	uv_tcp_nodelay(&l->tcp, 1);
-	/* The preamble goes first on the stream: every later write queues behind it. */
+	s->connected = true;
+	if (++l->nconnected < l->nstreams)
+		return;
+	/* Every stream is connected: take the sockets and start the threads. */
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		r = stream_adopt(&l->s[i], l, i ? l->s[i].h : &l->tcp);
+		if (r < 0) {
+			link_fail(l, r, "cannot take the connection to %s: %s", l->peer,
+				  strerror(-r));
+			return;
+		}
+	}
 	put_le32(l->preamble, TCP_PREAMBLE_MAGIC);
-	put_le32(l->preamble + 4, TCP_PREAMBLE_VERSION);
+	put_le32(l->preamble + 4, l->version);
 	memcpy(l->preamble + 8, l->token, RGAPS_LINK_TOKEN_LEN);
-	b = uv_buf_init((char *)l->preamble, TCP_PREAMBLE_LEN);
-	l->preamble_req.data = l;
-	r = uv_write(&l->preamble_req, (uv_stream_t *)&l->tcp, &b, 1, on_preamble_written);
-	if (r == 0)
-		r = uv_read_start((uv_stream_t *)&l->tcp, on_alloc, on_read);
+	put_le16(l->preamble + 26, (uint16_t)l->nstreams);
+	put_le32(l->preamble + 28, 0);
+	l->state = LINK_UP;
+	r = streams_start(l);
 	if (r < 0) {
-		link_fail(l, r, "starting the data link to %s failed: %s", l->peer, uv_strerror(r));
+		l->state = LINK_CONNECTING; /* reported as a failed connect */
+		link_fail(l, r, "cannot start the data link's threads: %s", strerror(-r));
 		return;
 	}
-	l->state = LINK_UP;
-	rx_to_header(l);
 	c->cbs.link_connected(c->cbs.arg, l, 0);
 }
 
@@ -969,13 +1713,31 @@ static int start_connect(struct rgaps_link *l, const struct sockaddr *sa)
 	int r;
 
 	addr_name(sa, l->peer, sizeof(l->peer), NULL);
-	l->conn_req.data = l;
-	r = uv_tcp_connect(&l->conn_req, &l->tcp, sa, on_connect);
-	if (r < 0)
-		return r;
-	/* After the SYN, but the window scale already allows tcp_rmem's maximum. */
-	set_sockbufs(c, (uv_handle_t *)&l->tcp);
 	l->state = LINK_CONNECTING;
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		struct tcp_stream *s = &l->s[i];
+		uv_tcp_t *h = &l->tcp;
+
+		if (i) {
+			h = malloc(sizeof(*h));
+			if (!h)
+				return -ENOMEM;
+			r = uv_tcp_init(c->loop, h);
+			if (r < 0) {
+				free(h);
+				return r;
+			}
+			h->data = l;
+			s->h = h;
+			l->refs++;
+		}
+		s->creq.data = s;
+		r = uv_tcp_connect(&s->creq, h, sa, on_connect);
+		if (r < 0)
+			return r;
+		/* After the SYN, but the window scale already allows tcp_rmem's maximum. */
+		set_sockbufs(c, (uv_handle_t *)h);
+	}
 	return 0;
 }
 
@@ -1022,11 +1784,12 @@ static int tcp_init(const struct rgaps_plugin_env *env, const struct rgaps_trans
 	c->cbs = *cbs;
 	c->loop = env->uv_loop;
 	c->refs = 1;
-	c->sndbuf = opt_int(env, OPT_SNDBUF);
-	c->rcvbuf = opt_int(env, OPT_RCVBUF);
-	if ((c->sndbuf || c->rcvbuf) && env->log)
-		env->log(2, "tcp: options: sndbuf %d, rcvbuf %d (0: autotuned)", c->sndbuf,
-			 c->rcvbuf);
+	c->sndbuf = (int)opt_value(env, OPT_SNDBUF);
+	c->rcvbuf = (int)opt_value(env, OPT_RCVBUF);
+	c->streams = (uint32_t)opt_value(env, OPT_STREAMS);
+	if ((c->sndbuf || c->rcvbuf || c->streams > 1) && env->log)
+		env->log(2, "tcp: options: sndbuf %d, rcvbuf %d (0: autotuned), streams %u",
+			 c->sndbuf, c->rcvbuf, c->streams);
 	uv_prepare_init(c->loop, &c->prepare);
 	c->prepare.data = c;
 	c->prepare_open = true;
@@ -1131,6 +1894,9 @@ static int tcp_connect(void *ctx, const char *host, uint16_t port,
 		return -ENOMEM;
 	memcpy(l->token, token, RGAPS_LINK_TOKEN_LEN);
 	l->port = port;
+	l->nstreams = c->streams;
+	/* One stream speaks version 1, which every rgaps tcp transport understands. */
+	l->version = l->nstreams > 1 ? TCP_PREAMBLE_V2 : TCP_PREAMBLE_V1;
 	if (parse_numeric(host, port, &ss) == 0) {
 		r = start_connect(l, (struct sockaddr *)&ss);
 	} else {
@@ -1190,16 +1956,21 @@ static int tcp_sender_ring_prepare(void *ctx, struct rgaps_link *l, uint32_t rin
 		return -ENOTCONN;
 	if (ring_id >= TCP_RINGS)
 		return -EINVAL;
-	if (l->txr[ring_id].state == RING_PREPARED || l->txr[ring_id].state == RING_CONNECTED)
+	pthread_mutex_lock(&l->lock);
+	if (l->txr[ring_id].state == RING_PREPARED || l->txr[ring_id].state == RING_CONNECTED) {
+		pthread_mutex_unlock(&l->lock);
 		return -EBUSY;
+	}
+	l->txr[ring_id].state = RING_PREPARED;
+	l->txr[ring_id].size = 0;
+	l->txr[ring_id].head_new = false;
+	pthread_mutex_unlock(&l->lock);
 	/* The Delayed Head word is this side's: the peer only needs to name the ring. */
 	put_le32(desc, TCP_DESC_HEAD_MAGIC);
 	desc[4] = TCP_DESC_VERSION;
 	desc[5] = (uint8_t)ring_id;
 	desc[6] = 0;
 	desc[7] = 0;
-	l->txr[ring_id].state = RING_PREPARED;
-	l->txr[ring_id].size = 0;
 	*desc_len_p = TCP_DESC_HEAD_LEN;
 	return 0;
 }
@@ -1222,13 +1993,23 @@ static int tcp_receiver_ring_attach(void *ctx, struct rgaps_link *l, uint32_t ri
 			ring_id, l->peer);
 		return -EINVAL;
 	}
+	pthread_mutex_lock(&l->lock);
 	r = &l->rxr[ring_id];
-	if (r->state == RING_ATTACHED)
+	if (r->state == RING_ATTACHED) {
+		pthread_mutex_unlock(&l->lock);
 		return -EBUSY;
-	memset(r, 0, sizeof(*r));
+	}
+	/* a detached ring's readers are gone (ring_detach waited for them) */
+	{
+		uint32_t gen = r->gen + 1;
+
+		memset(r, 0, sizeof(*r));
+		r->gen = gen;
+	}
 	r->base = ring;
 	r->size = size;
 	r->state = RING_ATTACHED;
+	pthread_mutex_unlock(&l->lock);
 	put_le32(desc, TCP_DESC_RING_MAGIC);
 	desc[4] = TCP_DESC_VERSION;
 	desc[5] = (uint8_t)ring_id;
@@ -1260,24 +2041,46 @@ static int tcp_sender_ring_connect(void *ctx, struct rgaps_link *l, uint32_t rin
 	size = get_le64(desc + 8);
 	if (!size)
 		return -EINVAL;
+	pthread_mutex_lock(&l->lock);
 	l->txr[ring_id].size = size;
 	l->txr[ring_id].state = RING_CONNECTED;
+	pthread_mutex_unlock(&l->lock);
 	return 0;
 }
 
+/*
+ * The ring goes: no more writes into its memory, nor where record_header sent
+ * its records. A reader inside a recv into it is waited for (one bounded,
+ * non-blocking copy); the rest of its record goes to the sink.
+ */
 static void tcp_ring_detach(void *ctx, struct rgaps_link *l, uint32_t ring_id)
 {
 	if (!l || ring_id >= TCP_RINGS)
 		return;
-	if (l->txr[ring_id].state != RING_NONE)
+	pthread_mutex_lock(&l->lock);
+	if (l->txr[ring_id].state != RING_NONE) {
 		l->txr[ring_id].state = RING_DETACHED;
-	if (l->rxr[ring_id].state != RING_NONE) {
-		l->rxr[ring_id].state = RING_DETACHED;
-		l->rxr[ring_id].base = NULL;
-		/* The ring memory may go away now: the rest of a record in progress is dropped. */
-		if (l->rx == RX_PAYLOAD && l->rx_ring == ring_id)
-			l->rx = RX_DISCARD;
+		l->txr[ring_id].head_new = false; /* seen by a reader, not yet told: never */
 	}
+	if (l->rxr[ring_id].state != RING_NONE) {
+		struct rx_ring *r = &l->rxr[ring_id];
+
+		r->state = RING_DETACHED;
+		r->base = NULL;
+		while (r->writers)
+			pthread_cond_wait(&l->rx_cond, &l->lock);
+		/* readers waiting for a record_header answer for it get none: into the sink */
+		for (uint32_t i = 0; i < l->nstreams; i++) {
+			struct tcp_stream *s = &l->s[i];
+
+			if (s->asking && !s->answered && s->ask_ring == ring_id) {
+				s->redirect = NULL;
+				s->answered = true;
+			}
+		}
+		pthread_cond_broadcast(&l->rx_cond);
+	}
+	pthread_mutex_unlock(&l->lock);
 }
 
 static int tcp_post_record(void *ctx, struct rgaps_link *l, uint32_t ring_id, uint64_t off,
@@ -1288,7 +2091,7 @@ static int tcp_post_record(void *ctx, struct rgaps_link *l, uint32_t ring_id, ui
 	struct tx_ring *t;
 	uint32_t k;
 
-	if (!l || l->state != LINK_UP || l->fail_err)
+	if (!l || l->state != LINK_UP)
 		return -ENOTCONN;
 	if (ring_id >= TCP_RINGS || !sg || nsg == 0 || nsg > RGAPS_RECORD_SG_MAX)
 		return -EINVAL;
@@ -1306,14 +2109,18 @@ static int tcp_post_record(void *ctx, struct rgaps_link *l, uint32_t ring_id, ui
 	}
 	if (total == 0 || off > t->size || total > t->size - off)
 		return -EINVAL;
+	pthread_mutex_lock(&l->lock);
 	if (l->tx_records >= TCP_TX_RECORDS ||
 	    (l->tx_records && l->tx_bytes + total > TCP_TX_BYTES) ||
 	    l->tx_end - l->tx_done >= TCP_TX_FIFO) {
 		l->st.send_credit_stalls++;
+		pthread_mutex_unlock(&l->lock);
 		return -EAGAIN;
 	}
 	f = &l->tx[l->tx_end % TCP_TX_FIFO];
-	frame_encode(f->hdr, TCP_FRAME_RECORD, (uint8_t)ring_id, off, total);
+	frame_encode(f->hdr, TCP_FRAME_RECORD, (uint8_t)ring_id,
+		     l->nstreams > 1 ? (uint16_t)l->tx_seq : 0, off, total);
+	l->tx_seq++;
 	f->type = TCP_FRAME_RECORD;
 	f->ring_id = (uint8_t)ring_id;
 	f->cookie = cookie;
@@ -1322,14 +2129,14 @@ static int tcp_post_record(void *ctx, struct rgaps_link *l, uint32_t ring_id, ui
 	for (k = 0; k < nsg; k++) {
 		if (!sg[k].len)
 			continue;
-		f->sg[f->nsg].base = sg[k].addr;
-		f->sg[f->nsg].len = (size_t)sg[k].len;
+		f->sg[f->nsg].iov_base = sg[k].addr;
+		f->sg[f->nsg].iov_len = (size_t)sg[k].len;
 		f->nsg++;
 	}
-	l->tx_end++;
+	enqueue_locked(l, pick_stream(l), f);
 	l->tx_records++;
 	l->tx_bytes += total;
-	l->unsent_bytes += TCP_FRAME_LEN + total;
+	pthread_mutex_unlock(&l->lock);
 	queued(l);
 	return 0;
 }
@@ -1339,33 +2146,42 @@ static int tcp_post_head(void *ctx, struct rgaps_link *l, uint32_t ring_id, uint
 	struct rx_ring *r;
 	struct tx_frame *f;
 
-	if (!l || l->state != LINK_UP || l->fail_err)
+	if (!l || l->state != LINK_UP)
 		return -ENOTCONN;
-	if (ring_id >= TCP_RINGS || l->rxr[ring_id].state != RING_ATTACHED)
+	if (ring_id >= TCP_RINGS)
 		return -EINVAL;
+	pthread_mutex_lock(&l->lock);
 	r = &l->rxr[ring_id];
+	if (r->state != RING_ATTACHED) {
+		pthread_mutex_unlock(&l->lock);
+		return -EINVAL;
+	}
 	if (head > r->head)
 		r->head = head;
 	if (r->head_frame) {
 		/* A Head for this ring still waits to be written: the newer one replaces it. */
 		f = &l->tx[(r->head_frame - 1) % TCP_TX_FIFO];
 		put_le64(f->hdr + 8, r->head);
+		pthread_mutex_unlock(&l->lock);
 		return 0;
 	}
-	if (l->tx_heads >= TCP_TX_HEADS || l->tx_end - l->tx_done >= TCP_TX_FIFO)
+	if (l->tx_heads >= TCP_TX_HEADS || l->tx_end - l->tx_done >= TCP_TX_FIFO) {
+		pthread_mutex_unlock(&l->lock);
 		return -EAGAIN;
+	}
 	f = &l->tx[l->tx_end % TCP_TX_FIFO];
-	frame_encode(f->hdr, TCP_FRAME_HEAD, (uint8_t)ring_id, r->head, 0);
+	frame_encode(f->hdr, TCP_FRAME_HEAD, (uint8_t)ring_id, 0, r->head, 0);
 	f->type = TCP_FRAME_HEAD;
 	f->ring_id = (uint8_t)ring_id;
 	f->nsg = 0;
 	f->len = 0;
 	f->cookie = 0;
 	r->head_frame = 1 + l->tx_end % TCP_TX_FIFO;
-	l->tx_end++;
+	/* Heads keep their order on one stream: a later one never overtakes an earlier one. */
+	enqueue_locked(l, &l->s[0], f);
 	l->tx_heads++;
 	l->st.head_updates_sent++;
-	l->unsent_bytes += TCP_FRAME_LEN;
+	pthread_mutex_unlock(&l->lock);
 	queued(l);
 	return 0;
 }
@@ -1378,10 +2194,13 @@ static void tcp_flush(void *ctx, struct rgaps_link *l)
 
 static void tcp_link_stats(void *ctx, struct rgaps_link *l, struct rgaps_link_stats *st)
 {
-	if (l)
-		*st = l->st;
-	else
+	if (!l) {
 		memset(st, 0, sizeof(*st));
+		return;
+	}
+	pthread_mutex_lock(&l->lock);
+	*st = l->st;
+	pthread_mutex_unlock(&l->lock);
 }
 
 static const struct rgaps_transport_ops tcp_ops = {
@@ -1409,10 +2228,11 @@ RGAPS_PLUGIN_EXPORT const struct rgaps_plugin rgaps_plugin = {
 	.kind = RGAPS_PLUGIN_TRANSPORT,
 	.ops_size = sizeof(struct rgaps_transport_ops),
 	.name = "tcp",
-	.description = "TCP data links (libuv): framed writes received straight into the ring",
+	.description = "TCP data links: one or several streams per link, each with a reader and a "
+		       "writer thread; records received straight into the ring (or the pool)",
 	.ops = &tcp_ops,
 	.options = tcp_options,
 	.noptions = OPT_NUM,
-	.priority = 10, /* "auto" prefers it to nothing: the fallback */
+	.priority = 10,	       /* "auto" prefers it to nothing: the fallback */
 	.data_port_offset = 1, /* data links on the control port + 1 */
 };

@@ -113,6 +113,14 @@ static void cb_record_landed(void *arg, struct rgaps_link *link, uint32_t ring, 
 	c->core.record_landed(c->core.arg, link, ring, off, len);
 }
 
+static void *cb_record_header(void *arg, struct rgaps_link *link, uint32_t ring, uint64_t off,
+			      uint64_t len, bool can_redirect)
+{
+	struct fault_ctx *c = arg;
+
+	return c->core.record_header(c->core.arg, link, ring, off, len, can_redirect);
+}
+
 static void cb_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status)
 {
 	struct fault_ctx *c = arg;
@@ -210,6 +218,7 @@ static int f_init(const struct rgaps_plugin_env *env, const struct rgaps_transpo
 		.link_connected = cb_link_connected,
 		.link_down = cb_link_down,
 		.record_landed = cb_record_landed,
+		.record_header = cbs->record_header ? cb_record_header : NULL,
 		.record_sent = cb_record_sent,
 		.head_update = cb_head_update,
 	};

@@ -17,7 +17,19 @@
  *   d  big records (4 MiB, 64 MiB ring) for a few seconds: GB/s
  *   e  link close from either side, a refused connect, a close with records in flight
  *   f  (tcp only) hostile raw connections: unknown token, bad preamble, records
- *      outside the ring or over unconsumed bytes, garbage frames, a silent peer
+ *      outside the ring or over unconsumed bytes, garbage frames, a silent peer;
+ *      links of several streams that never form, name a stream twice, claim
+ *      too many, number their records wrongly or lose a stream
+ *   g  (tcp, --streams N > 1) one stream of a link dies with records in flight:
+ *      the whole link goes down on both ends, every record completes once and
+ *      in order, and a new link works
+ *
+ * --streams N opens every link with N TCP streams (the tcp option "streams").
+ * --redirect plays a core that takes record_header: of every three records the
+ * transport may redirect, two land in a shadow of the ring (the pool block a
+ * core would give), and the check reads their header from the ring, their
+ * payload from the shadow, and that the ring's bytes after the header stayed
+ * untouched; headers come in ring order, each before its record_landed.
  *
  * record_landed's length: tcp reports the record's exact length; verbs reports
  * its ring footprint, ALIGN_UP(len, 64), all its immediate can carry (the
@@ -49,7 +61,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +109,8 @@ struct opts {
 	uint64_t seed;
 	int verbose;
 	const char *corrupt; /* --corrupt: NULL, "hdr", "first", "third" or "last" */
+	uint32_t streams;    /* --streams: TCP streams per link (tcp option "streams") */
+	bool redirect;	     /* --redirect: take record_header, land large records elsewhere */
 };
 
 static struct opts opt = {
@@ -102,11 +118,12 @@ static struct opts opt = {
 	.addr = "127.0.0.1",
 	.records = 2000,
 	.seconds = 2.0,
-	.cases = "abcdef",
+	.cases = "abcdefg",
 	.record_size = 4 * MiB,
 	.ring_size = 64 * MiB,
 	.watermark = 0.25,
 	.seed = 1,
+	.streams = 1,
 };
 
 /* ------------------------------------------------------------------ state */
@@ -458,6 +475,14 @@ struct flow {
 	struct rgaps_ring_slot *q;
 	uint64_t q_head, q_tail, q_cap;
 	uint64_t *lens; /* in-process flows: exact length of record seq at [seq % q_cap] */
+	/* --redirect: the shadow the payloads of redirected records land in, and per
+	 * record (header order, [seq % q_cap]) where record_header sent it */
+	uint8_t *shadow_mem, *shadow;
+	struct hdr_seen {
+		uint64_t off, len;
+		bool redirected;
+	} *hdrs_seen;
+	uint64_t headers, redirected;
 	uv_timer_t consume_timer;
 	bool timer_open;
 	uint64_t head_eagain, verify_errors;
@@ -657,6 +682,13 @@ static void on_consume_timer(uv_timer_t *t)
 	if (n) {
 		if (f->lazy_consume)
 			n = 1 + rnd(&f->rng) % n; /* DP3 finishes a prefix at a time */
+		/* --redirect: consumed bytes go back to the fill, which a redirected record's
+		 * ring bytes must still hold when it lands */
+		for (uint64_t i = 0; f->shadow && i < n; i++) {
+			const struct rgaps_ring_slot *q = &f->q[(f->q_head + i) % f->q_cap];
+
+			memset(f->ring + q->off, RING_FILL, q->len);
+		}
 		last = f->q[(f->q_head + n - 1) % f->q_cap];
 		f->q_head += n;
 		rgaps_ring_receiver_consume(&f->r, &last);
@@ -705,8 +737,11 @@ static uint64_t flow_exact_len(const struct flow *f, uint64_t seq, uint64_t repo
 
 #define CORRUPT_SEQ 4 /* --corrupt: the 5th record of each flow */
 
-/* --corrupt: flip the byte that opt.corrupt names in a landed record of exact bytes. */
-static void corrupt_record(uint8_t *rec, uint64_t exact)
+/*
+ * --corrupt: flip the byte that opt.corrupt names in a landed record of exact
+ * bytes, whose header is at rec and whose payload is at payload.
+ */
+static void corrupt_record(uint8_t *rec, uint8_t *payload, uint64_t exact)
 {
 	uint64_t plen = exact > REC_HDR ? exact - REC_HDR : 0, at;
 
@@ -719,9 +754,13 @@ static void corrupt_record(uint8_t *rec, uint64_t exact)
 	else
 		at = exact - 1;
 	if (at < exact) {
-		printf("#    --corrupt %s: byte %" PRIu64 " of record %u (%" PRIu64 " bytes) flipped\n",
+		printf("#    --corrupt %s: byte %" PRIu64 " of record %u (%" PRIu64
+		       " bytes) flipped\n",
 		       opt.corrupt, at, CORRUPT_SEQ, exact);
-		rec[at] ^= 0x40;
+		if (at < REC_HDR)
+			rec[at] ^= 0x40;
+		else
+			payload[at - REC_HDR] ^= 0x40;
 	}
 }
 
@@ -730,7 +769,7 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 	struct rgaps_ring_slot slot;
 	uint64_t seq = f->expect_seq, plen, exact, want_len;
 	uint8_t want[REC_HDR];
-	const uint8_t *buf, *p;
+	const uint8_t *buf, *pbuf, *p;
 	int r;
 
 	if (f->failed)
@@ -772,8 +811,32 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 		return;
 	}
 	buf = f->ring + slot.off;
+	pbuf = buf + REC_HDR; /* where the payload is: after the header, or in the shadow */
+	if (f->hdrs_seen) {
+		struct hdr_seen *hs = &f->hdrs_seen[seq % f->q_cap];
+
+		if (f->headers <= seq || hs->off != off || hs->len != len) {
+			flow_fail(f,
+				  "record %" PRIu64 " landed (at %" PRIu64 ", %" PRIu64
+				  " bytes) without its record_header first (%" PRIu64 " headers)",
+				  seq, off, len, f->headers);
+			return;
+		}
+		if (hs->redirected) {
+			pbuf = f->shadow + slot.off + REC_HDR;
+			for (uint64_t i = REC_HDR; i < exact; i++)
+				if (buf[i] != RING_FILL) {
+					flow_fail(f,
+						  "record %" PRIu64
+						  " was redirected, but ring byte "
+						  "%" PRIu64 " of it was written",
+						  seq, i);
+					return;
+				}
+		}
+	}
 	if (opt.corrupt && seq == CORRUPT_SEQ)
-		corrupt_record(f->ring + slot.off, exact);
+		corrupt_record(f->ring + slot.off, (uint8_t *)pbuf, exact);
 	/* Every byte the sender wrote, at the exact length (past it: padding, not checked). */
 	build_hdr(want, seq, exact, f->ring_id);
 	if (memcmp(buf, want, RGAPS_MIN(exact, REC_HDR)) != 0) {
@@ -792,10 +855,10 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 		plen = exact - REC_HDR;
 		p = src + src_off(seq, f->src_align);
 		if (f->verify_all || plen <= 2 * SAMPLE) {
-			if (memcmp(buf + REC_HDR, p, plen) != 0) {
+			if (memcmp(pbuf, p, plen) != 0) {
 				uint64_t i = 0;
 
-				while (i < plen && buf[REC_HDR + i] == p[i])
+				while (i < plen && pbuf[i] == p[i])
 					i++;
 				flow_fail(f,
 					  "record %" PRIu64 " (%" PRIu64
@@ -805,9 +868,9 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 				f->verify_errors++;
 				return;
 			}
-		} else if (memcmp(buf + REC_HDR, p, SAMPLE) != 0 ||
-			   memcmp(buf + exact - SAMPLE, p + plen - SAMPLE, SAMPLE) != 0 ||
-			   memcmp(buf + REC_HDR + plen / 2, p + plen / 2, 64) != 0) {
+		} else if (memcmp(pbuf, p, SAMPLE) != 0 ||
+			   memcmp(pbuf + plen - SAMPLE, p + plen - SAMPLE, SAMPLE) != 0 ||
+			   memcmp(pbuf + plen / 2, p + plen / 2, 64) != 0) {
 			flow_fail(f,
 				  "record %" PRIu64 " (%" PRIu64 " bytes at %" PRIu64
 				  "): sampled payload differs",
@@ -939,7 +1002,14 @@ static int flow_init(struct flow *f, const struct flow_cfg *c, struct tlink *sl,
 		f->q = calloc(f->q_cap, sizeof(*f->q));
 		if (sl && c->min_len != c->max_len)
 			f->lens = calloc(f->q_cap, sizeof(*f->lens));
-		if (!f->ring || !f->q || (sl && c->min_len != c->max_len && !f->lens)) {
+		if (opt.redirect) {
+			f->shadow = ring_alloc(c->ring_size, &f->shadow_mem);
+			f->hdrs_seen = calloc(f->q_cap, sizeof(*f->hdrs_seen));
+			if (f->ring)
+				memset(f->ring, RING_FILL, c->ring_size);
+		}
+		if (!f->ring || !f->q || (sl && c->min_len != c->max_len && !f->lens) ||
+		    (opt.redirect && (!f->shadow || !f->hdrs_seen))) {
 			flow_fail(f, "out of memory for a %" PRIu64 "-byte ring", c->ring_size);
 			return -ENOMEM;
 		}
@@ -974,7 +1044,13 @@ static void flow_fini(struct flow *f)
 		run_until(pred_flow_timer_closed, f, 1000, "a timer to close");
 	}
 	flows[f->ring_id] = NULL;
+	if (f->shadow && !guards_intact(f->shadow, f->g.size))
+		flow_fail(f, "bytes written outside the shadow of the ring");
 	free(f->ring_mem);
+	free(f->shadow_mem);
+	free(f->hdrs_seen);
+	f->shadow_mem = f->shadow = NULL;
+	f->hdrs_seen = NULL;
 	free(f->q);
 	free(f->lens);
 	f->ring_mem = f->ring = NULL;
@@ -1073,6 +1149,11 @@ static void flow_run(const struct flow_cfg *c, struct tlink *sl, struct tlink *r
 			      rst.bytes_landed == f.landed_bytes,
 		      "%s: link stats count the records (sent %" PRIu64 ", landed %" PRIu64 ")",
 		      f.label, sst.records_sent, rst.records_landed);
+	if (!f.failed && opt.redirect && c->max_len >= 256 * KiB)
+		check(f.redirected > 0 && f.headers == f.landed,
+		      "%s: a record_header for each of the %" PRIu64 " records, in ring order, "
+		      "before it landed; %" PRIu64 " redirected",
+		      f.label, f.landed, f.redirected);
 	flow_fini(&f);
 	if (c->min_len <= 512 && c->max_len <= 512 && c->nrecords)
 		check(f.credit_stalls > 0 && sst.send_credit_stalls > 0,
@@ -1160,6 +1241,40 @@ static void cb_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_i
 	flow_landed(f, off, len);
 }
 
+/*
+ * --redirect: a record is arriving (its header in the ring): note it in ring
+ * order, and send two of every three that may go elsewhere to the shadow.
+ */
+static void *cb_record_header(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			      uint64_t len, bool can_redirect)
+{
+	struct tlink *t = tlink_find(arg, link);
+	struct flow *f = ring_id < 128 ? flows[ring_id] : NULL;
+	struct hdr_seen *hs;
+	uint64_t seq;
+
+	if (!t) {
+		stray_callbacks++;
+		return NULL;
+	}
+	if (t->hostile || !f || f->rl != t || !f->hdrs_seen || f->failed)
+		return NULL;
+	seq = f->headers++;
+	if (seq - f->landed >= f->q_cap) {
+		flow_fail(f, "%" PRIu64 " record headers ahead of the landings", seq - f->landed);
+		return NULL;
+	}
+	hs = &f->hdrs_seen[seq % f->q_cap];
+	hs->off = off;
+	hs->len = len;
+	hs->redirected = can_redirect && len > REC_HDR && seq % 3 != 2 && off < f->g.size &&
+			 len <= f->g.size - off;
+	if (!hs->redirected)
+		return NULL;
+	f->redirected++;
+	return f->shadow + off + REC_HDR;
+}
+
 static void cb_record_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int status)
 {
 	struct tlink *t = tlink_find(arg, link);
@@ -1216,6 +1331,7 @@ static void side_cbs(struct side *s)
 		.link_connected = cb_link_connected,
 		.link_down = cb_link_down,
 		.record_landed = cb_record_landed,
+		.record_header = opt.redirect ? cb_record_header : NULL,
 		.record_sent = cb_record_sent,
 		.head_update = cb_head_update,
 	};
@@ -1416,6 +1532,123 @@ static void case_close(struct tlink *main_a)
 	check(main_a->up && main_a->link && !main_a->down, "e: the main link is unaffected");
 }
 
+/* ------------------------------------------------------------------ case g: a stream dies */
+
+/* Sockets of this process connected to `port` (the connector's streams), into fds; how many. */
+static int connected_to(uint16_t port, int *fds, int max)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) && n < max) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		struct stat st;
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) ||
+		    !S_ISSOCK(st.st_mode))
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET &&
+		    ntohs(((struct sockaddr_in *)&ss)->sin_port) == port)
+			fds[n++] = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+static bool pred_both_settled(void *arg)
+{
+	struct flow *f = arg;
+
+	return f->sl->down && f->rl->down && f->sent_ok + f->sent_err == f->posted;
+}
+
+static bool pred_landed_some(void *arg)
+{
+	struct flow *f = arg;
+
+	return f->landed >= 8 || f->failed;
+}
+
+/*
+ * One stream of a link of several dies (shut down under the transport, as a
+ * failing network path would) while records are on the wire: the link goes
+ * down as a whole on both ends, every posted record completes once, in order,
+ * what landed landed whole and in order, and a new link carries a flow again.
+ */
+static void case_stream_dies(void)
+{
+	struct tlink *a = tlink_new(&A, 0), *b = expect_link(120, false);
+	struct tlink *a2 = tlink_new(&A, 0), *b2 = expect_link(121, false);
+	int before[64], after[64], nb, na, victim = -1;
+	uint64_t stray0 = stray_callbacks;
+	struct flow f;
+
+	nb = connected_to(opt.port, before, 64);
+	if (!connect_pair(a, b, "g: a link of several streams"))
+		return;
+	na = connected_to(opt.port, after, 64);
+	for (int i = 0; i < na && victim < 0; i++) {
+		bool old = false;
+
+		for (int j = 0; j < nb; j++)
+			old = old || before[j] == after[i];
+		if (!old)
+			victim = after[i];
+	}
+	check(na - nb == (int)opt.streams && victim >= 0,
+	      "g: the link has %d TCP connections (%u streams)", na - nb, opt.streams);
+	if (victim < 0) {
+		tl_close(a);
+		tl_close(b);
+		return;
+	}
+	struct flow_cfg c = { .label = "g: records in flight when a stream dies",
+			      .ring_id = 62,
+			      .ring_size = 16 * MiB,
+			      .min_len = 1,
+			      .max_len = 512 * KiB,
+			      .nrecords = 400,
+			      .watermark = 0.25,
+			      .verify_all = true };
+
+	if (flow_init(&f, &c, a, b) == 0 && flow_connect_rings(&f) == 0) {
+		allow_send_errors = true;
+		flow_pump(&f);
+		run_until(pred_landed_some, &f, 10000, "a few records to land");
+		shutdown(victim, SHUT_RDWR);
+		run_until(pred_both_settled, &f, 10000, "both ends down, every record_sent");
+		run_for(100);
+		check(a->down && b->down && f.sent_ok + f.sent_err == f.posted && !f.failed &&
+			      f.landed <= f.sent_ok && stray_callbacks == stray0,
+		      "g: a stream shut down: both ends down (A: %s; B: %s); %" PRIu64
+		      " records posted, %" PRIu64 " sent, %" PRIu64 " failed, each once and in "
+		      "order; %" PRIu64 " landed whole and in order",
+		      a->why, b->why, f.posted, f.sent_ok, f.sent_err, f.landed);
+		allow_send_errors = false;
+	}
+	flow_fini(&f);
+	if (connect_pair(a2, b2, "g: a new link after the loss")) {
+		struct flow_cfg c2 = { .label = "g: the new link carries records again",
+				       .ring_id = 63,
+				       .ring_size = 4 * MiB,
+				       .min_len = 1,
+				       .max_len = 512 * KiB,
+				       .nrecords = 300,
+				       .watermark = 0.25,
+				       .verify_all = true,
+				       .split_sg = true };
+
+		flow_run(&c2, a2, b2);
+	}
+	tl_close(a2);
+	tl_close(b2);
+}
+
 /* ------------------------------------------------------------------ case f: hostile (tcp) */
 
 struct raw {
@@ -1530,6 +1763,17 @@ static void mk_preamble(uint8_t *p, uint32_t magic, uint32_t version, const uint
 	put_le32(p, magic);
 	put_le32(p + 4, version);
 	memcpy(p + 8, token, RGAPS_LINK_TOKEN_LEN);
+}
+
+/* docs/PROTOCOL.md section 3: the 32-byte preamble of stream idx of a link of count streams. */
+static void mk_preamble2(uint8_t *p, const uint8_t *token, uint16_t idx, uint16_t count)
+{
+	mk_preamble(p, 0x44544752u, 2, token);
+	p[24] = (uint8_t)idx;
+	p[25] = (uint8_t)(idx >> 8);
+	p[26] = (uint8_t)count;
+	p[27] = (uint8_t)(count >> 8);
+	memset(p + 28, 0, 4);
 }
 
 static void mk_frame(uint8_t *p, uint32_t magic, uint8_t type, uint8_t ring, uint64_t off,
@@ -1662,6 +1906,102 @@ static void case_detach_midway(struct tlink *main_a)
 	free(mem);
 }
 
+/*
+ * Links of several streams that break the rules: one that never forms (only
+ * stream 0 of 2 comes), a stream index twice, too many streams, and formed
+ * links (known token, a ring attached) whose streams number a record twice or
+ * lose a stream. None is offered to the core before it forms; a formed one
+ * goes down with the reason and leaves its ring as it was.
+ */
+static void case_hostile_streams(struct tlink *main_a)
+{
+	uint8_t pre[32], token[16], d1[RGAPS_RING_DESC_MAX], d2[RGAPS_RING_DESC_MAX], buf[256];
+	uint64_t accepted0 = accepted_total;
+	struct raw w[2];
+	size_t n1 = 0, n2 = 0;
+	uint8_t *mem = NULL, *ring;
+	bool intact;
+	int r;
+
+	memset(token, 0xd5, sizeof(token));
+	if (raw_open(&w[0])) {
+		mk_preamble2(pre, token, 0, 2);
+		raw_send(&w[0], pre, sizeof(pre));
+		run_until(pred_raw_eof, &w[0], 8000, "a link that never forms to be dropped");
+		check(w[0].eof && accepted_total == accepted0,
+		      "f: stream 0 of 2, and never stream 1: dropped, never offered to the core");
+		raw_close(&w[0]);
+	}
+	if (raw_open(&w[0]) && raw_open(&w[1])) {
+		mk_preamble2(pre, token, 0, 2);
+		raw_send(&w[0], pre, sizeof(pre));
+		raw_send(&w[1], pre, sizeof(pre));
+		run_until(pred_raw_eof, &w[1], 8000, "a stream named twice to be refused");
+		check(w[1].eof && accepted_total == accepted0,
+		      "f: stream 0 of 2 twice: the second closed, never offered to the core");
+		raw_close(&w[0]);
+		raw_close(&w[1]);
+	}
+	if (raw_open(&w[0])) {
+		mk_preamble2(pre, token, 0, 17);
+		raw_send(&w[0], pre, sizeof(pre));
+		run_until(pred_raw_eof, &w[0], 8000, "17 streams to be refused");
+		check(w[0].eof && accepted_total == accepted0,
+		      "f: a link of 17 streams: closed, never offered to the core");
+		raw_close(&w[0]);
+	}
+	for (int k = 0; k < 2; k++) {
+		struct tlink *h = expect_link(220 + k, true);
+		uint32_t ring_id = 82 + k;
+		const char *want = k == 0 ? "numbered twice" : "closed the data link";
+
+		if (!raw_open(&w[0]) || !raw_open(&w[1]))
+			break;
+		for (uint16_t i = 0; i < 2; i++) {
+			mk_preamble2(pre, h->token, i, 2);
+			raw_send(&w[i], pre, sizeof(pre));
+		}
+		if (!run_until(pred_link_up, h, 5000, "a link of two streams to be accepted")) {
+			check(false,
+			      "f: a link of two raw streams with a known token not accepted");
+			raw_close(&w[0]);
+			raw_close(&w[1]);
+			break;
+		}
+		ring = ring_alloc(HOSTILE_RING_SIZE, &mem);
+		memset(ring, RING_FILL, HOSTILE_RING_SIZE);
+		r = T->sender_ring_prepare(A.ctx, main_a->link, ring_id, d1, &n1);
+		if (r == 0)
+			r = T->receiver_ring_attach(B.ctx, h->link, ring_id, ring,
+						    HOSTILE_RING_SIZE, d1, n1, d2, &n2);
+		if (r == 0 && k == 0) {
+			/* both streams say they carry record 0, the same one: whichever is
+			 * read first lands at 0, the other is refused */
+			mk_frame(buf, TCP_FRAME_MAGIC, 1, (uint8_t)ring_id, 0, 64);
+			memset(buf + 24, 0x11, 64);
+			raw_send(&w[0], buf, 24 + 64);
+			raw_send(&w[1], buf, 24 + 64);
+		} else if (r == 0) {
+			raw_close(&w[1]); /* one stream is lost */
+		}
+		if (r == 0)
+			run_until(pred_link_down, h, 5000, "link_down of the broken link");
+		intact = guards_intact(ring, HOSTILE_RING_SIZE);
+		for (uint64_t i = 64; i < HOSTILE_RING_SIZE; i++)
+			intact = intact && ring[i] == RING_FILL;
+		check(r == 0 && h->down && strstr(h->why, want) && intact,
+		      "f: a link of two streams %s: link_down \"%s\"; the ring untouched past the "
+		      "first record",
+		      k == 0 ? "that numbers a record twice" : "that loses one", h->why);
+		T->ring_detach(A.ctx, main_a->link, ring_id);
+		raw_close(&w[0]);
+		if (k == 0)
+			raw_close(&w[1]);
+		free(mem);
+		mem = NULL;
+	}
+}
+
 static void case_hostile(struct tlink *main_a)
 {
 	uint8_t pre[24], buf[4096 + 96], bad_token[16];
@@ -1689,11 +2029,11 @@ static void case_hostile(struct tlink *main_a)
 		raw_close(&w);
 	}
 	if (raw_open(&w)) {
-		mk_preamble(pre, TCP_PRE_MAGIC, 2, bad_token);
+		mk_preamble(pre, TCP_PRE_MAGIC, 3, bad_token);
 		raw_send(&w, pre, sizeof(pre));
 		run_until(pred_raw_eof, &w, 5000, "a preamble of another version to be refused");
 		check(w.eof && accepted_total == accepted0,
-		      "f: preamble version 2: closed, never offered to the core");
+		      "f: preamble version 3: closed, never offered to the core");
 		raw_close(&w);
 	}
 	/* Silent peer: dropped after the preamble timeout (~3 s). */
@@ -1744,6 +2084,7 @@ static void case_hostile(struct tlink *main_a)
 	hostile_frames("f: record over unconsumed bytes", main_a, 211, 80, true, buf,
 		       24 + 4096 + 24 + 48, "unconsumed", 4096);
 	case_detach_midway(main_a);
+	case_hostile_streams(main_a);
 }
 
 /* ------------------------------------------------------------------ the in-process run */
@@ -1861,6 +2202,12 @@ static int run_conformance(void)
 	}
 	if (strchr(opt.cases, 'e'))
 		case_close(a);
+	if (strchr(opt.cases, 'g')) {
+		if (is_tcp && opt.streams > 1)
+			case_stream_dies();
+		else
+			printf("#    g: a stream that dies needs tcp with --streams > 1; skipped\n");
+	}
 	check(stray_callbacks == stray0,
 	      "no callback for a closed, failed or unknown link (%" PRIu64 ")",
 	      stray_callbacks - stray0);
@@ -2152,7 +2499,7 @@ static void usage(FILE *out)
 		"  --addr ADDR          B listens here (default 127.0.0.1)\n"
 		"  --connect-addr ADDR  A connects here (default: --addr)\n"
 		"  --port N             (default: a free port)\n"
-		"  --cases LETTERS      subset of abcdef (default all)\n"
+		"  --cases LETTERS      subset of abcdefg (default all)\n"
 		"  --records N          records of case a/b (default 2000; c uses 10x)\n"
 		"  --seconds S          length of the throughput run (default 2)\n"
 		"  --record-size SIZE   throughput record size (default 4M)\n"
@@ -2162,6 +2509,8 @@ static void usage(FILE *out)
 		"  --corrupt WHERE      test the checker: flip a byte of the 5th record of each\n"
 		"                       flow (hdr, first, third or last); it must fail\n"
 		"  --bench              throughput only, sender and receiver in two processes\n"
+		"  --streams N          TCP streams per link (tcp option \"streams\", default 1)\n"
+		"  --redirect           take record_header: land large records in a shadow ring\n"
 		"  --seed N, -v\n");
 }
 
@@ -2191,6 +2540,8 @@ static int parse_args(int argc, char **argv)
 			opt.watermark = atof(v);
 		else if (!strcmp(a, "--seed") && v)
 			opt.seed = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--streams") && v)
+			opt.streams = (uint32_t)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--corrupt") && v) {
 			if (strcmp(v, "hdr") && strcmp(v, "first") && strcmp(v, "third") &&
 			    strcmp(v, "last")) {
@@ -2211,6 +2562,8 @@ static int parse_args(int argc, char **argv)
 				opt.bench = true;
 			else if (!strcmp(a, "--verify-all"))
 				opt.verify_all = true;
+			else if (!strcmp(a, "--redirect"))
+				opt.redirect = true;
 			else if (!strcmp(a, "-v"))
 				opt.verbose++;
 			else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -2250,7 +2603,17 @@ int main(int argc, char **argv)
 	uv_loop_init(&loop);
 	uv_timer_init(&loop, &watchdog);
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_DAEMON, &loop);
+	if (opt.streams != 1) {
+		static struct rgaps_option_value streams = { .name = "streams" };
+
+		/* as rgapsd hands it from "transport_options" (it checked the bounds there) */
+		streams.value = opt.streams;
+		env.options = &streams;
+		env.noptions = 1;
+	}
 	printf("# transport %s from %s: %s\n", opt.transport, lp->path, lp->desc->description);
+	printf("# %u stream%s per link%s\n", opt.streams, opt.streams == 1 ? "" : "s",
+	       opt.redirect ? "; records of 256 KiB and more redirected to a shadow ring" : "");
 	r = opt.bench ? run_bench() : run_conformance();
 	if (r == 77) {
 		teardown();
