@@ -42,11 +42,17 @@ if [ "${1:-}" != --on-device ]; then
 	fi
 	[ -x .device/build/tests/gpu/gpu-mbench ] ||
 		{ echo "gpu programs not built: is nvcc in PATH?" >&2; exit 1; }
+	# iperf3 for the daemon-to-daemon benchmark beside it (part tcpbench)
+	mkdir -p .device/lib .device/bin
+	if command -v iperf3 >/dev/null; then
+		cp -L "$(command -v iperf3)" .device/bin/iperf3
+	else
+		echo "no iperf3 here: part tcpbench will fail (apt-get install iperf3)" >&2
+	fi
 	# Libraries of this machine that the device image may not have: everything the
 	# rgaps binaries and plugins need except libc, libstdc++ and the CUDA driver.
-	mkdir -p .device/lib
 	for f in .device/build/src/daemon/rgapsd .device/build/tools/rgaps \
-		.device/build/plugins/*.so .device/build/tests/gpu/gpu-*; do
+		.device/build/plugins/*.so .device/build/tests/gpu/gpu-* .device/bin/*; do
 		[ -f "$f" ] || continue
 		ldd "$f" | awk '$3 ~ /^\// { print $3 }'
 	done | sort -u | while read -r lib; do
@@ -155,8 +161,15 @@ part dp1-run1 60 bash -c dp1
 part dp1-run2 60 bash -c dp1
 part dp1-run3 60 bash -c dp1
 part table7 150 bash -c "table7 150"
-# Last, so that the benchmarks keep their budget: RUN_PARTS="machine relay" runs it alone.
+# After the benchmarks of a fixed length, so that they keep their budget:
+# RUN_PARTS="machine relay" runs it alone.
 part relay 90 bash tests/gpu/gpu_relay.sh
+# Daemon to daemon over TCP against iperf3, host topics then GPU topics, three runs, in
+# what is left of the budget (tools/rgaps-bench/remote_bench.sh; docs/BENCHMARKS.md "Across
+# hosts"). Alone: RUN_PARTS="machine tcpbench" RUN_BUDGET=580; host topics alone, in one
+# call of its own: tools/rgaps-bench/remote_bench_device.sh.
+export IPERF3="$ROOT/.device/bin/iperf3"
+part tcpbench 520 bash tools/rgaps-bench/remote_bench.sh "$RGAPS_BUILD"
 
 # ---------------------------------------------------------------- results and targets
 
@@ -166,6 +179,9 @@ for f in mbench table7; do
 	echo "==== $f" >>"$RESULTS"
 	grep -v "^RESULT" "$LOGS/$f.log" | grep -E "^(gpu-|  |==|[0-9]|size|RESULT|rgapsd|nccl)" >>"$RESULTS"
 done
+if [ -f "$LOGS/tcpbench.log" ]; then # its table, summary and CPU accounting, whole
+	{ echo "==== tcpbench"; grep -v " rgapsd\[" "$LOGS/tcpbench.log"; } >>"$RESULTS"
+fi
 {
 	echo
 	echo "== targets (from the RESULT lines; GPUs: $G)"
