@@ -60,6 +60,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/errqueue.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -106,6 +107,8 @@
 #define TCP_RX_WINDOW		64u	       /* records of a link landing at once: > streams */
 #define TCP_DISCARD_BUF		(64u << 10)    /* sink for records of a ring detached meanwhile */
 #define TCP_REDIRECT_MIN	(256u << 10)   /* smallest record whose rest may land elsewhere */
+#define TCP_ZC_MIN		(64u << 10)    /* smallest write sent with MSG_ZEROCOPY */
+#define TCP_ZC_RANGES		32u	       /* completions of later sends kept for their turn */
 #define TCP_WHY_LEN		256
 
 enum link_state {
@@ -140,6 +143,8 @@ struct tx_frame {
 	uint8_t stream;
 	bool taken;   /* its stream's writer has it: no more changes to it */
 	bool written; /* out of the source memory */
+	bool zc;      /* sent with MSG_ZEROCOPY: out of the source once send zc_id completes */
+	uint32_t zc_id;
 	uint64_t cookie;
 	uint64_t len; /* payload bytes */
 	struct iovec sg[RGAPS_RECORD_SG_MAX];
@@ -203,6 +208,14 @@ struct tcp_stream {
 	uint32_t ask_ring;
 	uint8_t *redirect;
 	uint8_t *discard; /* the reader's sink */
+	/* MSG_ZEROCOPY: sends numbered from 0 by the kernel, those below zc_done completed;
+	 * ranges reported before an earlier one wait in zc_early */
+	bool zc;
+	uint32_t zc_next, zc_done;
+	uint32_t zc_nearly;
+	struct {
+		uint32_t lo, hi;
+	} zc_early[TCP_ZC_RANGES];
 };
 
 struct rgaps_link {
@@ -273,6 +286,7 @@ struct tcp_ctx {
 	int npending;
 	int sndbuf, rcvbuf; /* RGAPS_TCP_SNDBUF / RGAPS_TCP_RCVBUF, 0: kernel autotuning */
 	uint32_t streams;   /* TCP connections per link this side opens */
+	bool zerocopy;	    /* send large writes with MSG_ZEROCOPY */
 };
 
 static void link_unref(struct rgaps_link *l);
@@ -356,7 +370,7 @@ static void frame_encode(uint8_t *hdr, uint8_t type, uint8_t ring_id, uint16_t n
  * configuration), else the default. Socket buffers: 0 leaves the kernel's
  * autotuning alone.
  */
-enum { OPT_SNDBUF, OPT_RCVBUF, OPT_STREAMS, OPT_NUM };
+enum { OPT_SNDBUF, OPT_RCVBUF, OPT_STREAMS, OPT_ZEROCOPY, OPT_NUM };
 
 static const struct rgaps_plugin_option tcp_options[OPT_NUM] = {
 	[OPT_SNDBUF] = { "sndbuf", 0, 0, 1u << 30,
@@ -366,12 +380,16 @@ static const struct rgaps_plugin_option tcp_options[OPT_NUM] = {
 	[OPT_STREAMS] = { "streams", 1, 1, TCP_STREAMS_MAX,
 			  "TCP connections per data link, each with its own threads (the "
 			  "connecting side's value rules)" },
+	[OPT_ZEROCOPY] = { "zerocopy", 0, 0, 1,
+			   "1: send writes of 64 KiB and more with MSG_ZEROCOPY (a NIC reads the "
+			   "source; loopback copies anyway)" },
 };
 
 static const char *const opt_env[OPT_NUM] = {
 	[OPT_SNDBUF] = "RGAPS_TCP_SNDBUF",
 	[OPT_RCVBUF] = "RGAPS_TCP_RCVBUF",
 	[OPT_STREAMS] = "RGAPS_TCP_STREAMS",
+	[OPT_ZEROCOPY] = "RGAPS_TCP_ZEROCOPY",
 };
 
 static uint64_t opt_value(const struct rgaps_plugin_env *env, int i)
@@ -493,16 +511,96 @@ static void thread_fail_locked(struct rgaps_link *l, int err, const char *fmt, .
 	uv_async_send(&l->async);
 }
 
-/* Wait until fd is readable (or writable); false once the link stops. */
-static bool wait_fd(struct rgaps_link *l, int fd, short events)
+/*
+ * MSG_ZEROCOPY sends [lo, hi] of stream s completed (copied: by a copy after
+ * all). Lock held. The frames they carried are out of the source memory now.
+ */
+static void zc_completed_locked(struct tcp_stream *s, uint32_t lo, uint32_t hi, bool copied)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	struct rgaps_link *l = s->l;
+
+	l->st.zc_copied += copied ? (uint64_t)(hi - lo) + 1 : 0;
+	if ((int32_t)(lo - s->zc_done) > 0) {
+		/* a later send done before an earlier one (loopback copies on delivery) */
+		if (s->zc_nearly < TCP_ZC_RANGES) {
+			s->zc_early[s->zc_nearly].lo = lo;
+			s->zc_early[s->zc_nearly++].hi = hi;
+			return;
+		}
+		/* cannot happen with sends bounded by the link's credits: keep the order safe */
+		thread_fail_locked(l, -EPROTO, "more than %u zerocopy completions out of order",
+				   TCP_ZC_RANGES);
+		return;
+	}
+	if ((int32_t)(hi + 1 - s->zc_done) > 0)
+		s->zc_done = hi + 1;
+	for (uint32_t k = 0; k < s->zc_nearly;) { /* ranges that join now */
+		if ((int32_t)(s->zc_early[k].lo - s->zc_done) > 0) {
+			k++;
+			continue;
+		}
+		if ((int32_t)(s->zc_early[k].hi + 1 - s->zc_done) > 0)
+			s->zc_done = s->zc_early[k].hi + 1;
+		s->zc_early[k] = s->zc_early[--s->zc_nearly];
+		k = 0;
+	}
+	for (uint32_t i = l->tx_done; i != l->tx_end; i++) {
+		struct tx_frame *f = &l->tx[i % TCP_TX_FIFO];
+
+		if (f->zc && !f->written && f->stream == s->idx &&
+		    (int32_t)(f->zc_id - s->zc_done) < 0)
+			f->written = true;
+	}
+	uv_async_send(&l->async);
+}
+
+/* Read the completions of MSG_ZEROCOPY sends off the socket's error queue; how many. */
+static int zc_drain(struct tcp_stream *s)
+{
+	char ctl[CMSG_SPACE(sizeof(struct sock_extended_err)) + 64];
+	int n = 0;
+
+	for (;; n++) {
+		struct msghdr msg = { .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+		struct cmsghdr *c;
+
+		if (recvmsg(s->fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			return n; /* empty (a real socket error shows on the next send or read) */
+		for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+			struct sock_extended_err e;
+
+			if (!((c->cmsg_level == SOL_IP && c->cmsg_type == IP_RECVERR) ||
+			      (c->cmsg_level == SOL_IPV6 && c->cmsg_type == IPV6_RECVERR)))
+				continue;
+			memcpy(&e, CMSG_DATA(c), sizeof(e));
+			if (e.ee_errno != 0 || e.ee_origin != SO_EE_ORIGIN_ZEROCOPY)
+				continue;
+			pthread_mutex_lock(&s->l->lock);
+			zc_completed_locked(s, e.ee_info, e.ee_data,
+					    e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED);
+			pthread_mutex_unlock(&s->l->lock);
+		}
+	}
+}
+
+/*
+ * Wait until s's socket is readable (or writable); false once the link
+ * stops. Completions of zerocopy sends wake it too (POLLERR): they are read
+ * here, by whichever of the stream's threads polls.
+ */
+static bool wait_fd(struct tcp_stream *s, short events)
+{
+	struct rgaps_link *l = s->l;
+	struct pollfd p = { .fd = s->fd, .events = events };
 
 	for (;;) {
 		int r = poll(&p, 1, -1);
 
 		if (__atomic_load_n(&l->stop, __ATOMIC_RELAXED))
 			return false;
+		if (r > 0 && (p.revents & POLLERR) && s->zc && zc_drain(s) > 0 &&
+		    !(p.revents & (events | POLLHUP)))
+			continue; /* only completions: wait on */
 		if (r > 0 || (r < 0 && errno != EINTR))
 			return true; /* the next system call says what it was */
 	}
@@ -522,7 +620,7 @@ static int read_own(struct tcp_stream *s, uint8_t *buf, size_t n)
 			continue;
 		}
 		if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-			if (!wait_fd(l, s->fd, POLLIN))
+			if (!wait_fd(s, POLLIN))
 				return -1;
 			continue;
 		}
@@ -582,7 +680,7 @@ static int read_ring(struct tcp_stream *s, uint32_t ring_id, uint32_t gen, uint8
 		}
 		if (got < 0 && (e == EAGAIN || e == EINTR)) {
 			pthread_mutex_unlock(&l->lock);
-			if (!wait_fd(l, s->fd, POLLIN))
+			if (!wait_fd(s, POLLIN))
 				return -1;
 			continue;
 		}
@@ -856,18 +954,35 @@ static void *rx_main(void *arg)
 	return NULL;
 }
 
-/* Write iov[0..n) whole; 0, or -1 (the link failed). */
-static int write_all(struct tcp_stream *s, struct iovec *iov, int n)
+/*
+ * Write iov[0..n) whole, with MSG_ZEROCOPY when zc: then *zc_used_p says
+ * whether a send went without a copy, and *zc_last_p is the number of the
+ * last one. 0, or -1 (the link failed).
+ */
+static int write_all(struct tcp_stream *s, struct iovec *iov, int n, bool zc, bool *zc_used_p,
+		     uint32_t *zc_last_p)
 {
 	struct rgaps_link *l = s->l;
 
 	while (n > 0) {
-		ssize_t w = writev(s->fd, iov, n > IOV_MAX ? IOV_MAX : n);
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)(n > IOV_MAX ? IOV_MAX : n) };
+		ssize_t w = sendmsg(s->fd, &msg, MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
 
+		if (w < 0 && errno == ENOBUFS && zc) {
+			zc = false; /* out of optmem for the notifications: copy this write */
+			continue;
+		}
 		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-			if (!wait_fd(l, s->fd, POLLOUT))
+			if (!wait_fd(s, POLLOUT))
 				return -1;
 			continue;
+		}
+		if (w > 0 && zc) {
+			*zc_used_p = true;
+			*zc_last_p = s->zc_next++; /* the kernel numbers every send that took bytes */
+			pthread_mutex_lock(&l->lock);
+			l->st.zc_sends++;
+			pthread_mutex_unlock(&l->lock);
 		}
 		if (w < 0) {
 			int e = errno;
@@ -903,12 +1018,14 @@ static void *tx_main(void *arg)
 
 		memcpy(pre, l->preamble, sizeof(pre));
 		put_le16(pre + 24, (uint16_t)s->idx); /* (version 2: which stream this is) */
-		if (write_all(s, &p, 1) < 0)
+		if (write_all(s, &p, 1, false, NULL, NULL) < 0)
 			return NULL;
 	}
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		uint32_t first, n = 0, niov = 0;
+		uint32_t first, n = 0, niov = 0, zc_last = 0;
+		uint64_t bytes = 0;
+		bool zc;
 
 		while (!l->stop && (s->qnext == s->qtail || (!s->kick && !s->streaming)))
 			pthread_cond_wait(&s->tx_cond, &l->lock);
@@ -930,17 +1047,22 @@ static void *tx_main(void *arg)
 			iov[niov++].iov_len = TCP_FRAME_LEN;
 			for (uint32_t k = 0; k < f->nsg; k++)
 				iov[niov++] = f->sg[k];
+			bytes += f->len;
 			n++;
 		}
 		s->qnext = first + n;
 		pthread_mutex_unlock(&l->lock);
-		if (write_all(s, iov, (int)niov) < 0)
+		zc = false;
+		if (write_all(s, iov, (int)niov, s->zc && bytes >= TCP_ZC_MIN, &zc, &zc_last) < 0)
 			return NULL;
 		pthread_mutex_lock(&l->lock);
 		for (uint32_t i = 0; i < n; i++) {
 			struct tx_frame *f = &l->tx[s->q[(first + i) % TCP_TX_FIFO] % TCP_TX_FIFO];
 
-			f->written = true;
+			/* a zerocopy send holds the source until the kernel says it is done */
+			f->zc = zc && (int32_t)(zc_last - s->zc_done) >= 0;
+			f->zc_id = zc_last;
+			f->written = !f->zc;
 			s->qbytes -= TCP_FRAME_LEN + f->len;
 		}
 		s->streaming = s->qnext != s->qtail; /* more came while it wrote: go on */
@@ -1037,9 +1159,20 @@ static void streams_stop(struct rgaps_link *l)
 		pthread_cond_signal(&l->s[i].tx_cond);
 	pthread_mutex_unlock(&l->lock);
 	/* Ends every recv, writev and poll of the threads at once. */
-	for (uint32_t i = 0; i < l->nstreams; i++)
-		if (l->s[i].fd >= 0)
-			shutdown(l->s[i].fd, SHUT_RDWR);
+	for (uint32_t i = 0; i < l->nstreams; i++) {
+		struct tcp_stream *s = &l->s[i];
+
+		if (s->fd < 0)
+			continue;
+		if (s->zc) {
+			/* The kernel would go on sending what it queued after close, from pages
+			 * of ours (zerocopy): a reset drops it now. */
+			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+			setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		}
+		shutdown(s->fd, SHUT_RDWR);
+	}
 	for (uint32_t i = 0; i < l->nstreams; i++) {
 		struct tcp_stream *s = &l->s[i];
 
@@ -1148,12 +1281,18 @@ static void link_fail(struct rgaps_link *l, int err, const char *fmt, ...)
 		goto out;
 	}
 	tcp_log(c, 2, "data link %s down: %s", l->peer, why); /* the core reports it */
-	/* The threads are gone: the frames' flags hold still now. */
+	/*
+	 * The threads are gone: the frames' flags hold still now. A zerocopy send
+	 * whose completion never came went whole to the kernel, which let go of its
+	 * pages when the socket closed (a NIC still sending one reads it for a dead
+	 * peer): written too.
+	 */
 	while (l->tx_done != l->tx_end && !l->silent) {
 		struct tx_frame *f = &l->tx[l->tx_done++ % TCP_TX_FIFO];
 
 		if (f->type == TCP_FRAME_RECORD && c->cbs.record_sent)
-			c->cbs.record_sent(c->cbs.arg, l, f->cookie, f->written ? 0 : err);
+			c->cbs.record_sent(c->cbs.arg, l, f->cookie,
+					   f->written || f->zc ? 0 : err);
 	}
 	if (!l->silent)
 		c->cbs.link_down(c->cbs.arg, l, err, why);
@@ -1179,6 +1318,12 @@ static int stream_adopt(struct tcp_stream *s, struct rgaps_link *owner, uv_tcp_t
 		return -errno;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	s->fd = fd;
+	if (owner->ctx->zerocopy) {
+		s->zc = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0;
+		if (!s->zc)
+			tcp_log(owner->ctx, 1, "zerocopy refused on a data link to %s (%s): copies",
+				owner->peer, strerror(errno));
+	}
 	uv_read_stop((uv_stream_t *)h);
 	if (h == &owner->tcp) {
 		uv_close((uv_handle_t *)h, link_handle_closed);
@@ -1439,7 +1584,7 @@ static struct tcp_stream *pick_stream(struct rgaps_link *l)
 static void enqueue_locked(struct rgaps_link *l, struct tcp_stream *s, struct tx_frame *f)
 {
 	f->stream = (uint8_t)s->idx;
-	f->taken = f->written = false;
+	f->taken = f->written = f->zc = false;
 	s->q[s->qtail++ % TCP_TX_FIFO] = l->tx_end;
 	s->qbytes += TCP_FRAME_LEN + f->len;
 	l->tx_end++;
@@ -1787,9 +1932,11 @@ static int tcp_init(const struct rgaps_plugin_env *env, const struct rgaps_trans
 	c->sndbuf = (int)opt_value(env, OPT_SNDBUF);
 	c->rcvbuf = (int)opt_value(env, OPT_RCVBUF);
 	c->streams = (uint32_t)opt_value(env, OPT_STREAMS);
-	if ((c->sndbuf || c->rcvbuf || c->streams > 1) && env->log)
-		env->log(2, "tcp: options: sndbuf %d, rcvbuf %d (0: autotuned), streams %u",
-			 c->sndbuf, c->rcvbuf, c->streams);
+	c->zerocopy = opt_value(env, OPT_ZEROCOPY) != 0;
+	if ((c->sndbuf || c->rcvbuf || c->streams > 1 || c->zerocopy) && env->log)
+		env->log(2, "tcp: options: sndbuf %d, rcvbuf %d (0: autotuned), streams %u, "
+			    "zerocopy %d",
+			 c->sndbuf, c->rcvbuf, c->streams, c->zerocopy);
 	uv_prepare_init(c->loop, &c->prepare);
 	c->prepare.data = c;
 	c->prepare_open = true;

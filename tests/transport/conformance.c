@@ -24,7 +24,9 @@
  *      the whole link goes down on both ends, every record completes once and
  *      in order, and a new link works
  *
- * --streams N opens every link with N TCP streams (the tcp option "streams").
+ * --streams N opens every link with N TCP streams (the tcp option "streams");
+ * --zerocopy sends large writes with MSG_ZEROCOPY (the tcp option "zerocopy"),
+ * and the flows of large records check that the sends went that way.
  * --redirect plays a core that takes record_header: of every three records the
  * transport may redirect, two land in a shadow of the ring (the pool block a
  * core would give), and the check reads their header from the ring, their
@@ -111,6 +113,7 @@ struct opts {
 	const char *corrupt; /* --corrupt: NULL, "hdr", "first", "third" or "last" */
 	uint32_t streams;    /* --streams: TCP streams per link (tcp option "streams") */
 	bool redirect;	     /* --redirect: take record_header, land large records elsewhere */
+	bool zerocopy;	     /* --zerocopy: the tcp option "zerocopy" */
 };
 
 static struct opts opt = {
@@ -644,6 +647,11 @@ static void flow_pump(struct flow *f)
 			f->credit_stalls++; /* resumes on the next record_sent */
 			break;
 		}
+		if (r == -ENOTCONN && allow_send_errors) {
+			/* a record_sent of the link going down made us post: its link_down follows */
+			f->link_failed = true;
+			break;
+		}
 		if (r) {
 			flow_fail(f,
 				  "post_record(seq %" PRIu64 ", off %" PRIu64 ", len %" PRIu64
@@ -1149,6 +1157,11 @@ static void flow_run(const struct flow_cfg *c, struct tlink *sl, struct tlink *r
 			      rst.bytes_landed == f.landed_bytes,
 		      "%s: link stats count the records (sent %" PRIu64 ", landed %" PRIu64 ")",
 		      f.label, sst.records_sent, rst.records_landed);
+	if (!f.failed && opt.zerocopy && c->max_len >= 256 * KiB)
+		check(sst.zc_sends > 0,
+		      "%s: %" PRIu64 " sends without a copy (MSG_ZEROCOPY), %" PRIu64
+		      " of them completed by a copy after all (loopback does)",
+		      f.label, sst.zc_sends, sst.zc_copied);
 	if (!f.failed && opt.redirect && c->max_len >= 256 * KiB)
 		check(f.redirected > 0 && f.headers == f.landed,
 		      "%s: a record_header for each of the %" PRIu64 " records, in ring order, "
@@ -2511,6 +2524,7 @@ static void usage(FILE *out)
 		"  --bench              throughput only, sender and receiver in two processes\n"
 		"  --streams N          TCP streams per link (tcp option \"streams\", default 1)\n"
 		"  --redirect           take record_header: land large records in a shadow ring\n"
+		"  --zerocopy           send large writes with MSG_ZEROCOPY (tcp option)\n"
 		"  --seed N, -v\n");
 }
 
@@ -2564,6 +2578,8 @@ static int parse_args(int argc, char **argv)
 				opt.verify_all = true;
 			else if (!strcmp(a, "--redirect"))
 				opt.redirect = true;
+			else if (!strcmp(a, "--zerocopy"))
+				opt.zerocopy = true;
 			else if (!strcmp(a, "-v"))
 				opt.verbose++;
 			else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -2603,17 +2619,20 @@ int main(int argc, char **argv)
 	uv_loop_init(&loop);
 	uv_timer_init(&loop, &watchdog);
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_DAEMON, &loop);
-	if (opt.streams != 1) {
-		static struct rgaps_option_value streams = { .name = "streams" };
+	if (opt.streams != 1 || opt.zerocopy) {
+		static struct rgaps_option_value ov[2] = { { .name = "streams" },
+							   { .name = "zerocopy" } };
 
-		/* as rgapsd hands it from "transport_options" (it checked the bounds there) */
-		streams.value = opt.streams;
-		env.options = &streams;
-		env.noptions = 1;
+		/* as rgapsd hands them from "transport_options" (it checked the bounds there) */
+		ov[0].value = opt.streams;
+		ov[1].value = opt.zerocopy;
+		env.options = ov;
+		env.noptions = 2;
 	}
 	printf("# transport %s from %s: %s\n", opt.transport, lp->path, lp->desc->description);
-	printf("# %u stream%s per link%s\n", opt.streams, opt.streams == 1 ? "" : "s",
-	       opt.redirect ? "; records of 256 KiB and more redirected to a shadow ring" : "");
+	printf("# %u stream%s per link%s%s\n", opt.streams, opt.streams == 1 ? "" : "s",
+	       opt.redirect ? "; records of 256 KiB and more redirected to a shadow ring" : "",
+	       opt.zerocopy ? "; zerocopy sends" : "");
 	r = opt.bench ? run_bench() : run_conformance();
 	if (r == 77) {
 		teardown();

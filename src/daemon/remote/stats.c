@@ -249,6 +249,9 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 			cJSON_AddNumberToObject(lo, "cq_polls_busy", (double)lst.cq_polls_busy);
 			cJSON_AddNumberToObject(lo, "cq_overflows", (double)lst.cq_overflows);
 			cJSON_AddNumberToObject(lo, "records_late", (double)lst.records_late);
+			/* sends that left the source without a copy, and those copied anyway */
+			cJSON_AddNumberToObject(lo, "zc_sends", (double)lst.zc_sends);
+			cJSON_AddNumberToObject(lo, "zc_copied", (double)lst.zc_copied);
 		}
 		cJSON_AddItemToArray(arr, po);
 	}
