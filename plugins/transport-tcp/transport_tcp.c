@@ -415,6 +415,24 @@ static uint64_t opt_value(const struct rgaps_plugin_env *env, int i)
 	return v;
 }
 
+/* A libuv TCP handle of the heap, its data set (the caller frees it in its close callback). */
+static int handle_new(struct tcp_ctx *c, void *data, uv_tcp_t **h_p)
+{
+	uv_tcp_t *h = malloc(sizeof(*h));
+	int r;
+
+	if (!h)
+		return -ENOMEM;
+	r = uv_tcp_init(c->loop, h);
+	if (r < 0) {
+		free(h);
+		return r;
+	}
+	h->data = data;
+	*h_p = h;
+	return 0;
+}
+
 static void ctx_unref(struct tcp_ctx *c)
 {
 	if (--c->refs == 0)
@@ -954,13 +972,18 @@ static void *rx_main(void *arg)
 	return NULL;
 }
 
+/* What one write_all() handed to the kernel. */
+struct tx_sent {
+	uint64_t bytes; /* accepted by the socket, whole or not */
+	bool zc;	/* some of them went without a copy (MSG_ZEROCOPY) ... */
+	uint32_t zc_last; /* ... the last in the send numbered this */
+};
+
 /*
- * Write iov[0..n) whole, with MSG_ZEROCOPY when zc: then *zc_used_p says
- * whether a send went without a copy, and *zc_last_p is the number of the
- * last one. 0, or -1 (the link failed).
+ * Write iov[0..n) whole, with MSG_ZEROCOPY when zc; what went is in *out,
+ * also when it fails. 0, or -1 (the link failed).
  */
-static int write_all(struct tcp_stream *s, struct iovec *iov, int n, bool zc, bool *zc_used_p,
-		     uint32_t *zc_last_p)
+static int write_all(struct tcp_stream *s, struct iovec *iov, int n, bool zc, struct tx_sent *out)
 {
 	struct rgaps_link *l = s->l;
 
@@ -977,13 +1000,6 @@ static int write_all(struct tcp_stream *s, struct iovec *iov, int n, bool zc, bo
 				return -1;
 			continue;
 		}
-		if (w > 0 && zc) {
-			*zc_used_p = true;
-			*zc_last_p = s->zc_next++; /* the kernel numbers every send that took bytes */
-			pthread_mutex_lock(&l->lock);
-			l->st.zc_sends++;
-			pthread_mutex_unlock(&l->lock);
-		}
 		if (w < 0) {
 			int e = errno;
 
@@ -991,6 +1007,14 @@ static int write_all(struct tcp_stream *s, struct iovec *iov, int n, bool zc, bo
 			thread_fail_locked(l, -e, "write to %s failed: %s", l->peer, strerror(e));
 			pthread_mutex_unlock(&l->lock);
 			return -1;
+		}
+		out->bytes += (uint64_t)w;
+		if (w > 0 && zc) {
+			out->zc = true;
+			out->zc_last = s->zc_next++; /* the kernel numbers every send that took bytes */
+			pthread_mutex_lock(&l->lock);
+			l->st.zc_sends++;
+			pthread_mutex_unlock(&l->lock);
 		}
 		while (n > 0 && (size_t)w >= iov->iov_len) {
 			w -= (ssize_t)iov->iov_len;
@@ -1018,14 +1042,17 @@ static void *tx_main(void *arg)
 
 		memcpy(pre, l->preamble, sizeof(pre));
 		put_le16(pre + 24, (uint16_t)s->idx); /* (version 2: which stream this is) */
-		if (write_all(s, &p, 1, false, NULL, NULL) < 0)
+		struct tx_sent sent = { 0 };
+
+		if (write_all(s, &p, 1, false, &sent) < 0)
 			return NULL;
 	}
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		uint32_t first, n = 0, niov = 0, zc_last = 0;
+		struct tx_sent sent = { 0 };
+		uint32_t first, n = 0, niov = 0;
 		uint64_t bytes = 0;
-		bool zc;
+		int r;
 
 		while (!l->stop && (s->qnext == s->qtail || (!s->kick && !s->streaming)))
 			pthread_cond_wait(&s->tx_cond, &l->lock);
@@ -1052,19 +1079,23 @@ static void *tx_main(void *arg)
 		}
 		s->qnext = first + n;
 		pthread_mutex_unlock(&l->lock);
-		zc = false;
-		if (write_all(s, iov, (int)niov, s->zc && bytes >= TCP_ZC_MIN, &zc, &zc_last) < 0)
-			return NULL;
+		r = write_all(s, iov, (int)niov, s->zc && bytes >= TCP_ZC_MIN, &sent);
 		pthread_mutex_lock(&l->lock);
+		/* the frames the socket took whole (all of them, unless the write failed) */
 		for (uint32_t i = 0; i < n; i++) {
 			struct tx_frame *f = &l->tx[s->q[(first + i) % TCP_TX_FIFO] % TCP_TX_FIFO];
 
+			if (sent.bytes < TCP_FRAME_LEN + f->len)
+				break;
+			sent.bytes -= TCP_FRAME_LEN + f->len;
 			/* a zerocopy send holds the source until the kernel says it is done */
-			f->zc = zc && (int32_t)(zc_last - s->zc_done) >= 0;
-			f->zc_id = zc_last;
+			f->zc = sent.zc && (int32_t)(sent.zc_last - s->zc_done) >= 0;
+			f->zc_id = sent.zc_last;
 			f->written = !f->zc;
 			s->qbytes -= TCP_FRAME_LEN + f->len;
 		}
+		if (r < 0)
+			break; /* the link failed: the loop hears it */
 		s->streaming = s->qnext != s->qtail; /* more came while it wrote: go on */
 		uv_async_send(&l->async);
 	}
@@ -1864,15 +1895,9 @@ static int start_connect(struct rgaps_link *l, const struct sockaddr *sa)
 		uv_tcp_t *h = &l->tcp;
 
 		if (i) {
-			h = malloc(sizeof(*h));
-			if (!h)
-				return -ENOMEM;
-			r = uv_tcp_init(c->loop, h);
-			if (r < 0) {
-				free(h);
+			r = handle_new(c, l, &h);
+			if (r < 0)
 				return r;
-			}
-			h->data = l;
 			s->h = h;
 			l->refs++;
 		}
@@ -2000,15 +2025,9 @@ static int tcp_listen(void *ctx, const char *host, uint16_t port)
 		memcpy(&ss, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
 		uv_freeaddrinfo(req.addrinfo);
 	}
-	l = malloc(sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	r = uv_tcp_init(c->loop, l);
-	if (r < 0) {
-		free(l);
+	r = handle_new(c, c, &l);
+	if (r < 0)
 		return r;
-	}
-	l->data = c;
 	c->refs++;
 	r = uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
 	if (r == 0)
