@@ -159,7 +159,9 @@ extern const char *const rt_chunk_state_names[CHUNK_NUM_STATES];
 
 /* A record on the receiver side (one per landed chunk). */
 enum rt_in_state {
-	IN_LANDED,    /* in the ring, header checked */
+	IN_RECEIVING, /* its header checked (record_header), its bytes still arriving: into the
+			 ring, or straight into its message's pool block */
+	IN_LANDED,    /* in the ring (or its block), header checked */
 	IN_CHECKING,  /* the topic's after-landing stages run on it (stages.c) */
 	IN_CHECKED,   /* ... and passed */
 	IN_ALLOCATED, /* its message has a pool block (the first chunk allocates) */
@@ -414,6 +416,14 @@ struct rt_rec {
 	bool dup;     /* a message sent again that was delivered already: dropped quietly */
 	uint64_t lost; /* dropped with this record, to tell subscribers (or a loss notice's) */
 	int copy_status;
+	/* record_header (tcp): the record arrives after its header was checked */
+	STAILQ_ENTRY(rt_rec) alink; /* in->arriving while IN_RECEIVING */
+	uint64_t claimed_off, len;  /* as record_header named it: record_landed matches it */
+	bool preloaned;	 /* first chunk: its message's block was loaned at this header */
+	bool redirected; /* its chunk landed straight in that block: nothing to copy */
+	bool in_block;	 /* of a message whose block came at its first header: the ring may
+			  * lack its bytes (the relay passes none of it on) */
+	bool unloaned;	 /* first chunk counted in in->unloaned until its block is loaned */
 };
 
 /* A topic_setup that waits for the data link it names. */
@@ -461,6 +471,17 @@ struct rt_in {
 	uint64_t epoch;	     /* the sender's topic instance (0: an older sender without one) */
 	bool sender_resends; /* it sends again what a flap cut off: no loss to tell at the end */
 	bool landing_dup;    /* the message now landing is a duplicate */
+	/*
+	 * record_header (tcp): records are checked as their headers arrive, and a
+	 * host pool's message may land straight in its block (no ring -> pool copy).
+	 */
+	bool headers;			/* the transport tells this ring's headers */
+	STAILQ_HEAD(, rt_rec) arriving; /* IN_RECEIVING, in ring order */
+	bool hdr_direct;		/* the message arriving has its block from its header */
+	uint32_t hdr_token;
+	uint8_t *hdr_dst;
+	uint32_t unloaned; /* messages arrived whose block the driver has yet to loan */
+	uint64_t direct_records, direct_bytes;
 	uint64_t records, bytes, messages, upstream_gaps, refused, blocked_retries, stage_drops;
 	uint64_t loss_notices, gap_reports, duplicates;
 };
@@ -609,6 +630,8 @@ struct rgapsd_remote {
 	SLIST_HEAD(, rt_source) sources;
 	/* What relay.c wants to hear from the receiver (STYLE.md 18: no call upwards). */
 	void (*relay_landed)(struct rt_in *in, struct rt_rec *r);
+	/* Would the relay read, from the ring, a message that starts landing on in now? */
+	bool (*relay_reads_ring)(struct rt_in *in);
 	void (*relay_ring_end)(struct rt_in *in);
 	/* The sizes of tt's messages moved fourfold since "auto" chose its tree. */
 	void (*relay_size_moved)(struct rt_topic *tt);
@@ -848,6 +871,9 @@ void rt_deferred_drop(struct rt_peer *p, int tr);
 void rt_run_deferred(struct rt_peer *p, int tr);
 void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
 			 uint64_t len);
+/* A record's header arrived before its bytes: checked now; where its chunk may land (NULL: ring). */
+void *rt_on_record_header(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			  uint64_t len, bool can_redirect);
 void rt_on_retry(uv_timer_t *t);
 
 /* ---------------------------------------------------------------- links.c */

@@ -3,8 +3,11 @@
  * ring per (topic, sending peer). Each landed record is checked, copied off
  * the loop into a block of the local pool (allocated on a message's first
  * chunk), its ring space is given back (Head, watermark), and the last chunk
- * publishes the message to the local subscribers. Also the receiver's side of
- * the topic initialisation sequence (topic_setup -> topic_ready / refused).
+ * publishes the message to the local subscribers. Where the transport tells a
+ * record's header before its bytes (record_header: tcp), the record is checked
+ * then, and a large chunk of a host pool's message lands straight in the
+ * message's block instead of the ring: nothing to copy. Also the receiver's
+ * side of the topic initialisation sequence (topic_setup -> topic_ready / refused).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -17,8 +20,8 @@
 #include "internal.h"
 
 const char *const rt_in_state_names[IN_NUM_STATES] = {
-	"landed",    "checking", "checked",   "allocated", "copying", "copied",
-	"finishing", "finished", "published", "released",  "dropped",
+	"receiving", "landed",	 "checking", "checked",	 "allocated", "copying",
+	"copied",    "finishing", "finished", "published", "released",	"dropped",
 };
 
 static void in_drive(struct rt_in *in);
@@ -95,8 +98,11 @@ static void imsg_put(struct rt_in *in, struct rt_imsg *im)
 	free(im);
 }
 
+static void unloaned_done(struct rt_in *in, struct rt_rec *r);
+
 static void rec_free(struct rt_in *in, struct rt_rec *r)
 {
+	unloaned_done(in, r);
 	imsg_put(in, r->im);
 	free(r->work);
 	free(r);
@@ -232,6 +238,15 @@ static bool rec_swork_start(struct rt_in *in, struct rt_rec *r, uint32_t point)
 	return true;
 }
 
+/* A first chunk counted in in->unloaned has its block now (or never will). */
+static void unloaned_done(struct rt_in *in, struct rt_rec *r)
+{
+	if (r->unloaned) {
+		r->unloaned = false;
+		in->unloaned--;
+	}
+}
+
 /* ---------------------------------------------------------------- the driver, one state at a time */
 
 /*
@@ -246,7 +261,14 @@ static int asm_begin(struct rt_in *in, struct rt_rec *r)
 	int e;
 
 	drop_assembly(in); /* defensive: checked at landing */
-	e = rt_local_pub_loan(in->pub, r->h.msg_size, &tok, &dst);
+	if (r->preloaned) { /* loaned when its header came */
+		tok = r->loan_token;
+		dst = r->loan_dst;
+		r->preloaned = false;
+		e = 0;
+	} else {
+		e = rt_local_pub_loan(in->pub, r->h.msg_size, &tok, &dst);
+	}
 	if (e == -EAGAIN || e == -ENOBUFS) {
 		/* Pool full under "block", or every loan of our slot is still being
 		 * assembled: keep the ring full too; the sender stalls, its publishers
@@ -262,9 +284,11 @@ static int asm_begin(struct rt_in *in, struct rt_rec *r)
 		in->refused++;
 		in->topic->refused_msgs++;
 		r->lost = 1 + (uint64_t)r->gap; /* nothing lost silently */
+		unloaned_done(in, r);
 		in_set(in->p->rt, r, IN_DROPPED);
 		return e;
 	}
+	unloaned_done(in, r);
 	in->asm_open = true;
 	in->asm_token = tok;
 	in->asm_dst = dst;
@@ -337,11 +361,18 @@ static bool rec_checking(struct rt_in *in, struct rt_rec *r)
 	return true; /* rec_swork_done goes on */
 }
 
-/* Allocated: the worker copies the chunk from the ring into its block. */
+/* Allocated: the worker copies the chunk from the ring into its block (a redirected
+ * chunk is there already). */
 static bool rec_allocated(struct rt_in *in, struct rt_rec *r)
 {
 	struct rgapsd_remote *rt = in->p->rt;
 
+	if (r->redirected) { /* its bytes are in the block already */
+		in->direct_records++;
+		in->direct_bytes += r->h.chunk_len;
+		in_set(rt, r, IN_COPIED);
+		return false;
+	}
 	in_set(rt, r, IN_COPYING);
 	in->jobs++;
 	r->job.run = copy_run;
@@ -354,6 +385,8 @@ static bool rec_allocated(struct rt_in *in, struct rt_rec *r)
 static bool rec_step(struct rt_in *in, struct rt_rec *r)
 {
 	switch (r->state) {
+	case IN_RECEIVING:
+		return true; /* its bytes first: record_landed moves it on */
 	case IN_LANDED:
 		return rec_landed(in, r);
 	case IN_CHECKING:
@@ -600,9 +633,13 @@ void rt_in_free(struct rt_in *in)
 	}
 	while ((r = STAILQ_FIRST(&in->recs))) {
 		STAILQ_REMOVE_HEAD(&in->recs, link);
-		/* The last record of an unpublished message owns its loan: give it back once. */
-		if ((r->h.flags & RGAPS_RECORD_LAST) &&
-		    (r->state == IN_ALLOCATED || r->state == IN_COPIED || r->state == IN_FINISHED))
+		/* The last record of an unpublished message owns its loan: give it back once;
+		 * so does a first one whose loan came with its header, until the driver
+		 * takes it over. */
+		if (((r->h.flags & RGAPS_RECORD_LAST) &&
+		     (r->state == IN_ALLOCATED || r->state == IN_COPIED ||
+		      r->state == IN_FINISHED)) ||
+		    r->preloaned)
 			rt_local_pub_cancel(in->pub, r->loan_token);
 		in_set(rt, r, IN_DROPPED);
 		rec_free(in, r);
@@ -635,56 +672,71 @@ void rt_in_teardown(struct rt_in *in)
 	rt_in_free(in);
 }
 
-void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
-			 uint64_t len)
+/* The in ring of ring_id over transport tr's link, or NULL (the peer was told it is hostile). */
+static struct rt_in *in_of(struct rt_transport *tr, struct rgaps_link *link, uint32_t ring_id)
 {
-	struct rt_transport *tr = arg;
-	struct rgapsd_remote *rt = tr->rt;
-	struct rt_peer *p = rt_peer_of_link(rt, tr->idx, link);
+	struct rt_peer *p = rt_peer_of_link(tr->rt, tr->idx, link);
+	struct rt_in *in;
+
+	if (!p)
+		return NULL;
+	in = ring_id < RT_RINGS ? p->in[ring_id] : NULL;
+	if (!in || in->tr != tr->idx) {
+		rt_hostile(p, "record for ring %u, which was never set up", ring_id);
+		return NULL;
+	}
+	return in;
+}
+
+/*
+ * A record arrives in ring order (its header in the ring): place it, check
+ * its header against the ring's state, note what it says of losses and
+ * duplicates, and queue it for the driver in state. NULL: the peer broke the
+ * protocol (it was told so).
+ */
+static struct rt_rec *rec_arrive(struct rt_in *in, uint32_t ring_id, uint64_t off, uint64_t len,
+				 enum rt_in_state state)
+{
+	struct rt_peer *p = in->p;
+	struct rgapsd_remote *rt = p->rt;
 	struct rgaps_ring_slot slot;
 	struct rgaps_record_hdr h;
-	struct rt_in *in;
 	struct rt_rec *r;
 	char why[256];
 	int e;
 
-	if (!p)
-		return;
-	in = ring_id < RT_RINGS ? p->in[ring_id] : NULL;
-	if (!in || in->tr != tr->idx) {
-		rt_hostile(p, "record for ring %u, which was never set up", ring_id);
-		return;
-	}
 	if (off != UINT64_MAX) {
 		e = rgaps_ring_receiver_verify(&in->ring, off, len);
 		if (e) {
 			rt_hostile(p, "ring %u: record of %llu bytes at %llu, expected elsewhere",
 				   ring_id, (unsigned long long)len, (unsigned long long)off);
-			return;
+			return NULL;
 		}
 	}
 	e = rgaps_ring_receiver_land(&in->ring, len, &slot);
 	if (e) {
 		rt_hostile(p, "ring %u: a %llu-byte record cannot be where the sender put it (%s)",
 			   ring_id, (unsigned long long)len, strerror(-e));
-		return;
+		return NULL;
 	}
 	if (rt_record_check(in->mem + slot.off, len, ring_id, in->topic->cfg.max_message_size,
 			    &in->landing, &h, why, sizeof(why))) {
 		rt_hostile(p, "%s", why);
-		return;
+		return NULL;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
 		rt_hostile(p, "out of memory");
-		return;
+		return NULL;
 	}
 	r->in = in;
 	r->slot = slot;
 	r->h = h;
-	r->state = IN_LANDED;
+	r->state = state;
 	r->loan_token = UINT32_MAX;
-	rt->in_trans[IN_LANDED][IN_LANDED]++;
+	r->claimed_off = off;
+	r->len = len;
+	rt->in_trans[state][state]++;
 	if (!(h.flags & RGAPS_RECORD_FIRST)) {
 		r->dup = in->landing_dup; /* the rest of a duplicate */
 	} else if (in->epoch && in->have_next && h.msg_seq < in->next_msg_seq) {
@@ -735,7 +787,7 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 			if (!in->landing_im) {
 				free(r);
 				rt_hostile(p, "out of memory");
-				return;
+				return NULL;
 			}
 			in->landing_im->refs = 1; /* while it lands */
 		}
@@ -752,9 +804,102 @@ void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, u
 	STAILQ_INSERT_TAIL(&in->recs, r, link);
 	if (!in->drive_from)
 		in->drive_from = r;
+	return r;
+}
+
+/*
+ * Where record r's chunk may land instead of the ring: its message's block in
+ * a host pool, loaned at the message's first header. A first chunk takes the
+ * loan now only if every message before it has its block already (none waits
+ * for pool room), so an early loan never holds room an earlier message needs
+ * to be published first. Only for topics without stages (their checks and
+ * tags read the ring), messages the relay does not pass on or keep from the
+ * ring, whole chunks (len == header + chunk), and never for a duplicate or a
+ * loss notice. NULL: into the ring.
+ */
+static uint8_t *direct_dst(struct rt_in *in, struct rt_rec *r, bool can_redirect)
+{
+	bool first = r->h.flags & RGAPS_RECORD_FIRST;
+	bool data = !r->dup && !(r->h.flags & RGAPS_RECORD_LOSS);
+	struct rgapsd_remote *rt = in->p->rt;
+
+	if (first) {
+		in->hdr_direct = false;
+		if (data && can_redirect && in->topic->lim.mem_kind == RGAPS_MEM_HOST &&
+		    in->stages->n == 0 && !in->unloaned &&
+		    !(rt->relay_reads_ring && rt->relay_reads_ring(in)) &&
+		    rt_local_pub_loan(in->pub, r->h.msg_size, &in->hdr_token, &in->hdr_dst) == 0) {
+			in->hdr_direct = true;
+			r->preloaned = true;
+			r->loan_token = in->hdr_token;
+			r->loan_dst = in->hdr_dst;
+		} else if (data) {
+			r->unloaned = true; /* the driver loans its block */
+			in->unloaned++;
+		}
+	}
+	r->in_block = in->hdr_direct && data;
+	if (!in->hdr_direct || !data || !can_redirect ||
+	    r->len != RGAPS_RECORD_HDR + (uint64_t)r->h.chunk_len)
+		return NULL; /* a small chunk of a direct message is copied there as usual */
+	r->redirected = true;
+	/* rt_record_check: chunk_off + chunk_len <= msg_size, the loan's size */
+	return in->hdr_dst + r->h.chunk_off;
+}
+
+void *rt_on_record_header(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			  uint64_t len, bool can_redirect)
+{
+	struct rt_transport *tr = arg;
+	struct rt_in *in = in_of(tr, link, ring_id);
+	struct rt_rec *r;
+
+	if (!in)
+		return NULL;
+	in->headers = true;
+	r = rec_arrive(in, ring_id, off, len, IN_RECEIVING);
+	if (!r)
+		return NULL;
+	STAILQ_INSERT_TAIL(&in->arriving, r, alink);
+	return direct_dst(in, r, can_redirect);
+}
+
+/* r is whole (in the ring, or in its block): the relay and the driver may take it. */
+static void rec_whole(struct rt_in *in, struct rt_rec *r)
+{
+	struct rgapsd_remote *rt = in->p->rt;
+
 	if (rt->relay_landed)
 		rt->relay_landed(in, r); /* passed on as it lands, before it is copied here */
 	in_drive(in);
+}
+
+void rt_on_record_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t off,
+			 uint64_t len)
+{
+	struct rt_transport *tr = arg;
+	struct rt_in *in = in_of(tr, link, ring_id);
+	struct rt_rec *r;
+
+	if (!in)
+		return;
+	if (!in->headers) { /* verbs: the record is checked now */
+		r = rec_arrive(in, ring_id, off, len, IN_LANDED);
+		if (r)
+			rec_whole(in, r);
+		return;
+	}
+	r = STAILQ_FIRST(&in->arriving);
+	if (!r || r->claimed_off != off || r->len != len) {
+		rt_hostile(in->p,
+			   "ring %u: the transport landed a record of %llu bytes at %llu, "
+			   "not the one whose header it told",
+			   ring_id, (unsigned long long)len, (unsigned long long)off);
+		return;
+	}
+	STAILQ_REMOVE_HEAD(&in->arriving, alink);
+	in_set(in->p->rt, r, IN_LANDED);
+	rec_whole(in, r);
 }
 
 void rt_on_retry(uv_timer_t *t)
@@ -859,6 +1004,7 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 	in->tr = tr_idx;
 	in->size = t->cfg.ring_size;
 	STAILQ_INIT(&in->recs);
+	STAILQ_INIT(&in->arriving);
 	in->stages = rt_stages_of(p->rt, t, err, sizeof(err));
 	if (!in->stages) {
 		free(in);

@@ -514,6 +514,19 @@ static void keep_record(struct rt_source *src, struct rt_in *in, struct rt_rec *
 }
 
 /*
+ * Would a message that starts landing on in now be read from the ring: passed
+ * on to a child, or kept in the source's window? If not, the receiver may land
+ * its chunks straight in its pool block, and the ring holds only their headers.
+ */
+static bool reads_ring(struct rt_in *in)
+{
+	const struct rt_source *src = in->src;
+
+	return src && src->in == in &&
+	       (src->mode.kind != RGAPS_RELAY_STAR || !SLIST_EMPTY(&src->outs));
+}
+
+/*
  * A record landed on the ring of in's source (receiver.c, before it is copied
  * here): pass it on to every ring that carries its message, now, and keep it
  * in the window. A loss notice passes on as the rings' own (sender.c tells
@@ -529,6 +542,15 @@ static void on_landed(struct rt_in *in, struct rt_rec *r)
 		return;
 	if (r->h.flags & RGAPS_RECORD_LOSS) {
 		note_seq(src, r->h.msg_seq);
+		drive_all(src);
+		return;
+	}
+	if (r->in_block) {
+		/* In its pool block, not the ring: at its first header the tree had no use
+		 * for the ring's bytes (reads_ring). A ring made since sees the jump and
+		 * tells its child the message lost. */
+		if (r->h.flags & RGAPS_RECORD_FIRST)
+			note_seq(src, r->h.msg_seq);
 		drive_all(src);
 		return;
 	}
@@ -628,6 +650,7 @@ static void on_ring_end(struct rt_in *in)
 void rt_relay_init(struct rgapsd_remote *rt)
 {
 	rt->relay_landed = on_landed;
+	rt->relay_reads_ring = reads_ring;
 	rt->relay_ring_end = on_ring_end;
 	rt->relay_size_moved = on_size_moved;
 }

@@ -312,6 +312,11 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)in->loss_notices);
 				cJSON_AddNumberToObject(ro, "gap_reports", (double)in->gap_reports);
 				cJSON_AddNumberToObject(ro, "duplicates", (double)in->duplicates);
+				/* chunks received straight into their pool block (no copy) */
+				cJSON_AddNumberToObject(ro, "direct_records",
+							(double)in->direct_records);
+				cJSON_AddNumberToObject(ro, "direct_bytes",
+							(double)in->direct_bytes);
 				cJSON_AddNumberToObject(
 					ro, "ring_used",
 					(double)rgaps_ring_receiver_used(&in->ring));

@@ -143,6 +143,7 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 		.link_connected = rt_on_link_connected,
 		.link_down = rt_on_link_down,
 		.record_landed = rt_on_record_landed,
+		.record_header = rt_on_record_header,
 		.record_sent = rt_on_record_sent,
 		.head_update = rt_on_head_update,
 	};
