@@ -7,7 +7,8 @@
 #   iperf3   iperf3 -c 127.0.0.1 -P S -t $IPERF_SECS -J (its default 128 KiB writes); the
 #            figure is end.sum_received.bits_per_second: the bytes the server received on
 #            all S streams over the test's duration.
-#   rgaps    both daemons with "transport_options": { "tcp": { "streams": S } }; one
+#   rgaps    for each Z of $ZEROCOPY, both daemons with "transport_options": { "tcp": {
+#            "streams": S, "zerocopy": Z } } (Z = 1: MSG_ZEROCOPY sends, docs/CONFIG.md); one
 #            publisher on A (`rgaps pub --count $COUNT --size $MSG --fixed-payload`), one
 #            subscriber on B that takes each message and releases it (`rgaps sub --warmup
 #            $WARMUP`, no verification); the figure is its "steady" line: the bytes of the
@@ -28,7 +29,7 @@
 # thread the busiest thread bounds the rate: 1 / (its s/GiB) GiB/s.
 #
 # Usage: tools/rgaps-bench/remote_bench.sh [BUILD_DIR]   (needs iperf3; $IPERF3 names it)
-# Knobs (environment): RUNS (3), STREAMS ("1 4"), MODES ("host-loan host-push", then
+# Knobs (environment): RUNS (3), STREAMS ("1 4"), ZEROCOPY ("0"; "0 1": both), MODES ("host-loan host-push", then
 # cuda-push with a GPU), MSG (64MiB), COUNT (100), WARMUP (20),
 # IPERF_SECS (5), LAT (1), GPU (auto), TOPIC (extra topic defaults, JSON members each
 # preceded by a comma, after the benchmark's own: pool_size 1GiB, max_message_size 256MiB,
@@ -44,6 +45,7 @@ IPERF3=${IPERF3:-iperf3}
 command -v "$IPERF3" >/dev/null || fail "iperf3 missing: apt-get install iperf3 (or IPERF3=path)"
 RUNS=${RUNS:-3}
 STREAMS=${STREAMS:-1 4}
+ZEROCOPY=${ZEROCOPY:-0}
 MSG=${MSG:-64MiB}
 COUNT=${COUNT:-100}
 WARMUP=${WARMUP:-20}
@@ -118,10 +120,12 @@ client_cpu() { # OUTFILE LABEL GIB
 
 # ---------------------------------------------------------------- rounds
 
-start_pair() { # STREAMS MEM [daemon keys]
-	local s=$1 mem=$2 tro="" env=()
-	[ "$s" -gt 1 ] && tro="\"transport_options\": { \"tcp\": { \"streams\": $s } },"
-	DAEMON_EXTRA="$tro ${3:-}" 
+start_pair() { # STREAMS ZEROCOPY MEM [daemon keys]
+	local s=$1 zc=$2 mem=$3 tro=""
+	if [ "$s" -gt 1 ] || [ "$zc" != 0 ]; then
+		tro="\"transport_options\": { \"tcp\": { \"streams\": $s, \"zerocopy\": $zc } },"
+	fi
+	DAEMON_EXTRA="$tro ${4:-}"
 	export DAEMON_EXTRA
 	for h in A B; do
 		if [ "$mem" = host ]; then
@@ -166,7 +170,8 @@ proc_ticks() { sed -E 's/^[0-9]+ \([^)]*\) //' "/proc/$1/stat" 2>/dev/null | awk
 # count HOST TOPIC KEY: the first number KEY in HOST's stats of TOPIC ("": of all)
 count() { local s; s=$(hstats "$1" ${2:+"$2"}); jnum "$s" "$3"; }
 
-# rgaps_round STREAMS MODE RUN -> GiB/s; CPU per thread into $T/cpu.<run>.<mode>.<s>
+# rgaps_round STREAMS ZEROCOPY MODE RUN -> GiB/s; CPU per thread into
+# $T/cpu.<run>.<mode>.<s>[.zc] (.zc: zerocopy on)
 #
 # The CPU figures cover the same window as the rate: from the subscriber's warm-up take
 # to the end. Each process is divided by the messages it handled in that window (the
@@ -174,11 +179,12 @@ count() { local s; s=$(hstats "$1" ${2:+"$2"}); jnum "$s" "$3"; }
 # those it published after the snapshot, A by those its forwarder took after it, B by
 # those it landed after it, the subscriber by those it took.
 rgaps_round() {
-	local s=$1 mode=$2 run=$3 topic="thr$1${2%-*}${2#*-}" cpuenv=() pubpid subpid gib rate
-	local n_pub n_fwd n_land b_sent b_landed p0 q0 p1 q1 mem=${2%-*} loan=()
+	local s=$1 zc=$2 mode=$3 run=$4 topic="thr$1z$2${3%-*}${3#*-}" cpuenv=() pubpid subpid rate
+	local n_pub n_fwd n_land b_sent b_landed p0 q0 p1 q1 mem=${3%-*} loan=() tag
+	tag=$run.$mode.$s$([ "$zc" = 0 ] || echo .zc)
 	[ "$mem" = host ] && cpuenv=(env CUDA_VISIBLE_DEVICES=)
 	[ "${mode#*-}" = loan ] && loan=(--loan)
-	start_pair "$s" "$mem"
+	start_pair "$s" "$zc" "$mem"
 	bg "$topic" "${cpuenv[@]}" env RGAPS_SOCKET="${SOCK[B]}" bash -c \
 		'"$@" & echo $! >"$PIDFILE"; wait $!; rc=$?; times; exit $rc' _ \
 		"$RGAPS" sub "$topic" --count "$COUNT" $warm_opt --timeout 500
@@ -221,8 +227,8 @@ rgaps_round() {
 			'BEGIN { if (g > 0) printf "pub %.4f\n", d / t / g }'
 		awk -v d=$((q1 - ${q0:-0})) -v t="$TICK" -v g="$(gib $((COUNT - WARMUP)))" \
 			'BEGIN { if (g > 0) printf "sub %.4f\n", d / t / g }'
-	} | sort -k2 -gr >"$T/cpu.$run.$mode.$s"
-	echo "$run $s $mode pub_at_warm $n_pub fwd_at_warm $n_fwd landed_at_warm $n_land" >>"$T/windows"
+	} | sort -k2 -gr >"$T/cpu.$tag"
+	echo "$run $s $zc $mode pub_at_warm $n_pub fwd_at_warm $n_fwd landed_at_warm $n_land" >>"$T/windows"
 	rate=$(grep -m1 '^steady ' "$T/$topic.out" | sed -E 's/.*: ([0-9.]+) MiB\/s.*/\1/')
 	if [ -z "$rate" ]; then
 		# No warm-up (WARMUP=0, or a build whose `rgaps sub` lacks it): first take to the end
@@ -232,6 +238,9 @@ rgaps_round() {
 	fi
 	grep -q " gaps 0 drops 0 " "$T/$topic.out" ||
 		fail "the subscriber missed messages: $(grep received "$T/$topic.out")"
+	# how many of A's zerocopy sends the kernel completed by copying (loopback: all)
+	[ "$zc" = 0 ] || echo "$tag: zc_sends $(count A "" zc_sends) zc_copied $(count A "" zc_copied)" \
+		>>"$T/zc"
 	stop_pair
 	awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1024 }'
 }
@@ -243,7 +252,7 @@ lat_round() { # -> "on64 off64 on256 off256" p50 in ms
 		echo '{ "chunking": true, "chunk_size": "4MiB" }' >"$T/lat.d/on$size.json"
 		echo '{ "chunking": false }' >"$T/lat.d/off$size.json"
 	done
-	CUDA_VISIBLE_DEVICES= start_pair 1 host "\"topics_dir\": \"$T/lat.d\","
+	CUDA_VISIBLE_DEVICES= start_pair 1 0 host "\"topics_dir\": \"$T/lat.d\","
 	for t in on64 off64 on256 off256; do
 		size=${t#o[nf]}; size=${size#f}
 		bg "l$t" env CUDA_VISIBLE_DEVICES= RGAPS_SOCKET="${SOCK[B]}" "$RGAPS" sub "$t" --count "$NLAT" --timeout 120 --latency
@@ -264,18 +273,22 @@ echo "machine: $cpu, $(nproc) CPUs, $(uname -r), $("$IPERF3" --version | head -n
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit ${RGAPS_COMMIT:-$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "rgaps: $COUNT messages of $MSG per round, figure over the last $((COUNT - (WARMUP ? WARMUP : 1)))$([ "$WARMUP" -gt 0 ] || echo " (no warm-up: CPU over the whole round)"); topic: $base ${TOPIC:-}"
-echo "iperf3: -P S -t $IPERF_SECS, default writes; modes: $MODES; streams: $STREAMS; runs: $RUNS"
+echo "iperf3: -P S -t $IPERF_SECS, default writes; modes: $MODES; streams: $STREAMS; zerocopy: $ZEROCOPY; runs: $RUNS"
 echo
-printf '%-4s %-5s %-10s %10s %10s %7s   %s\n' run S mode iperf3 rgaps ratio "busiest threads, CPU s/GiB"
+printf '%-4s %-3s %-3s %-10s %10s %10s %7s   %s\n' run S ZC mode iperf3 rgaps ratio \
+	"busiest threads, CPU s/GiB"
 for ((run = 1; run <= RUNS; run++)); do
 	for s in $STREAMS; do
 		ip=$(iperf_round "$s" "$run")
-		for mode in $MODES; do
-			rg=$(rgaps_round "$s" "$mode" "$run")
-			ratio=$(awk -v a="$rg" -v b="$ip" 'BEGIN { printf "%.2f", a / b }')
-			echo "$run $s $mode $ip $rg $ratio" >>"$T/results"
-			printf '%-4s %-5s %-10s %10s %10s %7s   %s\n' "$run" "$s" "$mode" "$ip" "$rg" \
-				"$ratio" "$(head -n 4 "$T/cpu.$run.$mode.$s" | awk '{ printf "%s %s  ", $1, $2 }')"
+		for zc in $ZEROCOPY; do
+			for mode in $MODES; do
+				rg=$(rgaps_round "$s" "$zc" "$mode" "$run")
+				ratio=$(awk -v a="$rg" -v b="$ip" 'BEGIN { printf "%.2f", a / b }')
+				echo "$run $s $zc $mode $ip $rg $ratio" >>"$T/results"
+				printf '%-4s %-3s %-3s %-10s %10s %10s %7s   %s\n' "$run" "$s" "$zc" "$mode" \
+					"$ip" "$rg" "$ratio" "$(head -n 4 "$T/cpu.$run.$mode.$s$([ "$zc" = 0 ] ||
+						echo .zc)" | awk '{ printf "%s %s  ", $1, $2 }')"
+			done
 		done
 	done
 	if [ "$LAT" = 1 ]; then
@@ -285,15 +298,19 @@ done
 
 echo
 echo "summary over $RUNS runs (min / median / max; GiB/s; ratio = rgaps / iperf3 within each run)"
-printf '%-5s %-10s %-22s %-22s %-18s\n' S mode iperf3 rgaps ratio
-mmm() { # column of $T/results for S and mode -> "min / median / max"
-	awk -v s="$1" -v m="$2" -v c="$3" '$2 == s && $3 == m { print $c }' "$T/results" | sort -g |
+printf '%-3s %-3s %-10s %-22s %-22s %-18s\n' S ZC mode iperf3 rgaps ratio
+mmm() { # column of $T/results for S, zerocopy and mode -> "min / median / max"
+	awk -v s="$1" -v z="$2" -v m="$3" -v c="$4" '$2 == s && $3 == z && $4 == m { print $c }' \
+		"$T/results" | sort -g |
 		awk '{ v[NR] = $1 } END { if (NR) printf "%s / %s / %s", v[1], v[int((NR + 1) / 2)], v[NR] }'
 }
 for s in $STREAMS; do
-	for mode in $MODES; do
-		printf '%-5s %-10s %-22s %-22s %-18s\n' "$s" "$mode" "$(mmm "$s" "$mode" 4)" \
-			"$(mmm "$s" "$mode" 5)" "$(mmm "$s" "$mode" 6)"
+	for zc in $ZEROCOPY; do
+		for mode in $MODES; do
+			printf '%-3s %-3s %-10s %-22s %-22s %-18s\n' "$s" "$zc" "$mode" \
+				"$(mmm "$s" "$zc" "$mode" 5)" "$(mmm "$s" "$zc" "$mode" 6)" \
+				"$(mmm "$s" "$zc" "$mode" 7)"
+		done
 	done
 done
 echo
@@ -302,6 +319,11 @@ echo "iperf3: its client and server processes, all their threads)"
 for f in "$T"/cpu.*; do
 	echo "  ${f##*/cpu.}: $(awk '{ printf "%s %s  ", $1, $2 }' "$f")"
 done
+if [ -f "$T/zc" ]; then
+	echo
+	echo "zerocopy sends of A (run.mode.S.zc: sends, of which the kernel completed by a copy)"
+	sed 's/^/  /' "$T/zc"
+fi
 if [ "$LAT" = 1 ]; then
 	echo
 	echo "publish -> take p50 (ms), host topics, S = 1: 64 MiB chunked 4 MiB / whole; 256 MiB chunked / whole"
