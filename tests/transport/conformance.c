@@ -1811,6 +1811,27 @@ static void mk_frame(uint8_t *p, uint32_t magic, uint8_t type, uint8_t ring, uin
 #define HOSTILE_RING_SIZE (64 * KiB)
 
 /*
+ * A ring of HOSTILE_RING_SIZE bytes of RING_FILL (*ring, in *mem: free it), prepared on
+ * A's main link and attached on B's hostile link h as ring_id: 0, or the error of the step
+ * that failed.
+ */
+static int hostile_ring(struct tlink *main_a, struct tlink *h, uint32_t ring_id, uint8_t **ring,
+			uint8_t **mem)
+{
+	uint8_t d1[RGAPS_RING_DESC_MAX], d2[RGAPS_RING_DESC_MAX];
+	size_t n1 = 0, n2 = 0;
+	int r;
+
+	*ring = ring_alloc(HOSTILE_RING_SIZE, mem);
+	memset(*ring, RING_FILL, HOSTILE_RING_SIZE);
+	r = T->sender_ring_prepare(A.ctx, main_a->link, ring_id, d1, &n1);
+	if (r == 0)
+		r = T->receiver_ring_attach(B.ctx, h->link, ring_id, *ring, HOSTILE_RING_SIZE, d1,
+					    n1, d2, &n2);
+	return r;
+}
+
+/*
  * A raw client that presents a known token, a ring attached for it on B (with a
  * sender descriptor A prepared on the main link), then `bytes`. Expects B's
  * link_down with `want` in the reason, nothing written outside the ring, and
@@ -1821,8 +1842,7 @@ static void hostile_frames(const char *label, struct tlink *main_a, uint32_t sal
 			   uint64_t first_ok_len)
 {
 	struct tlink *h = expect_link(salt, true);
-	uint8_t pre[24], d1[RGAPS_RING_DESC_MAX], d2[RGAPS_RING_DESC_MAX];
-	size_t n1 = 0, n2 = 0;
+	uint8_t pre[24];
 	uint8_t *mem = NULL, *ring = NULL;
 	bool intact = true;
 	struct raw w;
@@ -1839,14 +1859,8 @@ static void hostile_frames(const char *label, struct tlink *main_a, uint32_t sal
 		raw_close(&w);
 		return;
 	}
-	if (attach) {
-		ring = ring_alloc(HOSTILE_RING_SIZE, &mem);
-		memset(ring, RING_FILL, HOSTILE_RING_SIZE);
-		r = T->sender_ring_prepare(A.ctx, main_a->link, ring_id, d1, &n1);
-		if (r == 0)
-			r = T->receiver_ring_attach(B.ctx, h->link, ring_id, ring,
-						    HOSTILE_RING_SIZE, d1, n1, d2, &n2);
-	}
+	if (attach)
+		r = hostile_ring(main_a, h, ring_id, &ring, &mem);
 	if (r == 0) {
 		raw_send(&w, bytes, n);
 		run_until(pred_link_down, h, 5000, "link_down of the hostile link");
@@ -1880,8 +1894,7 @@ static void hostile_frames(const char *label, struct tlink *main_a, uint32_t sal
 static void case_detach_midway(struct tlink *main_a)
 {
 	struct tlink *h = expect_link(212, true);
-	uint8_t pre[24], d1[RGAPS_RING_DESC_MAX], d2[RGAPS_RING_DESC_MAX], buf[8192];
-	size_t n1 = 0, n2 = 0;
+	uint8_t pre[24], buf[8192];
 	uint8_t *mem = NULL, *ring;
 	struct raw w;
 	int r;
@@ -1897,11 +1910,7 @@ static void case_detach_midway(struct tlink *main_a)
 		raw_close(&w);
 		return;
 	}
-	ring = ring_alloc(HOSTILE_RING_SIZE, &mem);
-	r = T->sender_ring_prepare(A.ctx, main_a->link, 81, d1, &n1);
-	if (r == 0)
-		r = T->receiver_ring_attach(B.ctx, h->link, 81, ring, HOSTILE_RING_SIZE, d1, n1, d2,
-					    &n2);
+	r = hostile_ring(main_a, h, 81, &ring, &mem);
 	if (r == 0) {
 		mk_frame(buf, TCP_FRAME_MAGIC, 1, 81, 0, 6000);
 		memset(buf + 24, 0x33, sizeof(buf) - 24);
@@ -1925,6 +1934,27 @@ static void case_detach_midway(struct tlink *main_a)
 }
 
 /*
+ * One raw connection presents stream 0 of count (a link that must not form): the
+ * transport closes it, waiting is what it waits for, and the core is never offered
+ * a link; says is the check's line.
+ */
+static void one_stream_refused(const uint8_t *token, uint16_t count, const char *waiting,
+			       const char *says)
+{
+	uint64_t accepted0 = accepted_total;
+	uint8_t pre[32];
+	struct raw w;
+
+	if (!raw_open(&w))
+		return;
+	mk_preamble2(pre, token, 0, count);
+	raw_send(&w, pre, sizeof(pre));
+	run_until(pred_raw_eof, &w, 8000, waiting);
+	check(w.eof && accepted_total == accepted0, "%s", says);
+	raw_close(&w);
+}
+
+/*
  * Links of several streams that break the rules: one that never forms (only
  * stream 0 of 2 comes), a stream index twice, too many streams, and formed
  * links (known token, a ring attached) whose streams number a record twice or
@@ -1933,23 +1963,17 @@ static void case_detach_midway(struct tlink *main_a)
  */
 static void case_hostile_streams(struct tlink *main_a)
 {
-	uint8_t pre[32], token[16], d1[RGAPS_RING_DESC_MAX], d2[RGAPS_RING_DESC_MAX], buf[256];
+	uint8_t pre[32], token[16], buf[256];
 	uint64_t accepted0 = accepted_total;
 	struct raw w[2];
-	size_t n1 = 0, n2 = 0;
 	uint8_t *mem = NULL, *ring;
 	bool intact;
 	int r;
 
 	memset(token, 0xd5, sizeof(token));
-	if (raw_open(&w[0])) {
-		mk_preamble2(pre, token, 0, 2);
-		raw_send(&w[0], pre, sizeof(pre));
-		run_until(pred_raw_eof, &w[0], 8000, "a link that never forms to be dropped");
-		check(w[0].eof && accepted_total == accepted0,
-		      "f: stream 0 of 2, and never stream 1: dropped, never offered to the core");
-		raw_close(&w[0]);
-	}
+	one_stream_refused(
+		token, 2, "a link that never forms to be dropped",
+		"f: stream 0 of 2, and never stream 1: dropped, never offered to the core");
 	if (raw_open(&w[0]) && raw_open(&w[1])) {
 		mk_preamble2(pre, token, 0, 2);
 		raw_send(&w[0], pre, sizeof(pre));
@@ -1960,14 +1984,8 @@ static void case_hostile_streams(struct tlink *main_a)
 		raw_close(&w[0]);
 		raw_close(&w[1]);
 	}
-	if (raw_open(&w[0])) {
-		mk_preamble2(pre, token, 0, 17);
-		raw_send(&w[0], pre, sizeof(pre));
-		run_until(pred_raw_eof, &w[0], 8000, "17 streams to be refused");
-		check(w[0].eof && accepted_total == accepted0,
-		      "f: a link of 17 streams: closed, never offered to the core");
-		raw_close(&w[0]);
-	}
+	one_stream_refused(token, 17, "17 streams to be refused",
+			   "f: a link of 17 streams: closed, never offered to the core");
 	for (int k = 0; k < 2; k++) {
 		struct tlink *h = expect_link(220 + k, true);
 		uint32_t ring_id = 82 + k;
@@ -1986,12 +2004,7 @@ static void case_hostile_streams(struct tlink *main_a)
 			raw_close(&w[1]);
 			break;
 		}
-		ring = ring_alloc(HOSTILE_RING_SIZE, &mem);
-		memset(ring, RING_FILL, HOSTILE_RING_SIZE);
-		r = T->sender_ring_prepare(A.ctx, main_a->link, ring_id, d1, &n1);
-		if (r == 0)
-			r = T->receiver_ring_attach(B.ctx, h->link, ring_id, ring,
-						    HOSTILE_RING_SIZE, d1, n1, d2, &n2);
+		r = hostile_ring(main_a, h, ring_id, &ring, &mem);
 		if (r == 0 && k == 0) {
 			/* both streams say they carry record 0, the same one: whichever is
 			 * read first lands at 0, the other is refused */
