@@ -116,14 +116,21 @@ static void on_peer_down(void *ctx, struct rgapsd_peer *peer, const char *why)
 	rgaps_warn("peer %s down: %s", rgapsd_peer_name(peer), why);
 	if (!p)
 		return;
-	/* Tear down in reverse: rings, then the data links (QPs to error, drain, destroy). */
+	/*
+	 * The data links close first (QPs to error, drain, destroy; tcp joins its threads,
+	 * which may be reading a record's header slot or pool block just now), then the
+	 * rings over them go, with their memory: marked lost first, no ring is detached
+	 * from a closed link.
+	 */
 	for (int i = 0; i < rt->ntr; i++) {
 		struct rgaps_link *link = p->links[i].link;
 		bool had = p->links[i].state == LINK_UP || p->links[i].state == LINK_CONNECTING;
 
-		rt_link_lost(p, i);
+		p->links[i].state = LINK_NONE;
+		p->links[i].link = NULL;
 		if (had && link)
 			rt->tr[i].lp->ops.transport.close(rt->tr[i].ctx, link);
+		rt_link_lost(p, i);
 	}
 	/* Its subscriptions stay known: it keeps its place in the relay trees while down. */
 	p->subs_fresh = false;
