@@ -45,8 +45,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi topo -m 2>/dev/null | sed 's/^/  
 
 mkdir -p "$T/topics.d"
 echo '{ "topics_dir": "topics.d" }' >"$T/rgapsd.json"
+# A delivery test, not a timing one: a publisher waits up to 10 s for room (on a machine's
+# first run, readers on other GPUs took over the default 1 s to open the pool).
 topic() { # NAME FANOUT [extra]
-	printf '{ "memory": "cuda", "device": 0, "pool_size": "512MiB", "max_message_size": "16MiB", "queue_depth": 64, "gpu_fanout": "%s" %s }\n' \
+	printf '{ "memory": "cuda", "device": 0, "pool_size": "512MiB", "max_message_size": "16MiB", "queue_depth": 64, "block_timeout_ms": 10000, "gpu_fanout": "%s" %s }\n' \
 		"$2" "${3:-}" >"$T/topics.d/$1.json"
 }
 topic mpeer peer
