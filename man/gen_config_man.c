@@ -100,7 +100,7 @@ static void put_keys(FILE *out, enum rgaps_config_table_id table)
 	char line[512];
 
 	fputs(".Bl -tag -width Ds\n", out);
-	for (size_t i = 0; rgaps_config_key_doc(table, i, &kd); i++) {
+	for (size_t i = 0; rgapsd_config_key_doc(table, i, &kd); i++) {
 		const char *unit = unit_of(kd.name, kd.type);
 
 		fprintf(out, ".It Cm %s\n", kd.name);

@@ -20,9 +20,9 @@ bool rgaps__name_char(char ch)
 	       ch == '.' || ch == '_' || ch == '-';
 }
 
-bool rgaps_topic_name_valid(const char *name)
+bool rgaps__topic_name_valid(const char *name)
 {
-	return rgaps_topic_name_check(name, NULL, 0);
+	return rgaps__topic_name_check(name, NULL, 0);
 }
 
 /* s for a message: printable ASCII as is, other bytes as \xNN, long ones cut with "..." */
@@ -44,7 +44,7 @@ static const char *name_shown(const char *s, char *buf, size_t len)
 	return buf;
 }
 
-bool rgaps_topic_name_check(const char *name, char *why, size_t len)
+bool rgaps__topic_name_check(const char *name, char *why, size_t len)
 {
 	char shown[96], what[48];
 	size_t i;
@@ -182,7 +182,7 @@ const char *rgaps__size_parse(const char *s, uint64_t *out_p)
 	return NULL;
 }
 
-int rgaps_parse_size(const char *s, uint64_t *out_p)
+int rgaps__parse_size(const char *s, uint64_t *out_p)
 {
 	uint64_t v;
 
@@ -192,7 +192,7 @@ int rgaps_parse_size(const char *s, uint64_t *out_p)
 	return 0;
 }
 
-void rgaps_format_size(uint64_t v, char *buf, size_t len)
+void rgaps__format_size(uint64_t v, char *buf, size_t len)
 {
 	static const struct {
 		const char *name;

@@ -84,10 +84,10 @@ const char *rgaps__relay_parse(const char *s, enum rgaps_relay *kind_p, uint32_t
  * tables, in src/daemon/config_file.c: the defaults are written once, there;
  * rgapsd and the tests that build topics link it from there.
  */
-void rgaps_topic_config_defaults(struct rgaps_topic_config *tc);
+void rgapsd_topic_config_defaults(struct rgaps_topic_config *tc);
 
 /* Topic names: 1..63 of [A-Za-z0-9._-], not starting with '.' or '-'. */
-bool rgaps_topic_name_valid(const char *name);
+bool rgaps__topic_name_valid(const char *name);
 /* The rule in words, for every message that refuses a name. */
 #define RGAPS_TOPIC_NAME_RULE                                                                \
 	"a topic name is 1 to 63 characters of A-Z a-z 0-9 . _ -, not starting with '.' "  \
@@ -97,7 +97,7 @@ _Static_assert(RGAPS_TOPIC_NAME_MAX == 63, "RGAPS_TOPIC_NAME_RULE names the leng
  * Whether name is a topic name; if not, why in words (what is wrong, then the
  * rule) into why (nothing when why is NULL or len 0).
  */
-bool rgaps_topic_name_check(const char *name, char *why, size_t len);
+bool rgaps__topic_name_check(const char *name, char *why, size_t len);
 /* A character of a name: A-Z a-z 0-9 . _ - */
 bool rgaps__name_char(char ch);
 
@@ -107,10 +107,10 @@ bool rgaps__name_char(char ch);
  * separate the number from a unit; at most 18 decimals; the value must be a
  * whole number of bytes. 0 or -EINVAL (junk, overflow).
  */
-int rgaps_parse_size(const char *s, uint64_t *out_p);
+int rgaps__parse_size(const char *s, uint64_t *out_p);
 /* The same, saying why not: NULL, or "is not a size" / "is too large" / ... */
 const char *rgaps__size_parse(const char *s, uint64_t *out_p);
 /* Format bytes as "64MiB" / "4KiB" / "1000B" (exact when possible). */
-void rgaps_format_size(uint64_t v, char *buf, size_t len);
+void rgaps__format_size(uint64_t v, char *buf, size_t len);
 
 #endif

@@ -58,7 +58,7 @@ static struct shared_fence *table_find(const uint8_t *handle)
 	return NULL;
 }
 
-void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence)
+void rgaps__fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence)
 {
 	struct shared_fence *l;
 
@@ -73,7 +73,7 @@ void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence)
 	pthread_mutex_unlock(&table_lock);
 }
 
-void rgaps_fence_local_remove(void *fence)
+void rgaps__fence_local_remove(void *fence)
 {
 	pthread_mutex_lock(&table_lock);
 	for (struct shared_fence **lp = &table; *lp; lp = &(*lp)->next) {
@@ -182,7 +182,7 @@ struct rgaps_fence_cache {
 	struct fence_stream *streams; /* [max_publishers] */
 };
 
-int rgaps_fence_cache_create(const struct rgaps_topic_limits *lim,
+int rgaps__fence_cache_create(const struct rgaps_topic_limits *lim,
 			     const struct rgaps_memory_ops *ops, void *ctx,
 			     struct rgaps_fence_cache **fc_p)
 {
@@ -193,7 +193,7 @@ int rgaps_fence_cache_create(const struct rgaps_topic_limits *lim,
 	fc->ops = ops;
 	fc->ctx = ctx;
 	fc->lim = *lim;
-	fc->nfences = rgaps_topic_nfences(lim);
+	fc->nfences = rgaps__topic_nfences(lim);
 	fc->streams = calloc(lim->max_publishers, sizeof(*fc->streams));
 	if (!fc->streams) {
 		free(fc);
@@ -203,7 +203,7 @@ int rgaps_fence_cache_create(const struct rgaps_topic_limits *lim,
 	return 0;
 }
 
-void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot)
+void rgaps__fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot)
 {
 	struct fence_stream *fs;
 
@@ -222,17 +222,17 @@ void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot)
 	fs->gen = 0;
 }
 
-void rgaps_fence_cache_destroy(struct rgaps_fence_cache *fc)
+void rgaps__fence_cache_destroy(struct rgaps_fence_cache *fc)
 {
 	if (!fc)
 		return;
 	for (uint32_t i = 0; i < fc->lim.max_publishers; i++)
-		rgaps_fence_cache_forget(fc, i);
+		rgaps__fence_cache_forget(fc, i);
 	free(fc->streams);
 	free(fc);
 }
 
-int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
+int rgaps__fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
 			  const struct rgaps_pub_region *r, uint32_t k, void **fence_p, char *why,
 			  size_t whylen)
 {
@@ -248,7 +248,7 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	}
 	fs = &fc->streams[slot];
 	if (fs->gen != gen)
-		rgaps_fence_cache_forget(fc, slot);
+		rgaps__fence_cache_forget(fc, slot);
 	if (fs->open && fs->open[k]) {
 		*fence_p = fs->open[k];
 		return 0;
@@ -271,8 +271,8 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 		}
 		fs->gen = gen;
 	}
-	memcpy(handle, rgaps_pub_fence_handle(&fc->lim, r, k), sizeof(handle));
-	e = table_get(fc->ops, fc->ctx, handle, rgaps_pub_fence_state(&fc->lim, r, k),
+	memcpy(handle, rgaps__pub_fence_handle(&fc->lim, r, k), sizeof(handle));
+	e = table_get(fc->ops, fc->ctx, handle, rgaps__pub_fence_state(&fc->lim, r, k),
 		      &fs->open[k], &own);
 	fs->own[k] = own;
 	if (e) {
@@ -284,14 +284,14 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
 	return 0;
 }
 
-enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, bool live)
+enum rgaps_fence_verdict rgaps__fence_verdict(const struct rgaps_pub_region *r, bool live)
 {
 	if (__atomic_load_n(&r->fences_retired, __ATOMIC_ACQUIRE))
 		return RGAPS_FENCE_DONE;
 	return live ? RGAPS_FENCE_USE : RGAPS_FENCE_LOST;
 }
 
-int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
+int rgaps__fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
 			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg)
 {
 	uint64_t start = rgaps_now_ns(CLOCK_MONOTONIC), next_ask = start + 100000000ull;

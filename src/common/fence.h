@@ -19,17 +19,17 @@
 
 struct rgaps_fence_cache;
 
-int rgaps_fence_cache_create(const struct rgaps_topic_limits *lim,
+int rgaps__fence_cache_create(const struct rgaps_topic_limits *lim,
 			     const struct rgaps_memory_ops *ops, void *ctx,
 			     struct rgaps_fence_cache **fc_p);
-void rgaps_fence_cache_destroy(struct rgaps_fence_cache *fc);
+void rgaps__fence_cache_destroy(struct rgaps_fence_cache *fc);
 
 /*
  * The fence of slot k of stream (slot, gen), read through its region r, opened
  * on first use. -EBADMSG when the region does not publish slot k (a spoiled
  * stream: why says so); another negative errno when the backend cannot open it.
  */
-int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
+int rgaps__fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t gen,
 			  const struct rgaps_pub_region *r, uint32_t k, void **fence_p, char *why,
 			  size_t whylen);
 /*
@@ -38,11 +38,11 @@ int rgaps_fence_cache_get(struct rgaps_fence_cache *fc, uint32_t slot, uint64_t 
  * borrows the fence itself: add when made, remove before it is destroyed.
  * All-zero handles (a backend with nothing to share) are never matched.
  */
-void rgaps_fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence);
-void rgaps_fence_local_remove(void *fence);
+void rgaps__fence_local_add(const uint8_t handle[RGAPS_FENCE_BYTES], void *fence);
+void rgaps__fence_local_remove(void *fence);
 
 /* Stream slot went away: close what was opened of it (waits queued on them stay valid). */
-void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
+void rgaps__fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
 
 /*
  * What a reader does with a fenced message of stream r (live: its publisher is
@@ -53,7 +53,7 @@ void rgaps_fence_cache_forget(struct rgaps_fence_cache *fc, uint32_t slot);
  * it; _LOST: its copy never completed (a crashed publisher).
  */
 enum rgaps_fence_verdict { RGAPS_FENCE_USE, RGAPS_FENCE_DONE, RGAPS_FENCE_LOST };
-enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, bool live);
+enum rgaps_fence_verdict rgaps__fence_verdict(const struct rgaps_pub_region *r, bool live);
 
 /*
  * Wait on this thread until fence completes: a spin, then yields, up to
@@ -66,7 +66,7 @@ enum rgaps_fence_verdict rgaps_fence_verdict(const struct rgaps_pub_region *r, b
 #define RGAPS_FENCE_SPIN_NS 20000ull	 /* pause instructions, then */
 #define RGAPS_FENCE_YIELD_NS 2000000ull /* sched_yield(), then sleeps */
 
-int rgaps_fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
+int rgaps__fence_wait_host(const struct rgaps_memory_ops *ops, void *ctx, void *fence,
 			  uint64_t deadline_ns, bool (*give_up)(void *arg), void *arg);
 
 #endif

@@ -44,24 +44,24 @@ static size_t frame_reader_want(const struct rgaps_frame_reader *r)
 	return RGAPS_FRAME_HDR + len - r->len;
 }
 
-void rgaps_frame_reader_init(struct rgaps_frame_reader *r)
+void rgaps__frame_reader_init(struct rgaps_frame_reader *r)
 {
 	r->len = 0;
 }
 
-void rgaps_frame_reader_space(struct rgaps_frame_reader *r, uint8_t **buf_p, size_t *len_p)
+void rgaps__frame_reader_space(struct rgaps_frame_reader *r, uint8_t **buf_p, size_t *len_p)
 {
 	*buf_p = r->buf + r->len;
 	*len_p = frame_reader_want(r);
 }
 
-void rgaps_frame_reader_commit(struct rgaps_frame_reader *r, size_t n)
+void rgaps__frame_reader_commit(struct rgaps_frame_reader *r, size_t n)
 {
 	rgaps_require(n <= frame_reader_want(r));
 	r->len += n;
 }
 
-size_t rgaps_frame_reader_feed(struct rgaps_frame_reader *r, const void *data, size_t n)
+size_t rgaps__frame_reader_feed(struct rgaps_frame_reader *r, const void *data, size_t n)
 {
 	const uint8_t *p = data;
 	size_t taken = 0, want, k;
@@ -76,7 +76,7 @@ size_t rgaps_frame_reader_feed(struct rgaps_frame_reader *r, const void *data, s
 	return taken;
 }
 
-int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payload_p,
+int rgaps__frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payload_p,
 			    size_t *len_p)
 {
 	uint32_t len;
@@ -97,7 +97,7 @@ int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payloa
 	return 1;
 }
 
-int rgaps_frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p)
+int rgaps__frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p)
 {
 	uint32_t len = frame_header_get(hdr);
 	int err = frame_len_check(len);
@@ -108,7 +108,7 @@ int rgaps_frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p)
 	return 0;
 }
 
-void rgaps_frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len)
+void rgaps__frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len)
 {
 	rgaps_require(len <= RGAPS_FRAME_MAX);
 	hdr[0] = (uint8_t)len;

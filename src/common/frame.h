@@ -22,14 +22,14 @@ struct rgaps_frame_reader {
 	uint8_t buf[RGAPS_FRAME_HDR + RGAPS_FRAME_MAX];
 };
 
-void rgaps_frame_reader_init(struct rgaps_frame_reader *r);
+void rgaps__frame_reader_init(struct rgaps_frame_reader *r);
 
 /* Where the next received bytes go and how many fit (always > 0 after next() drains). */
-void rgaps_frame_reader_space(struct rgaps_frame_reader *r, uint8_t **buf_p, size_t *len_p);
+void rgaps__frame_reader_space(struct rgaps_frame_reader *r, uint8_t **buf_p, size_t *len_p);
 /* n bytes were written at the space returned above. */
-void rgaps_frame_reader_commit(struct rgaps_frame_reader *r, size_t n);
+void rgaps__frame_reader_commit(struct rgaps_frame_reader *r, size_t n);
 /* Copy-in convenience: feed up to n bytes; returns how many were taken. */
-size_t rgaps_frame_reader_feed(struct rgaps_frame_reader *r, const void *data, size_t n);
+size_t rgaps__frame_reader_feed(struct rgaps_frame_reader *r, const void *data, size_t n);
 
 /*
  * Next complete frame: returns 1 and points payload_p/len_p into the reader
@@ -37,7 +37,7 @@ size_t rgaps_frame_reader_feed(struct rgaps_frame_reader *r, const void *data, s
  * needed, -EMSGSIZE if the header announces more than RGAPS_FRAME_MAX,
  * -EBADMSG for length 0. After an error the reader stays in error.
  */
-int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payload_p,
+int rgaps__frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payload_p,
 			    size_t *len_p);
 
 /*
@@ -45,9 +45,9 @@ int rgaps_frame_reader_next(struct rgaps_frame_reader *r, const uint8_t **payloa
  * -EMSGSIZE (over RGAPS_FRAME_MAX). For readers that hold no frame buffer
  * between frames (rgapsd's control server).
  */
-int rgaps_frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p);
+int rgaps__frame_length(const uint8_t hdr[RGAPS_FRAME_HDR], uint32_t *len_p);
 
 /* Write the 4-byte header for a payload of len bytes (len <= RGAPS_FRAME_MAX). */
-void rgaps_frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len);
+void rgaps__frame_header(uint8_t hdr[RGAPS_FRAME_HDR], uint32_t len);
 
 #endif

@@ -64,7 +64,7 @@ void rgaps__log(int level, const char *file, int line, const char *fmt, ...)
 	errno = saved;
 }
 
-bool rgaps_ratelimit_ok(struct rgaps_ratelimit *rl, uint64_t now_ms, uint32_t burst,
+bool rgaps__ratelimit_ok(struct rgaps_ratelimit *rl, uint64_t now_ms, uint32_t burst,
 			uint32_t interval_ms, uint64_t *suppressed_p)
 {
 	if (now_ms - rl->window_start_ms >= interval_ms || now_ms < rl->window_start_ms) {
@@ -94,7 +94,7 @@ void rgaps__log_limited(struct rgaps_ratelimit *rl, int level, const char *file,
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 	/* Counted whatever the log level, so the statistics hold at any level. */
-	ok = rgaps_ratelimit_ok(rl, now, RGAPS_LOG_BURST, RGAPS_LOG_INTERVAL_MS, &suppressed);
+	ok = rgaps__ratelimit_ok(rl, now, RGAPS_LOG_BURST, RGAPS_LOG_INTERVAL_MS, &suppressed);
 	if (!ok)
 		level = RGAPS_LOG_DEBUG;
 	if (level > rgaps__log_level)

@@ -57,7 +57,7 @@ struct rgaps_ratelimit {
  * suppressed before it); false: count it and write nothing (or write it at
  * debug level only). now_ms: any monotonic clock in milliseconds.
  */
-bool rgaps_ratelimit_ok(struct rgaps_ratelimit *rl, uint64_t now_ms, uint32_t burst,
+bool rgaps__ratelimit_ok(struct rgaps_ratelimit *rl, uint64_t now_ms, uint32_t burst,
 			uint32_t interval_ms, uint64_t *suppressed_p);
 
 /*

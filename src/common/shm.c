@@ -52,7 +52,7 @@ static void alloc_failed(int e, uint64_t size, char *why, size_t whylen)
 {
 	char s[32];
 
-	rgaps_format_size(size, s, sizeof(s));
+	rgaps__format_size(size, s, sizeof(s));
 	if (e == EFBIG)
 		snprintf(why, whylen,
 			 "cannot allocate %s of shared memory: larger than this "

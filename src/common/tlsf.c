@@ -208,12 +208,12 @@ static void absorb_next(struct rgaps_tlsf *t, uint32_t id, uint32_t next)
 	spare_put(t, next);
 }
 
-size_t rgaps_tlsf_state_size(uint32_t nblocks)
+size_t rgaps__tlsf_state_size(uint32_t nblocks)
 {
 	return sizeof(struct rgaps_tlsf) + (size_t)nblocks * sizeof(struct rgaps_tlsf_block);
 }
 
-int rgaps_tlsf_init(struct rgaps_tlsf *t, uint64_t pool_size, uint32_t nblocks, uint32_t align)
+int rgaps__tlsf_init(struct rgaps_tlsf *t, uint64_t pool_size, uint32_t nblocks, uint32_t align)
 {
 	unsigned int shift;
 	uint64_t units;
@@ -288,7 +288,7 @@ static uint32_t find_block(const struct rgaps_tlsf *t, uint64_t size)
 	return NIL;
 }
 
-int rgaps_tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p)
+int rgaps__tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p)
 {
 	struct rgaps_tlsf_block *b, *r;
 	uint32_t id, rest;
@@ -330,13 +330,13 @@ int rgaps_tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p)
 	return 0;
 }
 
-void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block)
+void rgaps__tlsf_free(struct rgaps_tlsf *t, uint32_t block)
 {
 	struct rgaps_tlsf_block *b;
 	uint32_t prev, next;
 
 	rgaps_require(t && t->magic == TLSF_MAGIC);
-	rgaps_require(rgaps_tlsf_is_used(t, block));
+	rgaps_require(rgaps__tlsf_is_used(t, block));
 	b = blk(t, block);
 	t->used_bytes = t->used_bytes - (b->size);
 	t->used_blocks = t->used_blocks - 1;
@@ -357,7 +357,7 @@ void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block)
 	free_list_insert(t, block);
 }
 
-uint64_t rgaps_tlsf_fit_size(uint64_t size, uint32_t align)
+uint64_t rgaps__tlsf_fit_size(uint64_t size, uint32_t align)
 {
 	unsigned int shift = (unsigned int)__builtin_ctz(align);
 	uint64_t units = RGAPS_ALIGN_UP(size ? size : 1, (uint64_t)align) >> shift;
@@ -369,24 +369,24 @@ uint64_t rgaps_tlsf_fit_size(uint64_t size, uint32_t align)
 	return r << shift;
 }
 
-int rgaps_tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block)
+int rgaps__tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block)
 {
 	return t && block < t->nblocks && t->blocks[block].state == RGAPS_TLSF_USED;
 }
 
-uint64_t rgaps_tlsf_offset(const struct rgaps_tlsf *t, uint32_t block)
+uint64_t rgaps__tlsf_offset(const struct rgaps_tlsf *t, uint32_t block)
 {
-	rgaps_require(rgaps_tlsf_is_used(t, block));
+	rgaps_require(rgaps__tlsf_is_used(t, block));
 	return t->blocks[block].off;
 }
 
-uint64_t rgaps_tlsf_size(const struct rgaps_tlsf *t, uint32_t block)
+uint64_t rgaps__tlsf_size(const struct rgaps_tlsf *t, uint32_t block)
 {
-	rgaps_require(rgaps_tlsf_is_used(t, block));
+	rgaps_require(rgaps__tlsf_is_used(t, block));
 	return t->blocks[block].size;
 }
 
-void rgaps_tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *st)
+void rgaps__tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *st)
 {
 	int fl;
 
@@ -612,7 +612,7 @@ static int check_spares(const struct rgaps_tlsf *t, char *why, size_t whylen)
 	return 0;
 }
 
-int rgaps_tlsf_check(const struct rgaps_tlsf *t, char *why, size_t whylen)
+int rgaps__tlsf_check(const struct rgaps_tlsf *t, char *why, size_t whylen)
 {
 	int rc;
 

@@ -69,15 +69,15 @@ struct rgaps_tlsf_stats {
 };
 
 /* Bytes the state needs for nblocks descriptors. */
-size_t rgaps_tlsf_state_size(uint32_t nblocks);
+size_t rgaps__tlsf_state_size(uint32_t nblocks);
 
 /*
- * Initialise the state in caller memory of at least rgaps_tlsf_state_size(nblocks)
+ * Initialise the state in caller memory of at least rgaps__tlsf_state_size(nblocks)
  * bytes: one free block covering [0, pool_size rounded down to align).
  * align is a power of two >= 8. nblocks >= 2.
  * Returns 0, or -EINVAL for a bad argument (pool smaller than align, align not pow2).
  */
-int rgaps_tlsf_init(struct rgaps_tlsf *t, uint64_t pool_size, uint32_t nblocks, uint32_t align);
+int rgaps__tlsf_init(struct rgaps_tlsf *t, uint64_t pool_size, uint32_t nblocks, uint32_t align);
 
 /*
  * Allocate size bytes (rounded up to the alignment; size 0 is -EINVAL).
@@ -86,26 +86,26 @@ int rgaps_tlsf_init(struct rgaps_tlsf *t, uint64_t pool_size, uint32_t nblocks, 
  * or -ENOSPC when a split needs a descriptor and none is spare (the caller
  * treats both as "pool full"). On failure *block_p is not written.
  */
-int rgaps_tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p);
+int rgaps__tlsf_alloc(struct rgaps_tlsf *t, uint64_t size, uint32_t *block_p);
 
 /* Free a USED block; merges with free physical neighbours. */
-void rgaps_tlsf_free(struct rgaps_tlsf *t, uint32_t block);
+void rgaps__tlsf_free(struct rgaps_tlsf *t, uint32_t block);
 
 /*
  * The smallest free block in which an allocation of size bytes always
  * succeeds (good fit rounds the request up to its class boundary): a pool
  * that keeps a free stretch this long can always take one more message of
- * that size (rgaps_topic_hold_room()).
+ * that size (rgaps__topic_hold_room()).
  */
-uint64_t rgaps_tlsf_fit_size(uint64_t size, uint32_t align);
+uint64_t rgaps__tlsf_fit_size(uint64_t size, uint32_t align);
 
 /* Offset / rounded size of a USED block. */
-uint64_t rgaps_tlsf_offset(const struct rgaps_tlsf *t, uint32_t block);
-uint64_t rgaps_tlsf_size(const struct rgaps_tlsf *t, uint32_t block);
+uint64_t rgaps__tlsf_offset(const struct rgaps_tlsf *t, uint32_t block);
+uint64_t rgaps__tlsf_size(const struct rgaps_tlsf *t, uint32_t block);
 /* 1 if block is a valid id of a USED block, else 0. */
-int rgaps_tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block);
+int rgaps__tlsf_is_used(const struct rgaps_tlsf *t, uint32_t block);
 
-void rgaps_tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *st);
+void rgaps__tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *st);
 
 /*
  * Walk the whole structure and check every invariant (physical chain covers the
@@ -113,6 +113,6 @@ void rgaps_tlsf_get_stats(const struct rgaps_tlsf *t, struct rgaps_tlsf_stats *s
  * list of its class, bitmaps match lists, counters match). Returns 0, or
  * -EUCLEAN and writes a reason into why (if non-NULL).
  */
-int rgaps_tlsf_check(const struct rgaps_tlsf *t, char *why, size_t whylen);
+int rgaps__tlsf_check(const struct rgaps_tlsf *t, char *why, size_t whylen);
 
 #endif

@@ -70,20 +70,20 @@ static uint64_t pub_region_size(uint32_t depth)
 			      4096ull);
 }
 
-uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim)
+uint32_t rgaps__topic_nfences(const struct rgaps_topic_limits *lim)
 {
 	return nfences_of(lim->queue_depth);
 }
 
-uint64_t rgaps_topic_hold_room(const struct rgaps_topic_limits *lim)
+uint64_t rgaps__topic_hold_room(const struct rgaps_topic_limits *lim)
 {
-	return rgaps_tlsf_fit_size(lim->max_message_size, RGAPS_POOL_ALIGN);
+	return rgaps__tlsf_fit_size(lim->max_message_size, RGAPS_POOL_ALIGN);
 }
 
-bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n)
+bool rgaps__holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n)
 {
 	uint64_t pool = lim->pool_size & ~(uint64_t)(RGAPS_POOL_ALIGN - 1);
-	uint64_t room = rgaps_topic_hold_room(lim), at = 0;
+	uint64_t room = rgaps__topic_hold_room(lim), at = 0;
 
 	if (lim->overflow != RGAPS_OVERFLOW_DROP_OLDEST || n < 2)
 		return true;
@@ -107,7 +107,7 @@ bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *
 	return pool - at >= room;
 }
 
-bool rgaps_topic_spin_pays(const struct rgaps_topic_hdr *hdr)
+bool rgaps__topic_spin_pays(const struct rgaps_topic_hdr *hdr)
 {
 	static long cpus;
 
@@ -127,7 +127,7 @@ static uint64_t sub_region_size(uint32_t max_publishers, uint32_t max_holds)
 			      4096ull);
 }
 
-int rgaps_topic_limits_check(const struct rgaps_topic_limits *l)
+int rgaps__topic_limits_check(const struct rgaps_topic_limits *l)
 {
 	/* The configuration table's bounds (config.c), which rgapsd enforced. */
 	if (!rgaps_is_pow2(l->queue_depth) || l->queue_depth < 2 || l->queue_depth > 65536 ||
@@ -144,7 +144,7 @@ int rgaps_topic_limits_check(const struct rgaps_topic_limits *l)
 	return 0;
 }
 
-int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t mem_kind,
+int rgaps__topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t mem_kind,
 				   int32_t device, struct rgaps_topic_limits *lim_p)
 {
 	struct rgaps_topic_limits l = {
@@ -165,47 +165,47 @@ int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t
 		.device = device,
 	};
 
-	if (rgaps_topic_limits_check(&l))
+	if (rgaps__topic_limits_check(&l))
 		return -EINVAL;
 	*lim_p = l;
 	return 0;
 }
 
-size_t rgaps_topic_hdr_size(void)
+size_t rgaps__topic_hdr_size(void)
 {
 	return RGAPS_ALIGN_UP(sizeof(struct rgaps_topic_hdr), 4096ul);
 }
 
-struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim,
+struct rgaps_topic_entry *rgaps__pub_entries(const struct rgaps_topic_limits *lim,
 					     const struct rgaps_pub_region *r)
 {
 	return (struct rgaps_topic_entry *)((uint8_t *)r + pub_entries_off());
 }
 
-uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r)
+uint8_t *rgaps__pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r)
 {
 	return (uint8_t *)r + pub_attrs_off(lim->queue_depth);
 }
 
-uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
+uint8_t *rgaps__pub_fence_handle(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k)
 {
 	return (uint8_t *)r + pub_fences_off(lim->queue_depth) + (uint64_t)k * RGAPS_FENCE_BYTES;
 }
 
-uint64_t *rgaps_pub_fence_state(const struct rgaps_topic_limits *lim,
+uint64_t *rgaps__pub_fence_state(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k)
 {
 	return (uint64_t *)((uint8_t *)r + pub_fence_states_off(lim->queue_depth)) + k;
 }
 
-struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
+struct rgaps_sub_cursor *rgaps__sub_cursors(const struct rgaps_topic_limits *lim,
 					   const struct rgaps_sub_region *r)
 {
 	return (struct rgaps_sub_cursor *)((uint8_t *)r + sub_cursors_off());
 }
 
-struct rgaps_sub_hold *rgaps_sub_holds(const struct rgaps_topic_limits *lim,
+struct rgaps_sub_hold *rgaps__sub_holds(const struct rgaps_topic_limits *lim,
 				       const struct rgaps_sub_region *r)
 {
 	return (struct rgaps_sub_hold *)((uint8_t *)r + sub_holds_off(lim->max_publishers));
@@ -213,12 +213,12 @@ struct rgaps_sub_hold *rgaps_sub_holds(const struct rgaps_topic_limits *lim,
 
 /* ---------------------------------------------------------------- formatting (rgapsd) */
 
-int rgaps_topic_hdr_format(void *mem, size_t size, const char *name,
+int rgaps__topic_hdr_format(void *mem, size_t size, const char *name,
 			   const struct rgaps_topic_limits *lim)
 {
 	struct rgaps_topic_hdr *h = mem;
 
-	if (size < sizeof(*h) || rgaps_topic_limits_check(lim))
+	if (size < sizeof(*h) || rgaps__topic_limits_check(lim))
 		return -EINVAL;
 	memset(h, 0, sizeof(*h));
 	h->layout_version = RGAPS_TOPIC_LAYOUT_VERSION;
@@ -230,11 +230,11 @@ int rgaps_topic_hdr_format(void *mem, size_t size, const char *name,
 	return 0;
 }
 
-void rgaps_pub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+void rgaps__pub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
 			     uint64_t gen)
 {
 	struct rgaps_pub_region *r = mem;
-	struct rgaps_topic_entry *e = rgaps_pub_entries(lim, r);
+	struct rgaps_topic_entry *e = rgaps__pub_entries(lim, r);
 
 	memset(r, 0, lim->pub_region_size);
 	r->version = RGAPS_TOPIC_LAYOUT_VERSION;
@@ -247,7 +247,7 @@ void rgaps_pub_region_format(void *mem, const struct rgaps_topic_limits *lim, ui
 	__atomic_store_n(&r->magic, RGAPS_PUB_MAGIC, __ATOMIC_RELEASE);
 }
 
-void rgaps_sub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+void rgaps__sub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
 			     uint64_t gen)
 {
 	struct rgaps_sub_region *r = mem;
@@ -260,10 +260,10 @@ void rgaps_sub_region_format(void *mem, const struct rgaps_topic_limits *lim, ui
 	__atomic_store_n(&r->magic, RGAPS_SUB_MAGIC, __ATOMIC_RELEASE);
 }
 
-void rgaps_sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_topic_limits *lim,
+void rgaps__sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_topic_limits *lim,
 				 uint32_t pub_slot, uint64_t gen, uint64_t next, uint32_t flags)
 {
-	struct rgaps_sub_cursor *c = &rgaps_sub_cursors(lim, r)[pub_slot];
+	struct rgaps_sub_cursor *c = &rgaps__sub_cursors(lim, r)[pub_slot];
 
 	rgaps_require(pub_slot < lim->max_publishers);
 	/* next and flags first: a reader that sees gen sees them too (topic_pub.c). */
@@ -274,7 +274,7 @@ void rgaps_sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_
 
 /* ---------------------------------------------------------------- checks (clients) */
 
-int rgaps_topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_limits *lim_p)
+int rgaps__topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_limits *lim_p)
 {
 	const struct rgaps_topic_hdr *h = mem;
 	struct rgaps_topic_limits l;
@@ -284,13 +284,13 @@ int rgaps_topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_li
 	    h->segment_size != size)
 		return -EPROTO;
 	memcpy(&l, &h->lim, sizeof(l));
-	if (rgaps_topic_limits_check(&l))
+	if (rgaps__topic_limits_check(&l))
 		return -EPROTO;
 	*lim_p = l;
 	return 0;
 }
 
-int rgaps_pub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim)
+int rgaps__pub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim)
 {
 	const struct rgaps_pub_region *r = mem;
 
@@ -300,7 +300,7 @@ int rgaps_pub_region_validate(const void *mem, size_t size, const struct rgaps_t
 	return 0;
 }
 
-int rgaps_sub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim)
+int rgaps__sub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim)
 {
 	const struct rgaps_sub_region *r = mem;
 
@@ -310,24 +310,25 @@ int rgaps_sub_region_validate(const void *mem, size_t size, const struct rgaps_t
 	return 0;
 }
 
-void rgaps_topic_dir_changed(struct rgaps_topic_hdr *h)
+void rgaps__topic_dir_changed(struct rgaps_topic_hdr *h)
 {
 	__atomic_fetch_add(&h->dir_gen, 1, __ATOMIC_SEQ_CST);
 	rgaps_futex_wake_all(&h->dir_gen);
 }
 
-void rgaps_topic_close(struct rgaps_topic_hdr *h)
+void rgaps__topic_close(struct rgaps_topic_hdr *h)
 {
 	__atomic_store_n(&h->closed, 1, __ATOMIC_SEQ_CST);
-	rgaps_topic_dir_changed(h);
+	rgaps__topic_dir_changed(h);
 }
 
 /* ---------------------------------------------------------------- reading another's entry */
 
-int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+int rgaps__entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 		     uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen)
 {
-	const struct rgaps_topic_entry *e = &rgaps_pub_entries(lim, r)[seq & (lim->queue_depth - 1)];
+	const struct rgaps_topic_entry *e =
+		&rgaps__pub_entries(lim, r)[seq & (lim->queue_depth - 1)];
 	struct rgaps_topic_entry c;
 	uint64_t again;
 
@@ -387,7 +388,7 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
 	return 0;
 }
 
-void rgaps_attrs_store(uint8_t *dst, const void *src, uint32_t len)
+void rgaps__attrs_store(uint8_t *dst, const void *src, uint32_t len)
 {
 	uint64_t w[RGAPS_ATTR_MAX / 8] = { 0 };
 
@@ -396,7 +397,7 @@ void rgaps_attrs_store(uint8_t *dst, const void *src, uint32_t len)
 		__atomic_store_n((uint64_t *)dst + i, w[i], __ATOMIC_RELEASE);
 }
 
-void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len)
+void rgaps__attrs_load(void *dst, const uint8_t *src, uint32_t len)
 {
 	uint64_t w[RGAPS_ATTR_MAX / 8];
 
@@ -407,7 +408,7 @@ void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len)
 
 /* ---------------------------------------------------------------- rgapsd's snapshots */
 
-void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+void rgaps__pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 			struct rgaps_pub_snapshot *s)
 {
 	const uint64_t *src = (const uint64_t *)&r->c;
@@ -439,7 +440,7 @@ void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps
 		s->c.nloans = lim->max_loans;
 }
 
-void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+void rgaps__sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			struct rgaps_sub_snapshot *s)
 {
 	s->c.taken = __atomic_load_n(&r->c.taken, __ATOMIC_RELAXED);
@@ -452,7 +453,7 @@ void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps
 	rgaps_lathist_sum(&s->latency, &r->latency);
 }
 
-uint64_t rgaps_sub_position(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+uint64_t rgaps__sub_position(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			    uint32_t slot, uint64_t gen, uint64_t tail, uint64_t head)
 {
 	const struct rgaps_sub_cursor *c;
@@ -462,17 +463,17 @@ uint64_t rgaps_sub_position(const struct rgaps_topic_limits *lim, const struct r
 		return tail;
 	if (__atomic_load_n(&r->stopped, __ATOMIC_ACQUIRE))
 		return head; /* it reads nothing more: nothing to wait for */
-	c = &rgaps_sub_cursors(lim, r)[slot];
+	c = &rgaps__sub_cursors(lim, r)[slot];
 	if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen)
 		return tail;
 	next = __atomic_load_n(&c->next, __ATOMIC_SEQ_CST);
 	return next < tail ? tail : next > head ? head : next;
 }
 
-bool rgaps_sub_holds_stream(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+bool rgaps__sub_holds_stream(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			    uint64_t gen)
 {
-	const struct rgaps_sub_hold *h = rgaps_sub_holds(lim, r);
+	const struct rgaps_sub_hold *h = rgaps__sub_holds(lim, r);
 
 	for (uint32_t k = 0; k < lim->max_holds; k++)
 		if (__atomic_load_n(&h[k].gen, __ATOMIC_SEQ_CST) == gen)

@@ -17,7 +17,7 @@
  * So take and release need no lock: a subscriber advances its own cursor and
  * records its own holds; a publisher frees a block of its own pool once every
  * subscriber's cursor has passed it and no hold names it (a hazard-pointer
- * protocol: see rgaps_sub_take() and the publisher's reclaim). Nobody waits for
+ * protocol: see rgaps__sub_take() and the publisher's reclaim). Nobody waits for
  * anybody else's lock, and a process killed anywhere leaves only its own
  * region half-written, which rgapsd discards with its connection.
  *
@@ -29,8 +29,8 @@
  * that stops reading would.
  *
  * Who calls what:
- *   rgapsd           rgaps_topic_hdr_format(), rgaps_pub_region_format(),
- *                    rgaps_sub_region_format(), the readers at the end;
+ *   rgapsd           rgaps__topic_hdr_format(), rgaps__pub_region_format(),
+ *                    rgaps__sub_region_format(), the readers at the end;
  *                    and as a client itself (its forwarder subscribes, its
  *                    receiver publishes what lands from peers).
  *   librgaps         rgaps_pub_*() and rgaps_sub_*() on the hot path.
@@ -155,7 +155,7 @@ struct rgaps_pub_counters {
 	uint64_t pool_used_blocks;
 	uint64_t pool_largest_free;
 	uint64_t nloans;      /* loans held now */
-	uint64_t holds_ignored; /* subscribers found holding more than rgaps_holds_fit() allows */
+	uint64_t holds_ignored; /* subscribers found holding more than rgaps__holds_fit() allows */
 	uint64_t fenced;      /* published stream-ordered: ready when their fence completes */
 	uint64_t fence_waits; /* stream-ordered publishes that found no free fence and waited */
 };
@@ -182,7 +182,7 @@ struct rgaps_pub_region {
 	uint32_t accounted; /* that of entry head - 1 (0 before the first): what the entries
 			       a departing stream leaves untaken stood for */
 	uint32_t copying;   /* a message is on its way: its copy into the pool runs and the
-			       sleepers were woken for it (rgaps_pub_announce); cleared by
+			       sleepers were woken for it (rgaps__pub_announce); cleared by
 			       the next publish */
 	uint64_t space_target; /* while space_waiting: wake the publisher once your take
 				  moves your cursor to this seq */
@@ -243,25 +243,25 @@ struct rgaps_sub_region {
 };
 
 /* Limits for a configuration (rgapsd). 0 or -EINVAL (queue_depth not a power of two...). */
-int rgaps_topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t mem_kind,
+int rgaps__topic_limits_from_config(const struct rgaps_topic_config *tc, uint32_t mem_kind,
 				   int32_t device, struct rgaps_topic_limits *lim_p);
 /* The whole layout follows from these: the check a client makes of the header's copy. */
-int rgaps_topic_limits_check(const struct rgaps_topic_limits *lim);
+int rgaps__topic_limits_check(const struct rgaps_topic_limits *lim);
 /* Fence slots of a publisher region: enough for every block a stream can have in flight. */
-uint32_t rgaps_topic_nfences(const struct rgaps_topic_limits *lim);
+uint32_t rgaps__topic_nfences(const struct rgaps_topic_limits *lim);
 
-size_t rgaps_topic_hdr_size(void);
+size_t rgaps__topic_hdr_size(void);
 /*
  * Whether waiting by spinning pays on this topic: only while every subscriber
  * can have a CPU (fewer subscribers than online CPUs); beyond that spinners
  * delay the publisher and each other (docs/BENCHMARKS.md).
  */
-bool rgaps_topic_spin_pays(const struct rgaps_topic_hdr *hdr);
+bool rgaps__topic_spin_pays(const struct rgaps_topic_hdr *hdr);
 
 /*
  * What one subscriber may hold of one stream's pool under drop_oldest: its held
  * messages, as extents [off, off + size rounded up to RGAPS_POOL_ALIGN), must
- * leave a free stretch of rgaps_topic_hold_room(lim) bytes somewhere in the
+ * leave a free stretch of rgaps__topic_hold_room(lim) bytes somewhere in the
  * pool, where the publisher can always place a message of max_message_size
  * once it has forced every unheld block out; one message alone is always
  * allowed. Subscribers check it before they take (a take that would break it
@@ -272,46 +272,46 @@ struct rgaps_extent {
 	uint64_t off, len;
 };
 
-uint64_t rgaps_topic_hold_room(const struct rgaps_topic_limits *lim);
+uint64_t rgaps__topic_hold_room(const struct rgaps_topic_limits *lim);
 /* Whether one subscriber may hold the n messages of x (sorted here, in place). */
-bool rgaps_holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n);
+bool rgaps__holds_fit(const struct rgaps_topic_limits *lim, struct rgaps_extent *x, uint32_t n);
 
 /* Entries, attribute blocks, cursors, holds of a region (lim trusted, region mapped). */
-struct rgaps_topic_entry *rgaps_pub_entries(const struct rgaps_topic_limits *lim,
+struct rgaps_topic_entry *rgaps__pub_entries(const struct rgaps_topic_limits *lim,
 					     const struct rgaps_pub_region *r);
-uint8_t *rgaps_pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r);
-/* Fence handle k (RGAPS_FENCE_BYTES bytes), k < rgaps_topic_nfences(lim). */
-uint8_t *rgaps_pub_fence_handle(const struct rgaps_topic_limits *lim,
+uint8_t *rgaps__pub_attrs(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r);
+/* Fence handle k (RGAPS_FENCE_BYTES bytes), k < rgaps__topic_nfences(lim). */
+uint8_t *rgaps__pub_fence_handle(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k);
 /* Fence slot k's state word (plugin.h, fence_create): the publisher's, read by readers. */
-uint64_t *rgaps_pub_fence_state(const struct rgaps_topic_limits *lim,
+uint64_t *rgaps__pub_fence_state(const struct rgaps_topic_limits *lim,
 				const struct rgaps_pub_region *r, uint32_t k);
-struct rgaps_sub_cursor *rgaps_sub_cursors(const struct rgaps_topic_limits *lim,
+struct rgaps_sub_cursor *rgaps__sub_cursors(const struct rgaps_topic_limits *lim,
 					   const struct rgaps_sub_region *r);
-struct rgaps_sub_hold *rgaps_sub_holds(const struct rgaps_topic_limits *lim,
+struct rgaps_sub_hold *rgaps__sub_holds(const struct rgaps_topic_limits *lim,
 				       const struct rgaps_sub_region *r);
 
 /* rgapsd: format zeroed memory of the sizes in lim. */
-int rgaps_topic_hdr_format(void *mem, size_t size, const char *name,
+int rgaps__topic_hdr_format(void *mem, size_t size, const char *name,
 			   const struct rgaps_topic_limits *lim);
-void rgaps_pub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+void rgaps__pub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
 			     uint64_t gen);
-void rgaps_sub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
+void rgaps__sub_region_format(void *mem, const struct rgaps_topic_limits *lim, uint32_t slot,
 			     uint64_t gen);
 /* rgapsd, before handing a new subscriber region over: where it starts in one stream. */
-void rgaps_sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_topic_limits *lim,
+void rgaps__sub_region_set_cursor(struct rgaps_sub_region *r, const struct rgaps_topic_limits *lim,
 				 uint32_t pub_slot, uint64_t gen, uint64_t next, uint32_t flags);
 
 /* Clients: check a mapped header and copy its limits out. 0 or -EPROTO. */
-int rgaps_topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_limits *lim_p);
+int rgaps__topic_hdr_validate(const void *mem, size_t size, struct rgaps_topic_limits *lim_p);
 /* Check a mapped region's magic and size against lim (hygiene: every use is bounded anyway). */
-int rgaps_pub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
-int rgaps_sub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
+int rgaps__pub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
+int rgaps__sub_region_validate(const void *mem, size_t size, const struct rgaps_topic_limits *lim);
 
 /* rgapsd: mark closed and wake everyone waiting on the header. */
-void rgaps_topic_close(struct rgaps_topic_hdr *h);
+void rgaps__topic_close(struct rgaps_topic_hdr *h);
 /* rgapsd: a member came or went. */
-void rgaps_topic_dir_changed(struct rgaps_topic_hdr *h);
+void rgaps__topic_dir_changed(struct rgaps_topic_hdr *h);
 
 /*
  * Checked reads of another process's entry (used by subscribers and by rgapsd):
@@ -319,7 +319,7 @@ void rgaps_topic_dir_changed(struct rgaps_topic_hdr *h);
  * (the reader was lapped), -EBADMSG when it holds impossible values (why says
  * which; the stream is spoiled).
  */
-int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+int rgaps__entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 		     uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
 
 /*
@@ -327,8 +327,8 @@ int rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pu
  * 8-byte aligned: word by word with atomics, since a slot may be rewritten
  * while a lapped reader copies it (the reader checks the entry's seq after).
  */
-void rgaps_attrs_store(uint8_t *dst, const void *src, uint32_t len);
-void rgaps_attrs_load(void *dst, const uint8_t *src, uint32_t len);
+void rgaps__attrs_store(uint8_t *dst, const void *src, uint32_t len);
+void rgaps__attrs_load(void *dst, const uint8_t *src, uint32_t len);
 
 /* ---------------------------------------------------------------- the caller's hooks */
 
@@ -336,7 +336,7 @@ struct rgaps_sub_msg;
 
 struct rgaps_topic_cbs {
 	/*
-	 * The header's dir_gen moved: fetch what changed (rgaps_pub_set_sub() and
+	 * The header's dir_gen moved: fetch what changed (rgaps__pub_set_sub() and
 	 * friends). 0, or a negative errno that ends the calling operation.
 	 */
 	int (*sync)(void *arg);
@@ -359,7 +359,7 @@ struct rgaps_topic_cbs {
 	 * lim.fence_timeout_ms passes; another negative errno: never (its
 	 * publisher crashed, or its fence is spoiled: say why in the log): m is
 	 * released and reported lost, with the gap it carried. Asked from within
-	 * rgaps_sub_take(): it must not wait.
+	 * rgaps__sub_take(): it must not wait.
 	 */
 	int (*fence_done)(void *arg, const struct rgaps_sub_msg *m);
 	void *arg;
@@ -370,17 +370,17 @@ struct rgaps_topic_cbs {
 struct rgaps_pub;
 
 /* A publisher over its own region and pool (pool: this process's address of it). */
-int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+int rgaps__pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
 		     struct rgaps_pub_region *mine, uint8_t *pool,
 		     const struct rgaps_topic_cbs *cbs, struct rgaps_pub **pub_p);
-void rgaps_pub_destroy(struct rgaps_pub *pub);
+void rgaps__pub_destroy(struct rgaps_pub *pub);
 /* Membership (from the sync callback): watch or forget a subscriber region. */
-int rgaps_pub_set_sub(struct rgaps_pub *pub, uint32_t slot, uint64_t gen,
+int rgaps__pub_set_sub(struct rgaps_pub *pub, uint32_t slot, uint64_t gen,
 		      const struct rgaps_sub_region *r);
-void rgaps_pub_clear_sub(struct rgaps_pub *pub, uint32_t slot);
+void rgaps__pub_clear_sub(struct rgaps_pub *pub, uint32_t slot);
 
 /* timeout_ms: 0 no wait, < 0 without limit, else bounded. */
-int rgaps_pub_loan(struct rgaps_pub *pub, uint64_t size, int timeout_ms, uint32_t *token_p,
+int rgaps__pub_loan(struct rgaps_pub *pub, uint64_t size, int timeout_ms, uint32_t *token_p,
 		   uint64_t *off_p);
 
 struct rgaps_pub_commit {
@@ -399,61 +399,61 @@ struct rgaps_pub_commit {
  * under "block". The loan is consumed unless -EAGAIN is returned with
  * keep_on_again set (rgapsd retries from its loop, which never waits).
  */
-int rgaps_pub_commit(struct rgaps_pub *pub, uint32_t token, uint64_t size,
+int rgaps__pub_commit(struct rgaps_pub *pub, uint32_t token, uint64_t size,
 		     const struct rgaps_pub_commit *c, int timeout_ms, bool keep_on_again,
 		     uint64_t *seq_p);
 /* Publish "gap messages were lost" with no payload (needs a queue entry, never waits). */
-int rgaps_pub_gap(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns);
+int rgaps__pub_gap(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns);
 /* The same with entry flags (RGAPS_ENTRY_REMOTE alone: a loss on the way from a peer). */
-int rgaps_pub_gap_flags(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns, uint32_t flags);
-int rgaps_pub_cancel(struct rgaps_pub *pub, uint32_t token);
+int rgaps__pub_gap_flags(struct rgaps_pub *pub, uint32_t gap, uint64_t ts_ns, uint32_t flags);
+int rgaps__pub_cancel(struct rgaps_pub *pub, uint32_t token);
 /* Retire and free what no subscriber needs any more. Returns blocks freed. */
-uint32_t rgaps_pub_reclaim(struct rgaps_pub *pub);
+uint32_t rgaps__pub_reclaim(struct rgaps_pub *pub);
 /*
  * A message of this publisher is on its way (its copy into a loan runs, on a
  * GPU): wake the subscribers asleep on the doorbell now, and have them spin
  * until the next publish rather than sleep again, so that they are up when
  * it comes. The next commit or cancel ends it. Nothing where spinning does
- * not pay (rgaps_topic_spin_pays()).
+ * not pay (rgaps__topic_spin_pays()).
  */
-void rgaps_pub_announce(struct rgaps_pub *pub);
+void rgaps__pub_announce(struct rgaps_pub *pub);
 /* Loaned block's size, for callers that validate (0 if token is not a loan). */
-uint64_t rgaps_pub_loan_size(const struct rgaps_pub *pub, uint32_t token);
+uint64_t rgaps__pub_loan_size(const struct rgaps_pub *pub, uint32_t token);
 
 struct rgaps_pub_state {
 	uint64_t head, tail;
 	uint32_t nsubs, nloans, nretired;
 	struct rgaps_tlsf_stats pool;
 };
-void rgaps_pub_get_state(const struct rgaps_pub *pub, struct rgaps_pub_state *st);
+void rgaps__pub_get_state(const struct rgaps_pub *pub, struct rgaps_pub_state *st);
 /* Full consistency check of the publisher's own books (tests): every block accounted for. */
-int rgaps_pub_check(struct rgaps_pub *pub, char *why, size_t whylen);
+int rgaps__pub_check(struct rgaps_pub *pub, char *why, size_t whylen);
 
 /* ---------------------------------------------------------------- subscriber */
 
 struct rgaps_sub;
 
-int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+int rgaps__sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
 		     struct rgaps_sub_region *mine, const struct rgaps_topic_cbs *cbs,
 		     struct rgaps_sub **sub_p);
-void rgaps_sub_destroy(struct rgaps_sub *sub);
+void rgaps__sub_destroy(struct rgaps_sub *sub);
 /*
  * Membership: read (or stop reading) the stream of publisher slot `slot`.
  * limit: UINT64_MAX while its publisher is attached; its final head once it has
  * gone (the stream drains up to there). pool: this process's mapping of its pool.
  */
-int rgaps_sub_set_stream(struct rgaps_sub *sub, uint32_t slot, uint64_t gen,
+int rgaps__sub_set_stream(struct rgaps_sub *sub, uint32_t slot, uint64_t gen,
 			 const struct rgaps_pub_region *r, const uint8_t *pool, uint64_t limit);
 /*
  * Stop reading a stream. Messages not yet taken are counted as lost (reported
  * with a gap-only message). Returns true if the caller may unmap it now; false
- * while a held message still points into it: then rgaps_sub_stream_held()
+ * while a held message still points into it: then rgaps__sub_stream_held()
  * tells when it may (after releases).
  */
-bool rgaps_sub_clear_stream(struct rgaps_sub *sub, uint32_t slot);
-bool rgaps_sub_stream_held(const struct rgaps_sub *sub, uint64_t gen);
+bool rgaps__sub_clear_stream(struct rgaps_sub *sub, uint32_t slot);
+bool rgaps__sub_stream_held(const struct rgaps_sub *sub, uint64_t gen);
 /* Whether stream (slot, gen) is read here and its publisher still attached (not draining). */
-bool rgaps_sub_stream_live(const struct rgaps_sub *sub, uint32_t slot, uint64_t gen);
+bool rgaps__sub_stream_live(const struct rgaps_sub *sub, uint32_t slot, uint64_t gen);
 
 /* What a take returns. */
 struct rgaps_sub_msg {
@@ -473,18 +473,18 @@ struct rgaps_sub_msg {
 };
 
 /* Take the next message of any stream (round robin). timeout as for loans. */
-int rgaps_sub_take(struct rgaps_sub *sub, int timeout_ms, uint32_t spin_us,
+int rgaps__sub_take(struct rgaps_sub *sub, int timeout_ms, uint32_t spin_us,
 		   struct rgaps_sub_msg *msg_p);
-int rgaps_sub_release(struct rgaps_sub *sub, uint32_t token);
+int rgaps__sub_release(struct rgaps_sub *sub, uint32_t token);
 /*
  * Take nothing more (rgaps_subscriber_stop()): mark the region stopped, so that
  * no publisher and not rgapsd waits for its cursors any longer, and wake the
  * publishers that wait for room. Held messages stay held until released; later
  * takes fail with -ESHUTDOWN.
  */
-void rgaps_sub_stop(struct rgaps_sub *sub);
+void rgaps__sub_stop(struct rgaps_sub *sub);
 /* Something to take, a membership change or a close (lock-free hint, for a pollable fd). */
-bool rgaps_sub_ready(struct rgaps_sub *sub);
+bool rgaps__sub_ready(struct rgaps_sub *sub);
 /*
  * Messages parked for their fences (cbs.fence_done) ring no futex: how long a
  * sleep of a reader may last before it looks at them again. INT64_MAX: none is
@@ -492,10 +492,10 @@ bool rgaps_sub_ready(struct rgaps_sub *sub);
  * likely about to end; else nanoseconds: an eighth of how long the youngest
  * has waited, 50 us to 50 ms. Safe from another thread than the taker's.
  */
-int64_t rgaps_sub_fence_slice(const struct rgaps_sub *sub);
+int64_t rgaps__sub_fence_slice(const struct rgaps_sub *sub);
 
 /*
- * Sleep until rgaps_sub_ready() may be true (a publisher rang, the membership
+ * Sleep until rgaps__sub_ready() may be true (a publisher rang, the membership
  * changed, the topic closed), one of the caller's nextra extra futex words
  * moved, or slice_ns passed. For a thread other than the one that takes (a
  * pollable fd's helper, rgapsd's forwarder): lock (may be NULL) is the lock
@@ -503,20 +503,20 @@ int64_t rgaps_sub_fence_slice(const struct rgaps_sub *sub);
  * (may be NULL) is another reason not to sleep, asked under that lock.
  * Returns 1 at once if something is ready, 0 after a sleep, or -EINTR.
  */
-int rgaps_sub_sleep(struct rgaps_sub *sub, pthread_mutex_t *lock, const struct futex_waitv *extra,
+int rgaps__sub_sleep(struct rgaps_sub *sub, pthread_mutex_t *lock, const struct futex_waitv *extra,
 		    uint32_t nextra, bool (*ready_too)(void *arg), void *arg, int64_t slice_ns);
 /* The futex words and values a sleep waits on (at most max). Returns how many. */
-uint32_t rgaps_sub_wait_words(struct rgaps_sub *sub, struct futex_waitv *w, uint32_t max);
-void rgaps_sub_sleeping(struct rgaps_sub *sub, int delta);
+uint32_t rgaps__sub_wait_words(struct rgaps_sub *sub, struct futex_waitv *w, uint32_t max);
+void rgaps__sub_sleeping(struct rgaps_sub *sub, int delta);
 /* A take of a message stamped ts_ns (CLOCK_REALTIME of its origin) at now_ns: the histogram. */
-void rgaps_sub_record_latency(struct rgaps_sub *sub, uint64_t ts_ns, uint64_t now_ns);
+void rgaps__sub_record_latency(struct rgaps_sub *sub, uint64_t ts_ns, uint64_t now_ns);
 
 struct rgaps_sub_state {
 	uint32_t nstreams, nholds;
 	uint64_t drops, taken;
 };
-void rgaps_sub_get_state(const struct rgaps_sub *sub, struct rgaps_sub_state *st);
-struct rgaps_sub_region *rgaps_sub_region(const struct rgaps_sub *sub);
+void rgaps__sub_get_state(const struct rgaps_sub *sub, struct rgaps_sub_state *st);
+struct rgaps_sub_region *rgaps__sub_region(const struct rgaps_sub *sub);
 
 /* ---------------------------------------------------------------- rgapsd's readers */
 
@@ -530,25 +530,25 @@ struct rgaps_pub_snapshot {
 	struct rgaps_pub_counters c;
 	bool bad; /* the region contradicts lim (logged by the caller) */
 };
-void rgaps_pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+void rgaps__pub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 			struct rgaps_pub_snapshot *s);
 
 struct rgaps_sub_snapshot {
 	struct rgaps_sub_counters c;
 	uint32_t nholds;
-	bool stopped; /* it takes nothing more (rgaps_sub_stop), and only holds */
+	bool stopped; /* it takes nothing more (rgaps__sub_stop), and only holds */
 	struct rgaps_lathist latency;
 };
-void rgaps_sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+void rgaps__sub_snapshot(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			struct rgaps_sub_snapshot *s);
 /*
  * Where subscriber region r stands in stream (slot, gen): its next seq, clamped
  * to [tail, head] of that stream, or tail if it has not started reading it.
  */
-uint64_t rgaps_sub_position(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+uint64_t rgaps__sub_position(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			    uint32_t slot, uint64_t gen, uint64_t tail, uint64_t head);
 /* Whether r holds any message of stream gen. */
-bool rgaps_sub_holds_stream(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
+bool rgaps__sub_holds_stream(const struct rgaps_topic_limits *lim, const struct rgaps_sub_region *r,
 			    uint64_t gen);
 
 #endif

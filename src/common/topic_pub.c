@@ -42,12 +42,12 @@ struct sub_ref {
 	const struct rgaps_sub_region *r;
 	const struct rgaps_sub_cursor *cursor; /* its cursor in this stream */
 	const struct rgaps_sub_hold *holds;
-	bool overreached; /* its holds broke rgaps_holds_fit(): counted and logged once */
+	bool overreached; /* its holds broke rgaps__holds_fit(): counted and logged once */
 };
 
 struct retired {
 	uint64_t seq;
-	struct rgaps_extent ext; /* the message's, as its readers see it (rgaps_holds_fit) */
+	struct rgaps_extent ext; /* the message's, as its readers see it (rgaps__holds_fit) */
 	uint32_t block;
 	uint32_t fence; /* slot + 1; 0: none */
 };
@@ -82,7 +82,7 @@ struct rgaps_pub {
 	struct rgaps_extent *ext; /* scratch: [max_holds] */
 	uint32_t dir_seen;
 	bool reclaim_due; /* the membership changed: the holds of a subscriber gone pin nothing */
-	bool announced;	  /* copying is set in our region (rgaps_pub_announce) */
+	bool announced;	  /* copying is set in our region (rgaps__pub_announce) */
 	uint64_t next_alive_ns;
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
 };
@@ -111,7 +111,7 @@ static uint32_t tlsf_blocks(const struct rgaps_topic_limits *l)
 	return (uint32_t)(2 * live + 2);
 }
 
-int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+int rgaps__pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
 		     struct rgaps_pub_region *mine, uint8_t *pool,
 		     const struct rgaps_topic_cbs *cbs, struct rgaps_pub **pub_p)
 {
@@ -130,14 +130,14 @@ int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	p->lim = *lim;
 	p->cbs = *cbs;
 	p->r = mine;
-	p->entries = rgaps_pub_entries(lim, mine);
-	p->attrs = rgaps_pub_attrs(lim, mine);
+	p->entries = rgaps__pub_entries(lim, mine);
+	p->attrs = rgaps__pub_attrs(lim, mine);
 	p->pool = pool;
 	p->gen = mine->gen;
 	p->mask = lim->queue_depth - 1;
 	/* A region handed over by rgapsd starts empty; never trust more than that. */
 	p->head = p->tail = 0;
-	p->nfences = rgaps_topic_nfences(lim);
+	p->nfences = rgaps__topic_nfences(lim);
 	/* Retired blocks: held ones (at most one per hold), and those kept for a fence. */
 	p->retired_cap = lim->queue_depth + lim->max_subscribers * lim->max_holds + p->nfences;
 	p->blk = malloc(lim->queue_depth * sizeof(*p->blk));
@@ -150,11 +150,11 @@ int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	p->held_slot =
 		malloc((size_t)lim->max_subscribers * lim->max_holds * sizeof(*p->held_slot));
 	p->ext = malloc(lim->max_holds * sizeof(*p->ext));
-	p->tlsf = malloc(rgaps_tlsf_state_size(nblocks));
+	p->tlsf = malloc(rgaps__tlsf_state_size(nblocks));
 	if (!p->blk || !p->blk_fence || !p->blk_len || !p->loans || !p->retired || !p->subs ||
 	    !p->held || !p->held_slot || !p->ext || !p->tlsf)
 		goto err;
-	r = rgaps_tlsf_init(p->tlsf, lim->pool_size, nblocks, RGAPS_POOL_ALIGN);
+	r = rgaps__tlsf_init(p->tlsf, lim->pool_size, nblocks, RGAPS_POOL_ALIGN);
 	if (r)
 		goto err;
 	for (uint32_t i = 0; i < lim->queue_depth; i++)
@@ -167,11 +167,11 @@ int rgaps_pub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	*pub_p = p;
 	return 0;
 err:
-	rgaps_pub_destroy(p);
+	rgaps__pub_destroy(p);
 	return r;
 }
 
-void rgaps_pub_destroy(struct rgaps_pub *p)
+void rgaps__pub_destroy(struct rgaps_pub *p)
 {
 	if (!p)
 		return;
@@ -188,7 +188,7 @@ void rgaps_pub_destroy(struct rgaps_pub *p)
 	free(p);
 }
 
-int rgaps_pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
+int rgaps__pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
 		      const struct rgaps_sub_region *r)
 {
 	struct sub_ref *s;
@@ -203,12 +203,12 @@ int rgaps_pub_set_sub(struct rgaps_pub *p, uint32_t slot, uint64_t gen,
 	p->reclaim_due = true;
 	s->gen = gen;
 	s->r = r;
-	s->cursor = &rgaps_sub_cursors(&p->lim, r)[p->slot];
-	s->holds = rgaps_sub_holds(&p->lim, r);
+	s->cursor = &rgaps__sub_cursors(&p->lim, r)[p->slot];
+	s->holds = rgaps__sub_holds(&p->lim, r);
 	return 0;
 }
 
-void rgaps_pub_clear_sub(struct rgaps_pub *p, uint32_t slot)
+void rgaps__pub_clear_sub(struct rgaps_pub *p, uint32_t slot)
 {
 	if (slot >= p->lim.max_subscribers || !p->subs[slot].gen)
 		return;
@@ -225,7 +225,7 @@ static uint64_t position(const struct rgaps_pub *p, const struct sub_ref *s)
 	uint64_t next;
 
 	if (__atomic_load_n(&s->r->stopped, __ATOMIC_ACQUIRE))
-		return p->head; /* it takes nothing more (rgaps_sub_stop): only its holds count */
+		return p->head; /* it takes nothing more (rgaps__sub_stop): only its holds count */
 	if (__atomic_load_n(&s->cursor->gen, __ATOMIC_ACQUIRE) != p->gen)
 		return p->tail;
 	next = __atomic_load_n(&s->cursor->next, __ATOMIC_SEQ_CST);
@@ -243,7 +243,7 @@ static void retire_to(struct rgaps_pub *p, uint64_t upto)
 		rgaps_require(p->nretired < p->retired_cap);
 		p->retired[p->nretired].seq = q;
 		p->retired[p->nretired].ext =
-			(struct rgaps_extent){ rgaps_tlsf_offset(p->tlsf, p->blk[i]),
+			(struct rgaps_extent){ rgaps__tlsf_offset(p->tlsf, p->blk[i]),
 					       RGAPS_ALIGN_UP(p->blk_len[i], RGAPS_POOL_ALIGN) };
 		p->retired[p->nretired].block = p->blk[i];
 		p->retired[p->nretired].fence = p->blk_fence[i];
@@ -268,7 +268,7 @@ static void publish_pool_stats(struct rgaps_pub *p)
 {
 	struct rgaps_tlsf_stats st;
 
-	rgaps_tlsf_get_stats(p->tlsf, &st);
+	rgaps__tlsf_get_stats(p->tlsf, &st);
 	__atomic_store_n(&p->r->c.pool_used_bytes, st.used_bytes, __ATOMIC_RELAXED);
 	__atomic_store_n(&p->r->c.pool_used_blocks, st.used_blocks, __ATOMIC_RELAXED);
 	__atomic_store_n(&p->r->c.pool_largest_free, st.largest_free, __ATOMIC_RELAXED);
@@ -281,7 +281,7 @@ static bool fence_pending(const struct rgaps_pub *p, uint32_t fence)
 	return fence && p->cbs.fence_pending && p->cbs.fence_pending(p->cbs.arg, fence - 1);
 }
 
-/* Whether the retired messages among seqs[n] (one subscriber's holds) fit rgaps_holds_fit(). */
+/* Whether the retired messages among seqs[n] (one subscriber's holds) fit rgaps__holds_fit(). */
 static bool held_fit(struct rgaps_pub *p, const uint64_t *seqs, uint32_t n)
 {
 	uint32_t m = 0;
@@ -292,12 +292,12 @@ static bool held_fit(struct rgaps_pub *p, const uint64_t *seqs, uint32_t n)
 				p->ext[m++] = p->retired[r].ext;
 				break;
 			}
-	return rgaps_holds_fit(&p->lim, p->ext, m);
+	return rgaps__holds_fit(&p->lim, p->ext, m);
 }
 
 /*
  * The holds held[first, end) of subscriber s, read from its hold slots
- * held_slot[], keep blocks out of use beyond what rgaps_holds_fit() allows:
+ * held_slot[], keep blocks out of use beyond what rgaps__holds_fit() allows:
  * look again. Slots that show the same hold twice held it all along in
  * between (a subscriber never holds one message twice), so those form a set
  * it held all at once, at the end of the first look: an honest subscriber's
@@ -368,7 +368,7 @@ static uint32_t free_unheld(struct rgaps_pub *p)
 			p->retired[keep++] = p->retired[i];
 			continue;
 		}
-		rgaps_tlsf_free(p->tlsf, p->retired[i].block);
+		rgaps__tlsf_free(p->tlsf, p->retired[i].block);
 		if (p->retired[i].fence && p->cbs.fence_free)
 			p->cbs.fence_free(p->cbs.arg, p->retired[i].fence - 1);
 		freed++;
@@ -379,7 +379,7 @@ static uint32_t free_unheld(struct rgaps_pub *p)
 	return freed;
 }
 
-uint32_t rgaps_pub_reclaim(struct rgaps_pub *p)
+uint32_t rgaps__pub_reclaim(struct rgaps_pub *p)
 {
 	uint64_t upto = p->head - RGAPS_MIN((uint64_t)p->lim.history, p->head - p->tail);
 
@@ -406,7 +406,7 @@ uint32_t rgaps_pub_reclaim(struct rgaps_pub *p)
 static void reclaim_if_due(struct rgaps_pub *p)
 {
 	if (p->reclaim_due || !p->nsubs)
-		rgaps_pub_reclaim(p);
+		rgaps__pub_reclaim(p);
 }
 
 /* drop_oldest: force the oldest entry out, whoever has not read it yet. */
@@ -614,14 +614,14 @@ static bool can_alloc(struct rgaps_pub *p, void *arg)
 	uint32_t block;
 	uint64_t size = *(uint64_t *)arg;
 
-	rgaps_pub_reclaim(p);
-	if (rgaps_tlsf_alloc(p->tlsf, size, &block))
+	rgaps__pub_reclaim(p);
+	if (rgaps__tlsf_alloc(p->tlsf, size, &block))
 		return false;
-	rgaps_tlsf_free(p->tlsf, block); /* the caller allocates again, for real */
+	rgaps__tlsf_free(p->tlsf, block); /* the caller allocates again, for real */
 	return true;
 }
 
-int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t *token_p,
+int rgaps__pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t *token_p,
 		   uint64_t *off_p)
 {
 	uint64_t deadline = deadline_of(timeout_ms);
@@ -642,10 +642,10 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 			return r;
 		/* Blocks of retired messages go back to the pool here, when it looks full, and
 		 * when the queue is (queue_room): once per batch, not at every publish. */
-		r = rgaps_tlsf_alloc(p->tlsf, size, &block);
+		r = rgaps__tlsf_alloc(p->tlsf, size, &block);
 		if (r) {
-			rgaps_pub_reclaim(p);
-			r = rgaps_tlsf_alloc(p->tlsf, size, &block);
+			rgaps__pub_reclaim(p);
+			r = rgaps__tlsf_alloc(p->tlsf, size, &block);
 		}
 		if (r == 0) {
 			for (k = 0; p->loans[k] != RGAPS_TLSF_NIL; k++)
@@ -655,7 +655,7 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 			count(&p->r->c.loans, 1);
 			publish_pool_stats(p);
 			*token_p = k;
-			*off_p = rgaps_tlsf_offset(p->tlsf, block);
+			*off_p = rgaps__tlsf_offset(p->tlsf, block);
 			return 0;
 		}
 		if (p->lim.overflow == RGAPS_OVERFLOW_DROP_OLDEST && p->tail < p->head) {
@@ -669,11 +669,11 @@ int rgaps_pub_loan(struct rgaps_pub *p, uint64_t size, int timeout_ms, uint32_t 
 	}
 }
 
-uint64_t rgaps_pub_loan_size(const struct rgaps_pub *p, uint32_t token)
+uint64_t rgaps__pub_loan_size(const struct rgaps_pub *p, uint32_t token)
 {
 	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
 		return 0;
-	return rgaps_tlsf_size(p->tlsf, p->loans[token]);
+	return rgaps__tlsf_size(p->tlsf, p->loans[token]);
 }
 
 /* The announced message is published or withdrawn: its subscribers may sleep again. */
@@ -685,11 +685,11 @@ static void announce_end(struct rgaps_pub *p)
 	__atomic_store_n(&p->r->copying, 0, __ATOMIC_RELEASE);
 }
 
-void rgaps_pub_announce(struct rgaps_pub *p)
+void rgaps__pub_announce(struct rgaps_pub *p)
 {
 	bool sleepers = false;
 
-	if (!rgaps_topic_spin_pays(p->hdr))
+	if (!rgaps__topic_spin_pays(p->hdr))
 		return;
 	p->announced = true;
 	/* A hint, not a wake-up protocol: a subscriber that raises its sleeping flag just
@@ -705,13 +705,13 @@ void rgaps_pub_announce(struct rgaps_pub *p)
 static void drop_loan(struct rgaps_pub *p, uint32_t token)
 {
 	announce_end(p);
-	rgaps_tlsf_free(p->tlsf, p->loans[token]);
+	rgaps__tlsf_free(p->tlsf, p->loans[token]);
 	p->loans[token] = RGAPS_TLSF_NIL;
 	p->nloans--;
 	publish_pool_stats(p);
 }
 
-int rgaps_pub_cancel(struct rgaps_pub *p, uint32_t token)
+int rgaps__pub_cancel(struct rgaps_pub *p, uint32_t token)
 {
 	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
 		return -EINVAL;
@@ -733,7 +733,7 @@ static bool queue_has_room(struct rgaps_pub *p, void *arg)
 {
 	if (p->head - p->tail < p->lim.queue_depth)
 		return true;
-	rgaps_pub_reclaim(p);
+	rgaps__pub_reclaim(p);
 	return p->head - p->tail < p->lim.queue_depth;
 }
 
@@ -784,7 +784,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	 * that retired the old entry, and no field store moves before the ~0 (a seqlock writer,
 	 * written so that ThreadSanitizer understands it). */
 	__atomic_store_n(&e->seq, UINT64_MAX, __ATOMIC_RELEASE);
-	__atomic_store_n(&e->off, block == RGAPS_TLSF_NIL ? 0 : rgaps_tlsf_offset(p->tlsf, block),
+	__atomic_store_n(&e->off, block == RGAPS_TLSF_NIL ? 0 : rgaps__tlsf_offset(p->tlsf, block),
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&e->size, size, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->ts_ns, c->ts_ns, __ATOMIC_RELEASE);
@@ -799,7 +799,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 	__atomic_store_n(&e->attr_len, (uint16_t)c->attr_len, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->fence, c->has_fence ? c->fence : 0, __ATOMIC_RELEASE);
 	if (c->attr_len)
-		rgaps_attrs_store(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
+		rgaps__attrs_store(p->attrs + (uint64_t)i * RGAPS_ATTR_MAX, c->attrs, c->attr_len);
 	__atomic_store_n(&e->seq, seq, __ATOMIC_RELEASE);
 	p->blk[i] = block;
 	p->blk_fence[i] = c->has_fence ? c->fence + 1 : 0;
@@ -825,7 +825,7 @@ static void publish_entry(struct rgaps_pub *p, uint32_t block, uint64_t size,
 		count(&p->r->c.unrouted, 1);
 }
 
-int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
+int rgaps__pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 		     const struct rgaps_pub_commit *c, int timeout_ms, bool keep_on_again,
 		     uint64_t *seq_p)
 {
@@ -836,7 +836,7 @@ int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 	if (token >= p->lim.max_loans || p->loans[token] == RGAPS_TLSF_NIL)
 		return -EINVAL;
 	block = p->loans[token];
-	if (size == 0 || size > rgaps_tlsf_size(p->tlsf, block) || c->attr_len > RGAPS_ATTR_MAX ||
+	if (size == 0 || size > rgaps__tlsf_size(p->tlsf, block) || c->attr_len > RGAPS_ATTR_MAX ||
 	    (c->attr_len && !c->attrs) || (c->flags & (RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_FENCE)) ||
 	    (c->has_fence && c->fence >= p->nfences)) {
 		drop_loan(p, token);
@@ -862,12 +862,12 @@ int rgaps_pub_commit(struct rgaps_pub *p, uint32_t token, uint64_t size,
 	return 0;
 }
 
-int rgaps_pub_gap(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns)
+int rgaps__pub_gap(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns)
 {
-	return rgaps_pub_gap_flags(p, gap, ts_ns, 0);
+	return rgaps__pub_gap_flags(p, gap, ts_ns, 0);
 }
 
-int rgaps_pub_gap_flags(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns, uint32_t flags)
+int rgaps__pub_gap_flags(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns, uint32_t flags)
 {
 	struct rgaps_pub_commit c = { .ts_ns = ts_ns,
 				      .flags = RGAPS_ENTRY_GAP_ONLY | flags,
@@ -888,14 +888,14 @@ int rgaps_pub_gap_flags(struct rgaps_pub *p, uint32_t gap, uint64_t ts_ns, uint3
 
 /* ---------------------------------------------------------------- state and checks */
 
-void rgaps_pub_get_state(const struct rgaps_pub *p, struct rgaps_pub_state *st)
+void rgaps__pub_get_state(const struct rgaps_pub *p, struct rgaps_pub_state *st)
 {
 	st->head = p->head;
 	st->tail = p->tail;
 	st->nsubs = p->nsubs;
 	st->nloans = p->nloans;
 	st->nretired = p->nretired;
-	rgaps_tlsf_get_stats(p->tlsf, &st->pool);
+	rgaps__tlsf_get_stats(p->tlsf, &st->pool);
 }
 
 #define FAIL(...)                                         \
@@ -906,7 +906,7 @@ void rgaps_pub_get_state(const struct rgaps_pub *p, struct rgaps_pub_state *st)
 		goto out;                                 \
 	} while (0)
 
-int rgaps_pub_check(struct rgaps_pub *p, char *why, size_t whylen)
+int rgaps__pub_check(struct rgaps_pub *p, char *why, size_t whylen)
 {
 	uint32_t nblocks = p->tlsf->nblocks;
 	uint8_t *seen = calloc(nblocks, 1);
@@ -924,7 +924,7 @@ int rgaps_pub_check(struct rgaps_pub *p, char *why, size_t whylen)
 #define MARK(b, what, ...)                                                         \
 	do {                                                                       \
 		if ((b) != RGAPS_TLSF_NIL) {                                       \
-			if (!rgaps_tlsf_is_used(p->tlsf, (b)))                     \
+			if (!rgaps__tlsf_is_used(p->tlsf, (b)))                     \
 				FAIL(what ": block %u not in use", __VA_ARGS__, (b)); \
 			if (seen[(b)]++)                                           \
 				FAIL(what ": block %u named twice", __VA_ARGS__, (b)); \
@@ -952,9 +952,9 @@ int rgaps_pub_check(struct rgaps_pub *p, char *why, size_t whylen)
 	if (nloans != p->nloans)
 		FAIL("nloans %u, counted %u", p->nloans, nloans);
 	for (uint32_t b = 0; b < nblocks; b++)
-		if (rgaps_tlsf_is_used(p->tlsf, b) && !seen[b])
+		if (rgaps__tlsf_is_used(p->tlsf, b) && !seen[b])
 			FAIL("block %u is allocated but nothing names it (leak)", b);
-	r = rgaps_tlsf_check(p->tlsf, why, whylen);
+	r = rgaps__tlsf_check(p->tlsf, why, whylen);
 out:
 	free(seen);
 	return r;

@@ -4,7 +4,7 @@
  *
  * A subscriber writes only its own region: one cursor per stream, its holds,
  * its progress and sleeping words. Every entry it reads from a publisher's
- * region is checked (rgaps_entry_read): a stream that shows an impossible
+ * region is checked (rgaps__entry_read): a stream that shows an impossible
  * value is poisoned here - skipped from then on, counted, logged once - and
  * its bytes are never returned. A message is taken by the hazard-pointer
  * protocol of topic_pub.c: store the hold, then check that the stream's tail
@@ -53,7 +53,7 @@ struct hold {
 	bool used;
 	uint32_t slot;
 	uint64_t gen, seq;
-	uint64_t off, size;		  /* where it lies in its stream's pool (rgaps_holds_fit) */
+	uint64_t off, size; /* where it lies in its stream's pool (rgaps__holds_fit) */
 	const struct rgaps_pub_region *r; /* to wake its publisher on release */
 	uint32_t attr_len;
 	uint8_t attrs[RGAPS_ATTR_MAX];
@@ -79,7 +79,7 @@ struct rgaps_sub {
 	struct hold *hp; /* [max_holds], private shadow of the holds */
 	struct rgaps_extent *ext; /* [max_holds + 1], scratch of room_for() */
 	struct parked *parked;	  /* [max_holds], by hold: messages waiting for their fences */
-	uint32_t nparked;	  /* atomic (rgaps_sub_fence_slice() is asked from other threads) */
+	uint32_t nparked; /* atomic (rgaps__sub_fence_slice() is asked from other threads) */
 	uint64_t parked_last_ns;  /* atomic: when the youngest of them was parked */
 	uint32_t nholds;
 	uint32_t rr;	 /* next stream to look at first */
@@ -90,7 +90,7 @@ struct rgaps_sub {
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
 };
 
-int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
+int rgaps__sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic_limits *lim,
 		     struct rgaps_sub_region *mine, const struct rgaps_topic_cbs *cbs,
 		     struct rgaps_sub **sub_p)
 {
@@ -103,14 +103,14 @@ int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	s->cbs = *cbs;
 	s->r = mine;
 	s->slot = mine->slot;
-	s->cursors = rgaps_sub_cursors(lim, mine);
-	s->holds = rgaps_sub_holds(lim, mine);
+	s->cursors = rgaps__sub_cursors(lim, mine);
+	s->holds = rgaps__sub_holds(lim, mine);
 	s->streams = calloc(lim->max_publishers, sizeof(*s->streams));
 	s->hp = calloc(lim->max_holds, sizeof(*s->hp));
 	s->ext = calloc(lim->max_holds + 1, sizeof(*s->ext));
 	s->parked = calloc(lim->max_holds, sizeof(*s->parked));
 	if (!s->streams || !s->hp || !s->ext || !s->parked) {
-		rgaps_sub_destroy(s);
+		rgaps__sub_destroy(s);
 		return -ENOMEM;
 	}
 	/* One sync before the first operation: members may have come since the membership
@@ -120,7 +120,7 @@ int rgaps_sub_create(const struct rgaps_topic_hdr *hdr, const struct rgaps_topic
 	return 0;
 }
 
-void rgaps_sub_destroy(struct rgaps_sub *s)
+void rgaps__sub_destroy(struct rgaps_sub *s)
 {
 	if (!s)
 		return;
@@ -131,12 +131,12 @@ void rgaps_sub_destroy(struct rgaps_sub *s)
 	free(s);
 }
 
-struct rgaps_sub_region *rgaps_sub_region(const struct rgaps_sub *s)
+struct rgaps_sub_region *rgaps__sub_region(const struct rgaps_sub *s)
 {
 	return s->r;
 }
 
-int rgaps_sub_set_stream(struct rgaps_sub *s, uint32_t slot, uint64_t gen,
+int rgaps__sub_set_stream(struct rgaps_sub *s, uint32_t slot, uint64_t gen,
 			 const struct rgaps_pub_region *r, const uint8_t *pool, uint64_t limit)
 {
 	struct stream *st;
@@ -157,7 +157,7 @@ int rgaps_sub_set_stream(struct rgaps_sub *s, uint32_t slot, uint64_t gen,
 	return 0;
 }
 
-bool rgaps_sub_stream_held(const struct rgaps_sub *s, uint64_t gen)
+bool rgaps__sub_stream_held(const struct rgaps_sub *s, uint64_t gen)
 {
 	for (uint32_t k = 0; k < s->lim.max_holds; k++)
 		if (s->hp[k].used && s->hp[k].gen == gen)
@@ -165,7 +165,7 @@ bool rgaps_sub_stream_held(const struct rgaps_sub *s, uint64_t gen)
 	return false;
 }
 
-bool rgaps_sub_stream_live(const struct rgaps_sub *s, uint32_t slot, uint64_t gen)
+bool rgaps__sub_stream_live(const struct rgaps_sub *s, uint32_t slot, uint64_t gen)
 {
 	return slot < s->lim.max_publishers && s->streams[slot].gen == gen &&
 	       s->streams[slot].limit == UINT64_MAX;
@@ -195,7 +195,7 @@ static struct rgaps_sub_cursor *cursor_of(struct rgaps_sub *s, uint32_t slot, ui
 
 	if (__atomic_load_n(&c->gen, __ATOMIC_RELAXED) != gen)
 		/* A stream that began after this subscriber attached: from its first message. */
-		rgaps_sub_region_set_cursor(s->r, &s->lim, slot, gen, 0, 0);
+		rgaps__sub_region_set_cursor(s->r, &s->lim, slot, gen, 0, 0);
 	return c;
 }
 
@@ -211,7 +211,7 @@ static uint64_t untaken_of(const struct stream *st, const struct rgaps_topic_lim
 	return RGAPS_MIN(head - next, (uint64_t)lim->queue_depth);
 }
 
-bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
+bool rgaps__sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
 {
 	struct stream *st;
 	uint64_t gen;
@@ -235,7 +235,7 @@ bool rgaps_sub_clear_stream(struct rgaps_sub *s, uint32_t slot)
 			__atomic_fetch_add(&s->r->c.drops, untaken, __ATOMIC_RELAXED);
 		}
 	}
-	held = rgaps_sub_stream_held(s, gen);
+	held = rgaps__sub_stream_held(s, gen);
 	memset(st, 0, sizeof(*st));
 	s->nstreams--;
 	return !held;
@@ -283,7 +283,7 @@ enum try_result {
 	TRY_NONE,  /* nothing to take in this stream now */
 	TRY_GOT,   /* a message (or a gap) */
 	TRY_AGAIN, /* lapped: look at the stream again */
-	TRY_FULL,  /* its next message would pin more of its pool than we may (rgaps_holds_fit) */
+	TRY_FULL,  /* its next message would pin more of its pool than we may (rgaps__holds_fit) */
 };
 
 /*
@@ -391,7 +391,7 @@ static bool room_for(struct rgaps_sub *s, const struct stream *st,
 				s->hp[k].off, RGAPS_ALIGN_UP(s->hp[k].size, RGAPS_POOL_ALIGN)
 			};
 	s->ext[n++] = (struct rgaps_extent){ e->off, RGAPS_ALIGN_UP(e->size, RGAPS_POOL_ALIGN) };
-	return rgaps_holds_fit(&s->lim, s->ext, n);
+	return rgaps__holds_fit(&s->lim, s->ext, n);
 }
 
 static int free_hold(const struct rgaps_sub *s)
@@ -425,7 +425,7 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	head = RGAPS_MIN(__atomic_load_n(&st->r->head, __ATOMIC_SEQ_CST), st->limit);
 	if (next >= head)
 		return TRY_NONE; /* nothing new (a head that went back only hides its own stream) */
-	r = rgaps_entry_read(&s->lim, st->r, next, &e, why, sizeof(why));
+	r = rgaps__entry_read(&s->lim, st->r, next, &e, why, sizeof(why));
 	if (r == -EBADMSG) {
 		poison(s, st, slot, why);
 		return TRY_NONE;
@@ -473,12 +473,13 @@ static enum try_result try_stream(struct rgaps_sub *s, uint32_t slot, struct rga
 	/* The entry may be rewritten once retired, even while its block is held: copy the
 	 * attribute block, then check the entry is still this one. */
 	if (e.attr_len)
-		rgaps_attrs_load(s->hp[k].attrs,
-				 rgaps_pub_attrs(&s->lim, st->r) +
+		rgaps__attrs_load(s->hp[k].attrs,
+				 rgaps__pub_attrs(&s->lim, st->r) +
 					 (next & (s->lim.queue_depth - 1)) * (uint64_t)RGAPS_ATTR_MAX,
 				 e.attr_len);
-	if (__atomic_load_n(&rgaps_pub_entries(&s->lim, st->r)[next & (s->lim.queue_depth - 1)].seq,
-			    __ATOMIC_ACQUIRE) != next)
+	if (__atomic_load_n(
+		    &rgaps__pub_entries(&s->lim, st->r)[next & (s->lim.queue_depth - 1)].seq,
+		    __ATOMIC_ACQUIRE) != next)
 		goto retired;
 
 	s->hp[k].used = true;
@@ -576,7 +577,7 @@ static void unpark(struct rgaps_sub *s, uint32_t token)
 /* Parked message m will never be complete here: release it, reported lost with its gap. */
 static void lose_fenced(struct rgaps_sub *s, const struct rgaps_sub_msg *m)
 {
-	rgaps_sub_release(s, m->token);
+	rgaps__sub_release(s, m->token);
 	lost_after_take(s, m->slot, m->stream, m->gap);
 }
 
@@ -665,14 +666,14 @@ static enum try_result take_parked(struct rgaps_sub *s, struct rgaps_sub_msg *m)
 	return TRY_NONE;
 }
 
-int64_t rgaps_sub_fence_slice(const struct rgaps_sub *s)
+int64_t rgaps__sub_fence_slice(const struct rgaps_sub *s)
 {
 	uint64_t age;
 
 	if (!__atomic_load_n(&s->nparked, __ATOMIC_RELAXED))
 		return INT64_MAX;
 	age = rgaps_now_ns(CLOCK_MONOTONIC) - __atomic_load_n(&s->parked_last_ns, __ATOMIC_RELAXED);
-	if (age < RGAPS_FENCE_YIELD_NS) /* as rgaps_fence_wait_host() waits for a copy */
+	if (age < RGAPS_FENCE_YIELD_NS) /* as rgaps__fence_wait_host() waits for a copy */
 		return 0;
 	return RGAPS_MAX(RGAPS_MIN((int64_t)(age / 8), PARKED_SLICE_MAX_NS), PARKED_SLICE_MIN_NS);
 }
@@ -696,7 +697,7 @@ static bool any_ready(struct rgaps_sub *s)
 	return false;
 }
 
-bool rgaps_sub_ready(struct rgaps_sub *s)
+bool rgaps__sub_ready(struct rgaps_sub *s)
 {
 	return __atomic_load_n(&s->hdr->closed, __ATOMIC_ACQUIRE) ||
 	       __atomic_load_n(&s->hdr->dir_gen, __ATOMIC_ACQUIRE) !=
@@ -704,12 +705,12 @@ bool rgaps_sub_ready(struct rgaps_sub *s)
 	       any_ready(s);
 }
 
-void rgaps_sub_sleeping(struct rgaps_sub *s, int delta)
+void rgaps__sub_sleeping(struct rgaps_sub *s, int delta)
 {
 	__atomic_fetch_add(&s->r->sleeping, (uint32_t)delta, __ATOMIC_SEQ_CST);
 }
 
-uint32_t rgaps_sub_wait_words(struct rgaps_sub *s, struct futex_waitv *w, uint32_t max)
+uint32_t rgaps__sub_wait_words(struct rgaps_sub *s, struct futex_waitv *w, uint32_t max)
 {
 	uint32_t n = 0;
 
@@ -724,7 +725,7 @@ uint32_t rgaps_sub_wait_words(struct rgaps_sub *s, struct futex_waitv *w, uint32
 	return n;
 }
 
-void rgaps_sub_record_latency(struct rgaps_sub *s, uint64_t ts_ns, uint64_t now_ns)
+void rgaps__sub_record_latency(struct rgaps_sub *s, uint64_t ts_ns, uint64_t now_ns)
 {
 	struct rgaps_lathist *h = &s->r->latency;
 
@@ -735,7 +736,7 @@ void rgaps_sub_record_latency(struct rgaps_sub *s, uint64_t ts_ns, uint64_t now_
 	rgaps_lathist_add(h, now_ns - ts_ns);
 }
 
-int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct futex_waitv *extra,
+int rgaps__sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct futex_waitv *extra,
 		    uint32_t nextra, bool (*ready_too)(void *arg), void *arg, int64_t slice_ns)
 {
 	struct futex_waitv wv[RGAPS_WAITV_MAX];
@@ -750,13 +751,13 @@ int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct fut
 	 * caller's lock: a sync may unmap a stream; one unmapped while we sleep only
 	 * ends the sleep early.
 	 */
-	rgaps_sub_sleeping(s, 1);
+	rgaps__sub_sleeping(s, 1);
 	if (lock)
 		pthread_mutex_lock(lock);
-	n = rgaps_sub_wait_words(s, wv, RGAPS_WAITV_MAX - RGAPS_MIN(nextra, RGAPS_WAITV_MAX - 2));
+	n = rgaps__sub_wait_words(s, wv, RGAPS_WAITV_MAX - RGAPS_MIN(nextra, RGAPS_WAITV_MAX - 2));
 	for (uint32_t i = 0; i < nextra && n < RGAPS_WAITV_MAX; i++)
 		wv[n++] = extra[i];
-	ready = rgaps_sub_ready(s) || (ready_too && ready_too(arg));
+	ready = rgaps__sub_ready(s) || (ready_too && ready_too(arg));
 	if (lock)
 		pthread_mutex_unlock(lock);
 	if (!ready) {
@@ -774,7 +775,7 @@ int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct fut
 					     n == 2 && !nextra ? slice_ns :
 								 RGAPS_MIN(slice_ns, POLL_SLICE_NS));
 	}
-	rgaps_sub_sleeping(s, -1);
+	rgaps__sub_sleeping(s, -1);
 	if (ready)
 		return 1;
 	return r == -EINTR ? -EINTR : 0;
@@ -782,12 +783,12 @@ int rgaps_sub_sleep(struct rgaps_sub *s, pthread_mutex_t *lock, const struct fut
 
 /*
  * Sleep once, at most until the deadline (-ETIMEDOUT once passed), and no
- * longer than parked messages allow (rgaps_sub_fence_slice(): a yield only).
+ * longer than parked messages allow (rgaps__sub_fence_slice(): a yield only).
  */
 static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
 {
 	uint64_t now = rgaps_now_ns(CLOCK_MONOTONIC);
-	int64_t slice = RGAPS_MIN(rgaps_sub_fence_slice(s), WAIT_SLICE_NS);
+	int64_t slice = RGAPS_MIN(rgaps__sub_fence_slice(s), WAIT_SLICE_NS);
 	int r;
 
 	if (now >= deadline)
@@ -796,7 +797,7 @@ static int sleep_once(struct rgaps_sub *s, uint64_t deadline)
 		sched_yield();
 		return 0;
 	}
-	r = rgaps_sub_sleep(s, NULL, NULL, 0, NULL, NULL,
+	r = rgaps__sub_sleep(s, NULL, NULL, 0, NULL, NULL,
 			    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)slice));
 	return r < 0 ? r : 0;
 }
@@ -807,14 +808,14 @@ static void spin_for(struct rgaps_sub *s, uint32_t spin_us)
 
 	do {
 		for (int i = 0; i < 64; i++) {
-			if (rgaps_sub_ready(s))
+			if (rgaps__sub_ready(s))
 				return;
 			__builtin_ia32_pause();
 		}
 	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
 }
 
-/* Whether a publisher announced a message whose copy runs (rgaps_pub_announce). */
+/* Whether a publisher announced a message whose copy runs (rgaps__pub_announce). */
 static bool copy_coming(const struct rgaps_sub *s)
 {
 	for (uint32_t i = 0; i < s->lim.max_publishers; i++) {
@@ -838,21 +839,21 @@ static void spin_for_copy(struct rgaps_sub *s)
 
 	do {
 		for (int i = 0; i < 64; i++) {
-			if (rgaps_sub_ready(s) || !copy_coming(s))
+			if (rgaps__sub_ready(s) || !copy_coming(s))
 				return;
 			__builtin_ia32_pause();
 		}
 	} while (rgaps_now_ns(CLOCK_MONOTONIC) < end);
 }
 
-int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
+int rgaps__sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 		   struct rgaps_sub_msg *msg_p)
 {
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX :
 					     rgaps_now_ns(CLOCK_MONOTONIC) +
 						     (uint64_t)timeout_ms * 1000000ull;
 	/* With more subscribers than CPUs they go straight to the futex. */
-	bool may_spin = spin_us != 0 && rgaps_topic_spin_pays(s->hdr);
+	bool may_spin = spin_us != 0 && rgaps__topic_spin_pays(s->hdr);
 	bool spun = !may_spin, copy_spun = false;
 	int r;
 
@@ -895,7 +896,7 @@ int rgaps_sub_take(struct rgaps_sub *s, int timeout_ms, uint32_t spin_us,
 	}
 }
 
-int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
+int rgaps__sub_release(struct rgaps_sub *s, uint32_t token)
 {
 	struct hold *h;
 
@@ -914,7 +915,7 @@ int rgaps_sub_release(struct rgaps_sub *s, uint32_t token)
 	return 0;
 }
 
-void rgaps_sub_stop(struct rgaps_sub *s)
+void rgaps__sub_stop(struct rgaps_sub *s)
 {
 	__atomic_store_n(&s->r->stopped, 1, __ATOMIC_SEQ_CST);
 	/* Publishers asleep for room wait on our progress word: they look again now. */
@@ -922,7 +923,7 @@ void rgaps_sub_stop(struct rgaps_sub *s)
 	rgaps_futex_wake_all(&s->r->progress);
 }
 
-void rgaps_sub_get_state(const struct rgaps_sub *s, struct rgaps_sub_state *st)
+void rgaps__sub_get_state(const struct rgaps_sub *s, struct rgaps_sub_state *st)
 {
 	st->nstreams = s->nstreams;
 	st->nholds = s->nholds;

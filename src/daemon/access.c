@@ -18,7 +18,7 @@
 
 #include "daemon.h"
 
-void rgapsd__client_id(struct rgapsd_conn *conn, struct rgapsd_client_id *id)
+void rgapsd_client_identify(struct rgapsd_conn *conn, struct rgapsd_client_id *id)
 {
 	const struct ucred *cred = rgapsd_conn_cred(conn);
 
@@ -43,12 +43,12 @@ static bool privileged(const struct rgapsd_client_id *id)
 	return id->uid == 0 || id->uid == geteuid();
 }
 
-bool rgapsd__sees_all(const struct rgapsd_client_id *id)
+bool rgapsd_sees_all(const struct rgapsd_client_id *id)
 {
 	return privileged(id) || in_group(id, getegid());
 }
 
-bool rgapsd__allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id)
+bool rgapsd_allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id)
 {
 	if (cfg->nallowed_uids == 0 && cfg->nallowed_gids == 0)
 		return true;
@@ -63,7 +63,7 @@ bool rgapsd__allows(const struct rgaps_topic_config *cfg, const struct rgapsd_cl
 	return false;
 }
 
-const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const char *name,
+const struct rgaps_topic_config *rgapsd_config_of(const struct rgapsd *d, const char *name,
 						   struct rgapsd_topic **t_p)
 {
 	const struct rgaps_topic_config *tc;
@@ -75,7 +75,7 @@ const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const
 		}
 	}
 	*t_p = NULL;
-	tc = rgapsd__topic_configured(d, name);
+	tc = rgapsd_topic_configured(d, name);
 	return tc ? tc : &d->cfg.topic_defaults;
 }
 
@@ -95,26 +95,26 @@ static int refuse_unseen(struct rgapsd *d, const char *name, const struct rgapsd
 	return -ENOENT;
 }
 
-int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
+int rgapsd_attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
 			 struct rgapsd_topic **t_p, char *err, size_t errlen)
 {
-	const struct rgaps_topic_config *cfg = rgapsd__config_of(d, name, t_p);
-	bool known = *t_p || rgapsd__topic_configured(d, name);
+	const struct rgaps_topic_config *cfg = rgapsd_config_of(d, name, t_p);
+	bool known = *t_p || rgapsd_topic_configured(d, name);
 	uint32_t mine = 0;
 
-	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED && !rgapsd__sees_all(id)) {
+	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED && !rgapsd_sees_all(id)) {
 		if (!known)
 			return refuse_unseen(d, name, id, "not configured", err, errlen);
-		if (!rgapsd__allows(cfg, id))
+		if (!rgapsd_allows(cfg, id))
 			return refuse_unseen(d, name, id, "not on its allow-list", err, errlen);
 	}
-	if (!rgapsd__allows(cfg, id)) {
+	if (!rgapsd_allows(cfg, id)) {
 		d->refused.attach_denied++;
 		snprintf(err, errlen, "uid %u gid %u is not allowed on topic '%s'",
 			 (unsigned)id->uid, (unsigned)id->gid, name);
 		return -EACCES;
 	}
-	if (*t_p || privileged(id) || rgapsd__topic_configured(d, name))
+	if (*t_p || privileged(id) || rgapsd_topic_configured(d, name))
 		return 0;
 	for (const struct rgapsd_topic *t = d->topics; t; t = t->next)
 		mine += t->adhoc && t->has_creator && t->creator == id->uid;

@@ -4,7 +4,7 @@
  * keys in daemon_table, a topic's in topic_table. Everything is driven from
  * those tables: defaults are JSON text run through the same setter as values
  * read from a file, the same range checks serve the parser and
- * rgaps_topic_config_validate(), and --help-config and docs/CONFIG.md print
+ * rgapsd_topic_config_validate(), and --help-config and docs/CONFIG.md print
  * them. A key is added by adding one row. Every refusal names the file, the
  * key and the reason ("FILE: key 'KEY': REASON").
  */
@@ -34,7 +34,7 @@
  * `meson install` puts the file and the unit points (/etc/rgaps for /usr,
  * /usr/local/etc/rgaps for /usr/local). Tests point it elsewhere.
  */
-const char *rgaps__config_default_path = RGAPS_SYSCONFDIR "/rgapsd.json";
+const char *rgapsd_config_default_path = RGAPS_SYSCONFDIR "/rgapsd.json";
 
 #define CFG_FILE_MAX (1u << 20) /* a config file larger than this is a mistake */
 #define CFG_WHY_MAX 320
@@ -123,7 +123,7 @@ static const char *cfg_show(const char *s, char *buf, size_t len)
 /* The same words as every other refusal of a name (config.h). */
 static bool check_topic_name(const char *s, char *why, size_t len)
 {
-	return rgaps_topic_name_check(s, why, len);
+	return rgaps__topic_name_check(s, why, len);
 }
 
 static bool check_not_empty(const char *s, char *why, size_t len)
@@ -173,7 +173,7 @@ static bool check_plugin_name(const char *s, char *why, size_t len)
 /* "HOST:PORT" or "[IPV6]:PORT", port 1..65535: the parser the daemon uses at start. */
 static bool check_hostport(const char *s, char *why, size_t len)
 {
-	return rgaps_hostport_parse(s, NULL, 0, NULL, why, len) == 0;
+	return rgapsd_hostport_parse(s, NULL, 0, NULL, why, len) == 0;
 }
 
 /* "0660": 3 or 4 octal digits, read, write and execute bits only (no setuid, setgid, sticky). */
@@ -246,7 +246,7 @@ static bool check_endpoint(const char *s, char *why, size_t len)
 			 "\"https://HOST:PORT\")", cfg_show(s, shown, sizeof(shown)));
 		return false;
 	}
-	if (rgaps_hostport_parse(hp, NULL, 0, NULL, hwhy, sizeof(hwhy)) != 0) {
+	if (rgapsd_hostport_parse(hp, NULL, 0, NULL, hwhy, sizeof(hwhy)) != 0) {
 		snprintf(why, len, "'%s': %s", cfg_show(s, shown, sizeof(shown)), hwhy);
 		return false;
 	}
@@ -744,9 +744,9 @@ static bool cfg_check_uint(const struct rgaps_cfg_field *f, uint64_t v, char *wh
 
 	if (v < f->min || v > f->max) {
 		if (f->type == RGAPS_CFG_SIZE) {
-			rgaps_format_size(f->min, a, sizeof(a));
-			rgaps_format_size(f->max, b, sizeof(b));
-			rgaps_format_size(v, c, sizeof(c));
+			rgaps__format_size(f->min, a, sizeof(a));
+			rgaps__format_size(f->max, b, sizeof(b));
+			rgaps__format_size(v, c, sizeof(c));
 			snprintf(why, len, "must be between %s and %s (got %s)", a, b, c);
 		} else {
 			snprintf(why, len, "must be between %" PRIu64 " and %" PRIu64
@@ -985,8 +985,8 @@ static bool cfg_json_uint(const struct rgaps_cfg_field *f, const cJSON *v, uint6
 	d = v->valuedouble;
 	if (!isfinite(d) || d < 0 || d >= 18446744073709551616.0) {
 		if (f->type == RGAPS_CFG_SIZE) {
-			rgaps_format_size(f->min, a, sizeof(a));
-			rgaps_format_size(f->max, b, sizeof(b));
+			rgaps__format_size(f->min, a, sizeof(a));
+			rgaps__format_size(f->max, b, sizeof(b));
 		} else {
 			snprintf(a, sizeof(a), "%" PRIu64, f->min);
 			snprintf(b, sizeof(b), "%" PRIu64, f->max);
@@ -1264,7 +1264,7 @@ static void cfg_defaults(const struct rgaps_cfg_table *t, void *base)
 	}
 }
 
-void rgaps_topic_config_defaults(struct rgaps_topic_config *tc)
+void rgapsd_topic_config_defaults(struct rgaps_topic_config *tc)
 {
 	memset(tc, 0, sizeof(*tc));
 	cfg_defaults(&topic_table, tc);
@@ -1374,7 +1374,7 @@ static int cfg_read_file(const char *path, char **buf_p, size_t *len_p, char *er
 		goto close_fd;
 	}
 	if ((uint64_t)st.st_size > CFG_FILE_MAX) {
-		rgaps_format_size((uint64_t)st.st_size, sz, sizeof(sz));
+		rgaps__format_size((uint64_t)st.st_size, sz, sizeof(sz));
 		cfg_fail(err, errlen, "%s: too large (%s, at most 1MiB)", path, sz);
 		rc = -EFBIG;
 		goto close_fd;
@@ -1414,7 +1414,7 @@ close_fd:
 /* ------------------------------------------------------------------------ */
 /* Topics                                                                   */
 
-int rgaps_topic_config_parse(const char *json, size_t len, const char *what,
+int rgapsd_topic_config_parse(const char *json, size_t len, const char *what,
 			     struct rgaps_topic_config *tc, char *err, size_t errlen)
 {
 	struct rgaps_topic_config tmp = *tc;
@@ -1445,8 +1445,8 @@ static int topic_validate(const struct rgaps_topic_config *tc, const char *what,
 			return cfg_fail_key(err, errlen, what, prefix, f->name, why);
 	}
 	if (tc->max_message_size > tc->pool_size) {
-		rgaps_format_size(tc->max_message_size, a, sizeof(a));
-		rgaps_format_size(tc->pool_size, b, sizeof(b));
+		rgaps__format_size(tc->max_message_size, a, sizeof(a));
+		rgaps__format_size(tc->pool_size, b, sizeof(b));
 		snprintf(why, sizeof(why), "%s is larger than pool_size (%s)", a, b);
 		return cfg_fail_key(err, errlen, what, prefix, "max_message_size", why);
 	}
@@ -1457,16 +1457,16 @@ static int topic_validate(const struct rgaps_topic_config *tc, const char *what,
 		return cfg_fail_key(err, errlen, what, prefix, "history", why);
 	}
 	if (tc->chunking && tc->chunk_size > tc->ring_size / 2) {
-		rgaps_format_size(tc->chunk_size, a, sizeof(a));
-		rgaps_format_size(tc->ring_size, b, sizeof(b));
+		rgaps__format_size(tc->chunk_size, a, sizeof(a));
+		rgaps__format_size(tc->ring_size, b, sizeof(b));
 		snprintf(why, sizeof(why),
 			 "%s is more than half of ring_size (%s): two chunks must fit in the "
 			 "receive ring", a, b);
 		return cfg_fail_key(err, errlen, what, prefix, "chunk_size", why);
 	}
 	if (!tc->chunking && tc->max_message_size > tc->ring_size) {
-		rgaps_format_size(tc->max_message_size, a, sizeof(a));
-		rgaps_format_size(tc->ring_size, b, sizeof(b));
+		rgaps__format_size(tc->max_message_size, a, sizeof(a));
+		rgaps__format_size(tc->ring_size, b, sizeof(b));
 		snprintf(why, sizeof(why),
 			 "%s does not fit in ring_size (%s), and chunking is off", a, b);
 		return cfg_fail_key(err, errlen, what, prefix, "max_message_size", why);
@@ -1474,7 +1474,7 @@ static int topic_validate(const struct rgaps_topic_config *tc, const char *what,
 	return 0;
 }
 
-int rgaps_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
+int rgapsd_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
 				size_t errlen)
 {
 	return topic_validate(tc, what ? what : "topic", "", false, err, errlen);
@@ -1533,24 +1533,24 @@ static int cfg_load_topic(struct rgapsd_config *cfg, struct topic_files *tf, con
 
 	snprintf(stem, sizeof(stem), "%.*s", (int)(strlen(fname) - strlen(".json")), fname);
 	tc.name[0] = '\0';
-	if (rgaps_topic_name_valid(stem))
+	if (rgaps__topic_name_valid(stem))
 		memcpy(tc.name, stem, strlen(stem) + 1);
 
 	rc = cfg_read_file(path, &buf, &len, err, errlen);
 	if (rc)
 		return rc;
-	rc = rgaps_topic_config_parse(buf, len, path, &tc, err, errlen);
+	rc = rgapsd_topic_config_parse(buf, len, path, &tc, err, errlen);
 	free(buf);
 	if (rc)
 		return rc;
 	if (!tc.name[0]) {
-		rgaps_topic_name_check(stem, rule, sizeof(rule));
+		rgaps__topic_name_check(stem, rule, sizeof(rule));
 		snprintf(why, sizeof(why),
 			 "the file name gives no topic name: %s; set \"name\" or rename the file",
 			 rule);
 		return cfg_fail_key(err, errlen, path, "", "name", why);
 	}
-	rc = rgaps_topic_config_validate(&tc, path, err, errlen);
+	rc = rgapsd_topic_config_validate(&tc, path, err, errlen);
 	if (rc)
 		return rc;
 	return cfg_add_topic(cfg, tf, &tc, path, err, errlen);
@@ -1681,7 +1681,7 @@ static bool cfg_wildcard(const char *hostport)
 	struct in6_addr a6;
 	struct in_addr a4;
 
-	if (rgaps_hostport_parse(hostport, host, sizeof(host), NULL, NULL, 0) != 0)
+	if (rgapsd_hostport_parse(hostport, host, sizeof(host), NULL, NULL, 0) != 0)
 		return false;
 	if (inet_pton(AF_INET, host, &a4) == 1)
 		return a4.s_addr == 0;
@@ -1730,7 +1730,7 @@ int rgapsd_config_load(const char *path, struct rgapsd_config *cfg, char *err, s
 
 	rgapsd_config_defaults(cfg);
 	if (!path) {
-		path = rgaps__config_default_path;
+		path = rgapsd_config_default_path;
 		if (stat(path, &st) < 0 && errno == ENOENT)
 			return 0; /* no file at all: everything at its default */
 	}
@@ -1847,7 +1847,7 @@ static cJSON *cfg_field_to_json(const struct rgaps_cfg_field *f, const void *bas
 	return a;
 }
 
-void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc)
+void *rgapsd_topic_config_to_json(const struct rgaps_topic_config *tc)
 {
 	return cfg_object_to_json(&topic_table, tc);
 }
@@ -1870,8 +1870,8 @@ static void cfg_type_doc(const struct rgaps_cfg_field *f, char *buf, size_t len)
 			 f->flags & RGAPS_CFG_F_POW2 ? "power of two" : "integer", f->min, f->max);
 		return;
 	case RGAPS_CFG_SIZE:
-		rgaps_format_size(f->min, a, sizeof(a));
-		rgaps_format_size(f->max, b, sizeof(b));
+		rgaps__format_size(f->min, a, sizeof(a));
+		rgaps__format_size(f->max, b, sizeof(b));
 		snprintf(buf, len, "size, %s..%s", a, b);
 		return;
 	case RGAPS_CFG_BOOL:
@@ -1939,7 +1939,7 @@ static void cfg_print_table(FILE *out, const struct rgaps_cfg_table *t)
 	}
 }
 
-bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
+bool rgapsd_config_key_doc(enum rgaps_config_table_id table, size_t i,
 			  struct rgaps_config_key_doc *kd)
 {
 	const struct rgaps_cfg_table *t = table == RGAPS_CONFIG_TOPIC	  ? &topic_table :
@@ -1958,9 +1958,9 @@ bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
 	return true;
 }
 
-void rgaps_config_print_help(FILE *f)
+void rgapsd_config_print_help(FILE *f)
 {
-	fprintf(f, "Daemon keys (%s):\n\n", rgaps__config_default_path);
+	fprintf(f, "Daemon keys (%s):\n\n", rgapsd_config_default_path);
 	cfg_print_table(f, &daemon_table);
 	fprintf(f, "Discovery keys (the \"discovery\" object of the daemon file: membership in\n"
 		   "etcd, docs/CONFIG.md \"Several hosts\"):\n\n");

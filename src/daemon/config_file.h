@@ -80,7 +80,7 @@ struct rgapsd_config {
 };
 
 /* The daemon file read without -c: <sysconfdir>/rgaps/rgapsd.json of the build. */
-extern const char *rgaps__config_default_path;
+extern const char *rgapsd_config_default_path;
 
 /* Fill defaults (what runs with no file at all). */
 void rgapsd_config_defaults(struct rgapsd_config *cfg);
@@ -89,7 +89,7 @@ void rgapsd_config_defaults(struct rgapsd_config *cfg);
  * Load the daemon configuration from path (JSON object), then every .json
  * file in <topics_dir> (one topic object per file; "name" defaults to the file
  * name without .json); topic files start from the daemon's "defaults" object.
- * path NULL: use rgaps__config_default_path if it exists, else only defaults.
+ * path NULL: use rgapsd_config_default_path if it exists, else only defaults.
  * On error returns -EINVAL (or -errno for I/O), and err holds
  * "FILE: key 'KEY': REASON". cfg is always safe to pass to rgapsd_config_free.
  */
@@ -100,17 +100,17 @@ void rgapsd_config_free(struct rgapsd_config *cfg);
  * Parse one topic object (JSON text) on top of *tc (which holds the defaults).
  * what names the source in error messages (a file name). Returns 0 or -EINVAL.
  */
-int rgaps_topic_config_parse(const char *json, size_t len, const char *what,
+int rgapsd_topic_config_parse(const char *json, size_t len, const char *what,
 			     struct rgaps_topic_config *tc, char *err, size_t errlen);
 
 /* Cross-field checks (e.g. max_message_size <= pool_size). 0 or -EINVAL + err. */
-int rgaps_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
+int rgapsd_topic_config_validate(const struct rgaps_topic_config *tc, const char *what, char *err,
 				size_t errlen);
 
 /* Print every key of both tables with type, default and doc (rgapsd --help-config). */
-void rgaps_config_print_help(FILE *f);
+void rgapsd_config_print_help(FILE *f);
 
-/* The tables rgaps_config_key_doc() walks. */
+/* The tables rgapsd_config_key_doc() walks. */
 enum rgaps_config_table_id {
 	RGAPS_CONFIG_DAEMON,	/* rgapsd.json */
 	RGAPS_CONFIG_TOPIC,	/* topics.d/NAME.json and the daemon's "defaults" object */
@@ -127,10 +127,10 @@ struct rgaps_config_key_doc {
 };
 
 /* Key i of a table: true and *kd filled, false past its last key. */
-bool rgaps_config_key_doc(enum rgaps_config_table_id table, size_t i,
+bool rgapsd_config_key_doc(enum rgaps_config_table_id table, size_t i,
 			  struct rgaps_config_key_doc *kd);
 
 /* The topic config as a cJSON object (for stats/topics replies). Returns cJSON* as void*. */
-void *rgaps_topic_config_to_json(const struct rgaps_topic_config *tc);
+void *rgapsd_topic_config_to_json(const struct rgaps_topic_config *tc);
 
 #endif

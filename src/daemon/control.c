@@ -533,7 +533,7 @@ static void conn_on_data(struct rgapsd_conn *conn, int res)
 		conn->hdr_have += (uint32_t)res;
 		if (conn->hdr_have < RGAPS_FRAME_HDR)
 			goto next;
-		rc = rgaps_frame_length(conn->hdr, &len);
+		rc = rgaps__frame_length(conn->hdr, &len);
 		if (rc) {
 			conn_reject(conn, rc);
 			goto next;
@@ -719,7 +719,7 @@ static void ctl_refuse(struct rgapsd_control *ctl, int fd, const struct ucred *c
 	int n = ctl_error_frame(reply + RGAPS_FRAME_HDR, sizeof(reply) - RGAPS_FRAME_HDR, err,
 				why);
 
-	rgaps_frame_header((uint8_t *)reply, (uint32_t)n);
+	rgaps__frame_header((uint8_t *)reply, (uint32_t)n);
 	(void)!send(fd, reply, RGAPS_FRAME_HDR + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(fd);
 	ctl_log_refusal(ctl, "refused a connection of pid %d uid %u: %s", (int)cred->pid,
@@ -1426,7 +1426,7 @@ int rgapsd_conn_send(struct rgapsd_conn *conn, const char *payload, size_t len, 
 	s->next = NULL;
 	s->off = 0;
 	s->len = RGAPS_FRAME_HDR + len;
-	rgaps_frame_header(s->data, (uint32_t)len);
+	rgaps__frame_header(s->data, (uint32_t)len);
 	memcpy(s->data + RGAPS_FRAME_HDR, payload, len);
 	*conn->sq_tail = s;
 	conn->sq_tail = &s->next;

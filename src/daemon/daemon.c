@@ -88,8 +88,8 @@ static void raise_fd_limit(const struct rgapsd_config *cfg)
 }
 
 static const struct rgapsd_control_ops control_ops = {
-	.on_frame = rgapsd__on_frame,
-	.on_close = rgapsd__on_close,
+	.on_frame = rgapsd_on_frame,
+	.on_close = rgapsd_on_close,
 };
 
 int rgapsd_init(struct rgapsd *d, uv_loop_t *loop, const struct rgapsd_config *cfg)
@@ -196,7 +196,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 	d->ctl = NULL;
 	rgapsd_remote_stop(d);
 	rgapsd_topics_stop(d);
-	rgapsd__topics_destroy(d);
+	rgapsd_topics_destroy(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
 	rgapsd_looplag_stop(&d->lag);
@@ -204,7 +204,7 @@ void rgapsd_shutdown(struct rgapsd *d)
 
 void rgapsd_fini(struct rgapsd *d)
 {
-	rgapsd__topics_destroy(d);
+	rgapsd_topics_destroy(d);
 	rgapsd_remote_free(d);
 	rgapsd_registry_free(&d->reg);
 }

@@ -77,7 +77,7 @@ struct rgapsd_member {
 	int32_t serve;
 };
 
-/* What to make (rgapsd__member_create_spec). */
+/* What to make (rgapsd_member_create_spec). */
 struct rgapsd_member_spec {
 	enum rgapsd_member_kind kind;
 	uint64_t conn_id; /* 0: rgapsd's own */
@@ -209,19 +209,19 @@ void rgapsd_shutdown(struct rgapsd *d);
 void rgapsd_fini(struct rgapsd *d);
 
 /* Request handling (requests.c). */
-void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len);
-void rgapsd__on_close(void *ctx, struct rgapsd_conn *conn);
+void rgapsd_on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len);
+void rgapsd_on_close(void *ctx, struct rgapsd_conn *conn);
 /*
  * The whole `stats` reply, every topic and peer, in one object (what the pages of a
  * stats request merge to), as rgapsd's own user sees it: for metrics_listen. On the
  * loop; NULL when out of memory.
  */
-struct cJSON *rgapsd__stats_all(struct rgapsd *d);
+struct cJSON *rgapsd_stats_all(struct rgapsd *d);
 
 /* Topics (topics.c). */
-int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
+int rgapsd_topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen);
-void rgapsd__topics_destroy(struct rgapsd *d);
+void rgapsd_topics_destroy(struct rgapsd *d);
 /*
  * The sweep, every 100 ms on the loop: each topic's replicas without
  * subscribers and its departed members (rgapsd_members_sweep), then the topics
@@ -249,13 +249,13 @@ struct rgapsd_client_gpus {
  * words, naming GPUs by PCI address) for a GPU the topic cannot serve, or the
  * replica's failure.
  */
-int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
+int rgapsd_topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
 			     int32_t *gpu_p, int32_t *serve_p, const char **path_p,
 			     bool *grant_rw_p, char *err, size_t errlen);
 /* The PCI address of GPU gpu as rgapsd numbers them, NULL unknown. */
-const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu);
+const char *rgapsd_gpu_pci(const struct rgapsd_topic *t, int32_t gpu);
 /* The "gpus" array of a topic's stats (NULL: no GPU to tell of). Returns cJSON *. */
-struct cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t);
+struct cJSON *rgapsd_topic_gpus_json(struct rgapsd_topic *t);
 /* The table of a topic's members of kind (*n_p: its slots), under t->lock or on the loop. */
 static inline struct rgapsd_member **rgapsd_member_table(struct rgapsd_topic *t,
 							 enum rgapsd_member_kind kind,
@@ -265,7 +265,7 @@ static inline struct rgapsd_member **rgapsd_member_table(struct rgapsd_topic *t,
 	return kind == RGAPSD_MEMBER_PUB ? t->pubs : t->subs;
 }
 /* Does subscriber member s read stream member p? */
-static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const struct rgapsd_member *p)
+static inline bool rgapsd_member_reads(const struct rgapsd_member *s, const struct rgapsd_member *p)
 {
 	return s->serve == p->serve;
 }
@@ -277,33 +277,33 @@ static inline bool rgapsd__member_reads(const struct rgapsd_member *s, const str
  * the one there is; -ENODEV or -ENOMEM with err in words. stop: ask it out
  * (the sweep ends it once the replicator let go of it).
  */
-int rgapsd__replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen);
-void rgapsd__replica_stop(struct rgapsd_topic *t, int32_t gpu);
+int rgapsd_replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen);
+void rgapsd_replica_stop(struct rgapsd_topic *t, int32_t gpu);
 /* Is there a replica on gpu (being fed, or about to be)? */
-bool rgapsd__replica_on(const struct rgapsd_topic *t, int32_t gpu);
+bool rgapsd_replica_on(const struct rgapsd_topic *t, int32_t gpu);
 /* End the replicas let go of; stop the replicator when none is left. */
-void rgapsd__replicator_sweep(struct rgapsd_topic *t);
+void rgapsd_replicator_sweep(struct rgapsd_topic *t);
 /* Stop the replicator and end every replica (the topic goes). */
-void rgapsd__replicator_destroy(struct rgapsd_topic *t);
+void rgapsd_replicator_destroy(struct rgapsd_topic *t);
 struct rgapsd_replica_stats {
 	uint64_t copies, bytes, lost, stream;
 	int32_t fed_from; /* the GPU its bytes come from, -1 not fed yet */
 	const char *how;  /* "peer" (over a link), "host" (through host memory) */
 };
 /* The replica on gpu: false if there is none. */
-bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
+bool rgapsd_replica_stats_get(const struct rgapsd_topic *t, int32_t gpu,
 			   struct rgapsd_replica_stats *st);
 
 /* Members (members.c). */
-int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+int rgapsd_member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			       struct rgapsd_member **m_p, char *err, size_t errlen);
 /*
  * A client's attachment in two steps (docs/SHM-LAYOUT.md, "The objects"). Prepare:
  * its region and pool made (sized, backed, resize-proof), in no table yet; the
  * client maps them. Activate, once it has: sealed for good, a slot and stream id,
  * the region formatted, visible to the others. Each fails with err saying why
- * (-ENOSPC: no free slot). rgapsd__member_create_spec does both at once (rgapsd's
- * own members). A PENDING member that is left is freed by rgapsd__member_leave.
+ * (-ENOSPC: no free slot). rgapsd_member_create_spec does both at once (rgapsd's
+ * own members). A PENDING member that is left is freed by rgapsd_member_leave.
  */
 int rgapsd_member_prepare(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			  struct rgapsd_member **m_p, char *err, size_t errlen);
@@ -311,22 +311,22 @@ int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen);
 /* Is there a slot of kind for a new member (a free one, or a departed stream's)? */
 bool rgapsd_member_slot_free(struct rgapsd_topic *t, enum rgapsd_member_kind kind);
 /* The member's owner detached: a subscriber goes, a publisher's stream drains. */
-void rgapsd__member_leave(struct rgapsd_member *m);
-void rgapsd__member_get(struct rgapsd_member *m);
-void rgapsd__member_put(struct rgapsd_member *m);
+void rgapsd_member_leave(struct rgapsd_member *m);
+void rgapsd_member_get(struct rgapsd_member *m);
+void rgapsd_member_put(struct rgapsd_member *m);
 /* A new fd for another process: read-only unless writable (the owner's). -errno. */
-int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
+int rgapsd_member_share_fd(const struct rgapsd_member *m, bool pool, bool writable);
 /* Wake every member's futex word (after dir_gen moved or the topic closed). */
-void rgapsd__members_wake(struct rgapsd_topic *t);
+void rgapsd_members_wake(struct rgapsd_topic *t);
 /*
  * The topic's sweep (topics.c): end the departed streams every reader has read
  * (or that waited too long), free the GONE members nobody maps.
  */
 void rgapsd_members_sweep(struct rgapsd_topic *t, uint64_t now);
 /* Tear every member of a topic down (the topic is destroyed). */
-void rgapsd__members_destroy(struct rgapsd_topic *t);
+void rgapsd_members_destroy(struct rgapsd_topic *t);
 /* Snapshot of a publisher member's stream (clamped): head, tail, counters. */
-void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s);
+void rgapsd_member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s);
 
 /*
  * What a client has been told about a topic's members, and the diff since
@@ -338,37 +338,37 @@ struct rgapsd_told {
 	uint64_t *limit; /* and the limit told */
 	uint32_t n;
 };
-int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
+int rgapsd_told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
 		      enum rgapsd_member_kind watch);
-void rgapsd__told_free(struct rgapsd_told *told);
+void rgapsd_told_free(struct rgapsd_told *told);
 /*
  * Add "members", "remove" and "more" to reply and up to max_fds fds to fds
  * (*nfds_p on entry: fds already used), for members of kind watch that serve
  * as the client does (serve) and that the client has not been told of.
  * -errno when an fd cannot be opened.
  */
-int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
+int rgapsd_told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 		      enum rgapsd_member_kind watch, int32_t serve, struct cJSON *reply, int *fds,
 		      int *nfds_p, int max_fds);
 
 /* The topic's configuration from topics.d, or NULL. */
-const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d, const char *name);
+const struct rgaps_topic_config *rgapsd_topic_configured(const struct rgapsd *d, const char *name);
 
 /* Who may see, attach to and create which topic (access.c). */
-void rgapsd__client_id(struct rgapsd_conn *conn, struct rgapsd_client_id *id);
+void rgapsd_client_identify(struct rgapsd_conn *conn, struct rgapsd_client_id *id);
 /* Root, rgapsd's own user and members of its group see every topic. */
-bool rgapsd__sees_all(const struct rgapsd_client_id *id);
+bool rgapsd_sees_all(const struct rgapsd_client_id *id);
 /* The allow-list of cfg admits id (root and rgapsd's own user always). */
-bool rgapsd__allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id);
+bool rgapsd_allows(const struct rgaps_topic_config *cfg, const struct rgapsd_client_id *id);
 /* The configuration topic name has, or would get if an attach created it. */
-const struct rgaps_topic_config *rgapsd__config_of(const struct rgapsd *d, const char *name,
+const struct rgaps_topic_config *rgapsd_config_of(const struct rgapsd *d, const char *name,
 						   struct rgapsd_topic **t_p);
 /*
  * Before an attach: may id attach to topic name, creating it if need be? 0 (*t_p: the
  * topic, NULL when the attach will create it), -EACCES or -EDQUOT with the reason in err.
  * Nothing is created either way.
  */
-int rgapsd__attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
+int rgapsd_attach_admit(struct rgapsd *d, const char *name, const struct rgapsd_client_id *id,
 			 struct rgapsd_topic **t_p, char *err, size_t errlen);
 
 #endif

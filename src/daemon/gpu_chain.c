@@ -51,7 +51,7 @@ static struct cost cost_of(const struct rgaps_mem_link *l, int branch, int32_t g
 	return c;
 }
 
-void rgapsd__chain_order(
+void rgapsd_chain_order(
 	const struct rgaps_mem_link link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES],
 	int32_t source, const int32_t *gpus, uint32_t n, struct rgapsd_chain_hop *hops)
 {
@@ -97,7 +97,7 @@ void rgapsd__chain_order(
 	}
 }
 
-void rgapsd__chain_describe(int32_t source, const struct rgapsd_chain_hop *hops, uint32_t n,
+void rgapsd_chain_describe(int32_t source, const struct rgapsd_chain_hop *hops, uint32_t n,
 			    char *buf, size_t len)
 {
 	size_t at = 0;
@@ -119,7 +119,7 @@ void rgapsd__chain_describe(int32_t source, const struct rgapsd_chain_hop *hops,
 
 /* ---------------------------------------------------------------- the copy */
 
-void rgapsd__chain_init(struct rgapsd_chain *c, const struct rgaps_memory_ops *ops, void *ctx,
+void rgapsd_chain_init(struct rgapsd_chain *c, const struct rgaps_memory_ops *ops, void *ctx,
 			uint64_t piece, uint64_t max_message_size)
 {
 	memset(c, 0, sizeof(*c));
@@ -129,7 +129,7 @@ void rgapsd__chain_init(struct rgapsd_chain *c, const struct rgaps_memory_ops *o
 	c->bounce_max = RGAPS_MIN(64ull << 20, max_message_size);
 }
 
-void rgapsd__chain_fini(struct rgapsd_chain *c)
+void rgapsd_chain_fini(struct rgapsd_chain *c)
 {
 	if (c->bounce) {
 		if (c->bounce_pinned)
@@ -225,7 +225,7 @@ static int group_copy(struct rgapsd_chain *c, const void *src, uint64_t n,
 	return e;
 }
 
-int rgapsd__chain_copy(struct rgapsd_chain *c, const void *src, uint64_t n,
+int rgapsd_chain_copy(struct rgapsd_chain *c, const void *src, uint64_t n,
 		       const struct rgapsd_chain_hop *hops, uint32_t nhops,
 		       void (*whole)(void *arg, uint32_t hop), void *arg)
 {

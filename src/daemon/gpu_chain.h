@@ -32,12 +32,12 @@ struct rgapsd_chain_hop {
  * placed GPU reaches is fed from the tail through host memory. link[i][j]:
  * how GPU i reads GPU j's memory. A pure function.
  */
-void rgapsd__chain_order(
+void rgapsd_chain_order(
 	const struct rgaps_mem_link link[RGAPS_MEM_MAX_DEVICES][RGAPS_MEM_MAX_DEVICES],
 	int32_t source, const int32_t *gpus, uint32_t n, struct rgapsd_chain_hop *hops);
 
 /* The order in words for the log: "0 -> 1 -> 3, 1 -> 2 (host)". */
-void rgapsd__chain_describe(int32_t source, const struct rgapsd_chain_hop *hops, uint32_t n,
+void rgapsd_chain_describe(int32_t source, const struct rgapsd_chain_hop *hops, uint32_t n,
 			    char *buf, size_t len);
 
 /* A replicator's copier: the memory plugin, the piece size, a host buffer made on first use. */
@@ -52,9 +52,9 @@ struct rgapsd_chain {
 	bool hop_by_hop; /* the plugin has no copy_relay: each replica whole, then the next */
 };
 
-void rgapsd__chain_init(struct rgapsd_chain *c, const struct rgaps_memory_ops *ops, void *ctx,
+void rgapsd_chain_init(struct rgapsd_chain *c, const struct rgaps_memory_ops *ops, void *ctx,
 			uint64_t piece, uint64_t max_message_size);
-void rgapsd__chain_fini(struct rgapsd_chain *c);
+void rgapsd_chain_fini(struct rgapsd_chain *c);
 
 /*
  * Copy n bytes from src into hops[i].dst for every hop, along their order.
@@ -62,7 +62,7 @@ void rgapsd__chain_fini(struct rgapsd_chain *c);
  * each hop once, never before the hop it is fed from. 0; or a negative errno
  * when a copy failed: the hops whole() was not called for hold nothing usable.
  */
-int rgapsd__chain_copy(struct rgapsd_chain *c, const void *src, uint64_t n,
+int rgapsd_chain_copy(struct rgapsd_chain *c, const void *src, uint64_t n,
 		       const struct rgapsd_chain_hop *hops, uint32_t nhops,
 		       void (*whole)(void *arg, uint32_t hop), void *arg);
 

@@ -47,7 +47,7 @@ static int bad(const char *s, char *why, size_t whylen, const char *fmt, ...)
 	return -EINVAL;
 }
 
-int rgaps_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port_p, char *why,
+int rgapsd_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port_p, char *why,
 			 size_t whylen)
 {
 	const char *h, *he, *colon;

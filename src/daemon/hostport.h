@@ -15,7 +15,7 @@
  * hostlen bytes at most) and *port_p written when they are not NULL; or -EINVAL
  * with why ("'a!b:7400' is not HOST:PORT: ...") when why is not NULL.
  */
-int rgaps_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port_p, char *why,
+int rgapsd_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port_p, char *why,
 			 size_t whylen);
 
 #endif

@@ -31,7 +31,7 @@ static void usage(FILE *f)
 		"      --help-config      list every configuration key\n"
 		"  -V, --version          print the version\n"
 		"  -h, --help             this text\n",
-		rgaps__config_default_path);
+		rgapsd_config_default_path);
 }
 
 /*
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 			struct rgapsd_registry reg;
 			char why[512];
 
-			rgaps_config_print_help(stdout);
+			rgapsd_config_print_help(stdout);
 			if (rgapsd_registry_scan(&reg, rgaps__plugin_default_dir(), why,
 						 sizeof(why)) == 0) {
 				rgapsd_remote_print_options(stdout, &reg);

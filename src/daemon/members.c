@@ -36,21 +36,21 @@
 
 #define DRAIN_MAX_NS (30ull * 1000 * 1000 * 1000) /* a departed stream is kept at most this */
 
-void rgapsd__member_get(struct rgapsd_member *m)
+void rgapsd_member_get(struct rgapsd_member *m)
 {
 	__atomic_fetch_add(&m->refs, 1, __ATOMIC_ACQ_REL);
 }
 
-void rgapsd__member_put(struct rgapsd_member *m)
+void rgapsd_member_put(struct rgapsd_member *m)
 {
 	uint32_t was = __atomic_fetch_sub(&m->refs, 1, __ATOMIC_ACQ_REL);
 
 	rgaps_require(was > 0);
 }
 
-void rgapsd__member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s)
+void rgapsd_member_pub_snapshot(const struct rgapsd_member *m, struct rgaps_pub_snapshot *s)
 {
-	rgaps_pub_snapshot(&m->t->lim, m->map, s);
+	rgaps__pub_snapshot(&m->t->lim, m->map, s);
 }
 
 /*
@@ -176,7 +176,7 @@ static int gone_push(struct rgapsd_topic *t, struct rgapsd_member *m)
 	return 0;
 }
 
-void rgapsd__members_wake(struct rgapsd_topic *t)
+void rgapsd_members_wake(struct rgapsd_topic *t)
 {
 	/*
 	 * A client asleep on a single futex word - the one stream's doorbell, the one
@@ -193,8 +193,8 @@ void rgapsd__members_wake(struct rgapsd_topic *t)
 
 static void dir_changed(struct rgapsd_topic *t)
 {
-	rgaps_topic_dir_changed(t->hdr);
-	rgapsd__members_wake(t);
+	rgaps__topic_dir_changed(t->hdr);
+	rgapsd_members_wake(t);
 }
 
 static void counts_to_hdr(struct rgapsd_topic *t)
@@ -222,7 +222,7 @@ static void member_gone(struct rgapsd_member *m)
 		const uint64_t *src = (const uint64_t *)&s.c;
 		uint64_t *dst = (uint64_t *)&t->gone_pubs;
 
-		rgapsd__member_pub_snapshot(m, &s);
+		rgapsd_member_pub_snapshot(m, &s);
 		/* Saturating sums: a liar's counters must not wrap the topic's. */
 		for (size_t i = 0; i < sizeof(s.c) / sizeof(uint64_t); i++)
 			dst[i] = dst[i] + src[i] < dst[i] ? UINT64_MAX : dst[i] + src[i];
@@ -233,7 +233,7 @@ static void member_gone(struct rgapsd_member *m)
 	} else {
 		struct rgaps_sub_snapshot s;
 
-		rgaps_sub_snapshot(&t->lim, m->map, &s);
+		rgaps__sub_snapshot(&t->lim, m->map, &s);
 		t->gone_subs.taken += s.c.taken;
 		t->gone_subs.released += s.c.released;
 		t->gone_subs.drops += s.c.drops;
@@ -263,7 +263,7 @@ static uint64_t start_of(struct rgapsd_topic *t, const struct rgapsd_member *p)
 	struct rgaps_pub_snapshot s;
 	uint64_t head;
 
-	rgapsd__member_pub_snapshot(p, &s);
+	rgapsd_member_pub_snapshot(p, &s);
 	head = p->state == RGAPSD_MEMBER_DRAINING ? RGAPS_MIN(s.head, p->limit) : s.head;
 	if (s.tail > head)
 		return head;
@@ -333,7 +333,7 @@ static int reserve_check(struct rgapsd_topic *t, int32_t device, char *err, size
 	return r;
 }
 
-int rgapsd__member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
+int rgapsd_member_create_spec(struct rgapsd_topic *t, const struct rgapsd_member_spec *spec,
 			       struct rgapsd_member **m_p, char *err, size_t errlen)
 {
 	struct rgapsd_member *m;
@@ -406,7 +406,7 @@ int rgapsd_member_prepare(struct rgapsd_topic *t, const struct rgapsd_member_spe
 		if (r) {
 			char size[32];
 
-			rgaps_format_size(t->lim.pool_size, size, sizeof(size));
+			rgaps__format_size(t->lim.pool_size, size, sizeof(size));
 			snprintf(err, errlen,
 				 "memory '%s' cannot create a %s pool on device %d: %s "
 				 "(rgapsd's log says more)",
@@ -499,14 +499,14 @@ int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen)
 	m->gen = ++t->next_gen;
 	/* Formatted through our mapping, still writable: the seals stop new mappings only. */
 	if (kind == RGAPSD_MEMBER_PUB) {
-		rgaps_pub_region_format(m->map, &t->lim, slot, m->gen);
+		rgaps__pub_region_format(m->map, &t->lim, slot, m->gen);
 	} else {
-		rgaps_sub_region_format(m->map, &t->lim, slot, m->gen);
+		rgaps__sub_region_format(m->map, &t->lim, slot, m->gen);
 		/* Where it starts in every stream there is (read before it is visible: it can
 		 * miss nothing published after its attach completes). */
 		for (uint32_t k = 0; k < t->lim.max_publishers; k++)
-			if (t->pubs[k] && rgapsd__member_reads(m, t->pubs[k]))
-				rgaps_sub_region_set_cursor(m->map, &t->lim, k, t->pubs[k]->gen,
+			if (t->pubs[k] && rgapsd_member_reads(m, t->pubs[k]))
+				rgaps__sub_region_set_cursor(m->map, &t->lim, k, t->pubs[k]->gen,
 							    start_of(t, t->pubs[k]),
 							    RGAPS_CURSOR_FRESH);
 	}
@@ -530,7 +530,7 @@ int rgapsd_member_activate(struct rgapsd_member *m, char *err, size_t errlen)
 	return 0;
 }
 
-void rgapsd__member_leave(struct rgapsd_member *m)
+void rgapsd_member_leave(struct rgapsd_member *m)
 {
 	struct rgapsd_topic *t = m->t;
 	struct rgaps_pub_snapshot s;
@@ -545,7 +545,7 @@ void rgapsd__member_leave(struct rgapsd_member *m)
 	}
 	if (m->state != RGAPSD_MEMBER_ACTIVE)
 		return;
-	rgapsd__member_pub_snapshot(m, &s);
+	rgapsd_member_pub_snapshot(m, &s);
 	/* Loans die with the publisher: its pool goes when its stream has drained. */
 	t->reclaimed_loans += s.c.nloans;
 	pthread_mutex_lock(&t->lock);
@@ -559,7 +559,7 @@ void rgapsd__member_leave(struct rgapsd_member *m)
 	dir_changed(t);
 }
 
-int rgapsd__member_share_fd(const struct rgapsd_member *m, bool pool, bool writable)
+int rgapsd_member_share_fd(const struct rgapsd_member *m, bool pool, bool writable)
 {
 	int fd = pool ? m->pool.fd : m->fd, r;
 
@@ -582,15 +582,15 @@ static bool drained(struct rgapsd_topic *t, const struct rgapsd_member *p)
 	struct rgaps_pub_snapshot s;
 	uint64_t limit;
 
-	rgapsd__member_pub_snapshot(p, &s);
+	rgapsd_member_pub_snapshot(p, &s);
 	limit = RGAPS_MIN(p->limit, s.head);
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
 		const struct rgapsd_member *sm = t->subs[j];
 
-		if (!sm || !rgapsd__member_reads(sm, p))
+		if (!sm || !rgapsd_member_reads(sm, p))
 			continue; /* it reads other streams: nothing of this one to wait for */
-		if (rgaps_sub_position(&t->lim, sm->map, p->slot, p->gen, s.tail, limit) < limit ||
-		    rgaps_sub_holds_stream(&t->lim, sm->map, p->gen))
+		if (rgaps__sub_position(&t->lim, sm->map, p->slot, p->gen, s.tail, limit) < limit ||
+		    rgaps__sub_holds_stream(&t->lim, sm->map, p->gen))
 			return false;
 	}
 	return true;
@@ -639,7 +639,7 @@ void rgapsd_members_sweep(struct rgapsd_topic *t, uint64_t now)
 	t->ngone = keep;
 }
 
-void rgapsd__members_destroy(struct rgapsd_topic *t)
+void rgapsd_members_destroy(struct rgapsd_topic *t)
 {
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++)
 		if (t->subs[j])

@@ -6,7 +6,7 @@
  * requests, writing replies to slow readers), bounded by its options. A scrape
  * needs a snapshot of state only the loop may read: the server's thread posts
  * a message to the loop's mailbox and waits (at most LOOP_WAIT) for the loop to
- * hand back the whole stats reply as a cJSON tree (rgapsd__stats_all(), what a
+ * hand back the whole stats reply as a cJSON tree (rgapsd_stats_all(), what a
  * `stats` request costs the loop); it then renders the text itself, off the
  * loop. Scrapes within FRESH of the last snapshot get its text, so however
  * often a scraper asks, the loop makes at most one snapshot per FRESH.
@@ -72,7 +72,7 @@ static void on_ask(struct rgapsd_msg *msg)
 		return;
 	}
 	pthread_mutex_unlock(&m->lock);
-	s = rgapsd__stats_all(m->d); /* the loop's own state: here, on the loop */
+	s = rgapsd_stats_all(m->d); /* the loop's own state: here, on the loop */
 	pthread_mutex_lock(&m->lock);
 	cJSON_Delete(m->snapshot);
 	m->snapshot = s;
@@ -230,7 +230,7 @@ static int listen_on(const char *addr, char *err, size_t errlen)
 	uint16_t p;
 	int fd = -1, one = 1, r;
 
-	if (rgaps_hostport_parse(addr, host, sizeof(host), &p, why, sizeof(why)))
+	if (rgapsd_hostport_parse(addr, host, sizeof(host), &p, why, sizeof(why)))
 		return rgaps__fail(-EINVAL, err, errlen, "metrics_listen: %s", why);
 	snprintf(port, sizeof(port), "%u", p);
 	r = getaddrinfo(host, port, &hints, &ai);

@@ -35,10 +35,10 @@ static void leaving_sweep(struct rgapsd_own_sub *s)
 	uint32_t keep = 0;
 
 	for (uint32_t i = 0; i < s->nleaving; i++) {
-		if (rgaps_sub_stream_held(s->sub, s->leaving[i]->gen))
+		if (rgaps__sub_stream_held(s->sub, s->leaving[i]->gen))
 			s->leaving[keep++] = s->leaving[i];
 		else
-			rgapsd__member_put(s->leaving[i]);
+			rgapsd_member_put(s->leaving[i]);
 	}
 	s->nleaving = keep;
 }
@@ -52,8 +52,8 @@ static void stream_forget(struct rgapsd_own_sub *s, uint32_t k)
 	if (s->moved)
 		s->moved(s->moved_arg, k, false);
 	/* Nothing of it held, or no memory to list it: let go of it now. */
-	if (rgaps_sub_clear_stream(s->sub, k) || leaving_push(s, cur))
-		rgapsd__member_put(cur);
+	if (rgaps__sub_clear_stream(s->sub, k) || leaving_push(s, cur))
+		rgapsd_member_put(cur);
 }
 
 /* Sync callback (the subscriber's thread): follow the topic's publishers. */
@@ -66,19 +66,19 @@ static int sub_sync(void *arg)
 	for (uint32_t k = 0; k < t->lim.max_publishers; k++) {
 		struct rgapsd_member *m = t->pubs[k];
 
-		if (m && !rgapsd__member_reads(s->self, m))
+		if (m && !rgapsd_member_reads(s->self, m))
 			m = NULL; /* a replica for a GPU (replicator.c): another serve's */
 		if (s->streams[k] && s->streams[k] != m)
 			stream_forget(s, k);
 		if (!m)
 			continue;
 		if (!s->streams[k]) {
-			rgapsd__member_get(m);
+			rgapsd_member_get(m);
 			s->streams[k] = m;
 			if (s->moved)
 				s->moved(s->moved_arg, k, true);
 		}
-		rgaps_sub_set_stream(s->sub, k, m->gen, m->map, m->pool.base,
+		rgaps__sub_set_stream(s->sub, k, m->gen, m->map, m->pool.base,
 				     m->state == RGAPSD_MEMBER_DRAINING ? m->limit : UINT64_MAX);
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -131,7 +131,7 @@ static int fence_done(void *arg, const struct rgaps_sub_msg *m)
 		return -ENODATA;
 	r = src->map;
 
-	switch (rgaps_fence_verdict(r, src_active(src))) {
+	switch (rgaps__fence_verdict(r, src_active(src))) {
 	case RGAPS_FENCE_DONE:
 		return 0;
 	case RGAPS_FENCE_LOST:
@@ -144,9 +144,10 @@ static int fence_done(void *arg, const struct rgaps_sub_msg *m)
 		break;
 	}
 	if (!s->fences)
-		e = rgaps_fence_cache_create(&t->lim, &t->mem->ops.memory, t->mem->ctx, &s->fences);
+		e = rgaps__fence_cache_create(&t->lim, &t->mem->ops.memory, t->mem->ctx,
+					      &s->fences);
 	if (!e)
-		e = rgaps_fence_cache_get(s->fences, m->slot, m->stream, r, m->fence, &f, why,
+		e = rgaps__fence_cache_get(s->fences, m->slot, m->stream, r, m->fence, &f, why,
 					  sizeof(why));
 	if (e) {
 		rgaps_warn("topic '%s': stream %llu message %llu: %s: not copied (lost)",
@@ -181,10 +182,10 @@ int rgapsd_own_sub_open(struct rgapsd_topic *t, rgapsd_own_moved_fn moved, void 
 		memset(s, 0, sizeof(*s));
 		return -ENOMEM;
 	}
-	e = rgapsd__member_create_spec(t, &spec, &s->self, err, errlen);
+	e = rgapsd_member_create_spec(t, &spec, &s->self, err, errlen);
 	if (e)
 		goto err_streams;
-	e = rgaps_sub_create(t->hdr, &t->lim, s->self->map, &cbs, &s->sub);
+	e = rgaps__sub_create(t->hdr, &t->lim, s->self->map, &cbs, &s->sub);
 	if (e) {
 		snprintf(err, errlen, "cannot read the topic: %s", strerror(-e));
 		goto err_member;
@@ -192,7 +193,7 @@ int rgapsd_own_sub_open(struct rgapsd_topic *t, rgapsd_own_moved_fn moved, void 
 	return 0;
 
 err_member:
-	rgapsd__member_leave(s->self);
+	rgapsd_member_leave(s->self);
 err_streams:
 	free(s->streams);
 	memset(s, 0, sizeof(*s));
@@ -207,7 +208,7 @@ void rgapsd_own_sub_follow(struct rgapsd_own_sub *s)
 void rgapsd_own_sub_release(struct rgapsd_own_sub *s, uint32_t token)
 {
 	if (token != UINT32_MAX)
-		rgaps_sub_release(s->sub, token);
+		rgaps__sub_release(s->sub, token);
 	if (s->nleaving)
 		leaving_sweep(s);
 }
@@ -216,16 +217,16 @@ void rgapsd_own_sub_close(struct rgapsd_own_sub *s)
 {
 	if (!s->t)
 		return;
-	rgaps_sub_destroy(s->sub);
-	rgaps_fence_cache_destroy(s->fences);
+	rgaps__sub_destroy(s->sub);
+	rgaps__fence_cache_destroy(s->fences);
 	for (uint32_t k = 0; k < s->t->lim.max_publishers; k++)
 		if (s->streams[k])
-			rgapsd__member_put(s->streams[k]);
+			rgapsd_member_put(s->streams[k]);
 	for (uint32_t i = 0; i < s->nleaving; i++)
-		rgapsd__member_put(s->leaving[i]);
+		rgapsd_member_put(s->leaving[i]);
 	free(s->leaving);
 	free(s->streams);
-	rgapsd__member_leave(s->self);
+	rgapsd_member_leave(s->self);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -242,19 +243,19 @@ static int pub_sync(void *arg)
 	for (uint32_t j = 0; j < t->lim.max_subscribers; j++) {
 		struct rgapsd_member *m = t->subs[j], *cur = p->subs[j];
 
-		if (m && !rgapsd__member_reads(m, p->self))
+		if (m && !rgapsd_member_reads(m, p->self))
 			m = NULL; /* it reads another serve's streams */
 		if (cur == m)
 			continue;
 		if (cur) {
-			rgaps_pub_clear_sub(p->pub, j);
-			rgapsd__member_put(cur);
+			rgaps__pub_clear_sub(p->pub, j);
+			rgapsd_member_put(cur);
 			p->subs[j] = NULL;
 		}
 		if (m) {
-			rgapsd__member_get(m);
+			rgapsd_member_get(m);
 			p->subs[j] = m;
-			rgaps_pub_set_sub(p->pub, j, m->gen, m->map);
+			rgaps__pub_set_sub(p->pub, j, m->gen, m->map);
 		}
 	}
 	if (p->off_loop)
@@ -285,10 +286,10 @@ int rgapsd_own_pub_open(struct rgapsd_topic *t, int32_t serve, bool off_loop,
 		memset(p, 0, sizeof(*p));
 		return -ENOMEM;
 	}
-	e = rgapsd__member_create_spec(t, &spec, &p->self, err, errlen);
+	e = rgapsd_member_create_spec(t, &spec, &p->self, err, errlen);
 	if (e)
 		goto err_subs;
-	e = rgaps_pub_create(t->hdr, &t->lim, p->self->map, p->self->pool.base, &cbs, &p->pub);
+	e = rgaps__pub_create(t->hdr, &t->lim, p->self->map, p->self->pool.base, &cbs, &p->pub);
 	if (e) {
 		snprintf(err, errlen, "cannot publish on the topic: %s", strerror(-e));
 		goto err_member;
@@ -296,7 +297,7 @@ int rgapsd_own_pub_open(struct rgapsd_topic *t, int32_t serve, bool off_loop,
 	return 0;
 
 err_member:
-	rgapsd__member_leave(p->self);
+	rgapsd_member_leave(p->self);
 err_subs:
 	free(p->subs);
 	memset(p, 0, sizeof(*p));
@@ -317,11 +318,11 @@ void rgapsd_own_pub_close(struct rgapsd_own_pub *p)
 {
 	if (!p->t)
 		return;
-	rgaps_pub_destroy(p->pub);
+	rgaps__pub_destroy(p->pub);
 	for (uint32_t j = 0; j < p->t->lim.max_subscribers; j++)
 		if (p->subs[j])
-			rgapsd__member_put(p->subs[j]);
+			rgapsd_member_put(p->subs[j]);
 	free(p->subs);
-	rgapsd__member_leave(p->self);
+	rgapsd_member_leave(p->self);
 	memset(p, 0, sizeof(*p));
 }

@@ -8,7 +8,7 @@
  *
  * Each follows the topic's member table in its sync callback: a subscriber
  * reads the publishers' streams of its own `serve`, a publisher's stream waits
- * for the subscribers of its `serve` (rgapsd__member_reads). It takes a
+ * for the subscribers of its `serve` (rgapsd_member_reads). It takes a
  * reference on every member it maps, so the loop frees no region while it
  * still reads it; a stream that leaves while one of its messages is held is
  * kept (leaving) until the holds are released.

@@ -191,7 +191,7 @@ static void plan(struct rgapsd_replicator *r, struct replica *const *set, uint32
 		gpus[i] = in[i]->gpu;
 	/* Each round that fails marks one link none: at most n * n rounds. */
 	for (;;) {
-		rgapsd__chain_order(r->link, r->t->cfg.device, gpus, n, hops);
+		rgapsd_chain_order(r->link, r->t->cfg.device, gpus, n, hops);
 		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t k = 0; k < n; k++)
 				if (in[k]->gpu == hops[i].gpu)
@@ -242,7 +242,7 @@ static void apply_changes(struct rgapsd_replicator *r)
 				 __ATOMIC_RELAXED);
 		__atomic_store_n(&r->chain[i]->via_host, h->via_host, __ATOMIC_RELAXED);
 	}
-	rgapsd__chain_describe(r->t->cfg.device, r->hops, n, line, sizeof(line));
+	rgapsd_chain_describe(r->t->cfg.device, r->hops, n, line, sizeof(line));
 	rgaps_info("topic '%s': replicas fed %s%s", r->t->cfg.name, n ? "along " : "",
 		   n ? line : "nowhere (no replica left)");
 }
@@ -263,12 +263,12 @@ static void wait_messages(struct rgapsd_replicator *r)
 	rgaps_waitv_set(&own, &r->wake, __atomic_load_n(&r->wake, __ATOMIC_SEQ_CST));
 	own.flags |= FUTEX_PRIVATE_FLAG;
 	/* No lock: the sync callbacks that change the mappings run on this thread. A message
-	 * waiting for its fence rings nothing: then look again as rgaps_sub_fence_slice() says. */
-	slice = RGAPS_MIN(rgaps_sub_fence_slice(r->own.sub), WAIT_SLICE_NS);
+	 * waiting for its fence rings nothing: then look again as rgaps__sub_fence_slice() says. */
+	slice = RGAPS_MIN(rgaps__sub_fence_slice(r->own.sub), WAIT_SLICE_NS);
 	if (slice == 0)
 		sched_yield();
 	else
-		rgaps_sub_sleep(r->own.sub, NULL, &own, 1, stop_asked, r, slice);
+		rgaps__sub_sleep(r->own.sub, NULL, &own, 1, stop_asked, r, slice);
 }
 
 /*
@@ -278,7 +278,7 @@ static void wait_messages(struct rgapsd_replicator *r)
 static void flush_gap(struct replica *rep)
 {
 	if (rep->pending_gap &&
-	    rgaps_pub_gap(rep->own.pub, (uint32_t)RGAPS_MIN(rep->pending_gap, UINT32_MAX),
+	    rgaps__pub_gap(rep->own.pub, (uint32_t)RGAPS_MIN(rep->pending_gap, UINT32_MAX),
 			  rgaps_now_ns(CLOCK_REALTIME)) == 0)
 		rep->pending_gap = 0;
 }
@@ -321,7 +321,7 @@ static void loan_all(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m,
 	for (uint32_t i = 0; i < r->nhops; i++) {
 		struct replica *rep = r->chain[i];
 
-		rep->loaned = rgaps_pub_loan(rep->own.pub, m->size, 0, &rep->tok, &rep->off) == 0;
+		rep->loaned = rgaps__pub_loan(rep->own.pub, m->size, 0, &rep->tok, &rep->off) == 0;
 		missing += !rep->loaned;
 	}
 	while (missing && !stopping(r) && now_ns() < deadline) {
@@ -330,7 +330,7 @@ static void loan_all(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m,
 
 			if (rep->loaned)
 				continue;
-			e = rgaps_pub_loan(rep->own.pub, m->size, RETRY_SLICE_MS, &rep->tok,
+			e = rgaps__pub_loan(rep->own.pub, m->size, RETRY_SLICE_MS, &rep->tok,
 					   &rep->off);
 			if (e == 0) {
 				rep->loaned = true;
@@ -376,7 +376,7 @@ static void on_whole(void *arg, uint32_t hop)
 	 * replica, after the chain's copies out of it (to later hops) are done.
 	 */
 	for (;;) {
-		e = rgaps_pub_commit(rep->own.pub, rep->tok, m->size, &c, 0, true, NULL);
+		e = rgaps__pub_commit(rep->own.pub, rep->tok, m->size, &c, 0, true, NULL);
 		if (e != -EAGAIN || stopping(mc->r) || now_ns() >= mc->deadline)
 			break;
 		usleep(RETRY_SLICE_MS * 1000 / 4);
@@ -420,7 +420,7 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 	if (stopping(r)) {
 		for (uint32_t i = 0; i < r->nhops; i++) {
 			if (r->chain[i]->loaned)
-				rgaps_pub_cancel(r->chain[i]->own.pub, r->chain[i]->tok);
+				rgaps__pub_cancel(r->chain[i]->own.pub, r->chain[i]->tok);
 			r->chain[i]->loaned = false;
 		}
 		return;
@@ -436,12 +436,12 @@ static void replicate(struct rgapsd_replicator *r, const struct rgaps_sub_msg *m
 	}
 	for (uint32_t i = 0; i < n; i++)
 		hops[i].dst = rgapsd_own_pub_block(&reps[i]->own, reps[i]->off);
-	e = rgapsd__chain_copy(&r->copier, m->data, m->size, hops, n, on_whole, &mc);
+	e = rgapsd_chain_copy(&r->copier, m->data, m->size, hops, n, on_whole, &mc);
 	for (uint32_t i = 0; i < n; i++) {
 		if (!reps[i]->settled)
 			lose(reps[i], m, e ? strerror(-e) : "the copy failed");
 		if (reps[i]->loaned) /* lost with its block loaned: the chain is done with it */
-			rgaps_pub_cancel(reps[i]->own.pub, reps[i]->tok);
+			rgaps__pub_cancel(reps[i]->own.pub, reps[i]->tok);
 		reps[i]->loaned = false;
 	}
 }
@@ -452,7 +452,7 @@ static void reclaim_all(struct rgapsd_replicator *r, bool resync)
 		if (resync)
 			rgapsd_own_pub_follow(&r->chain[i]->own);
 		flush_gap(r->chain[i]);
-		rgaps_pub_reclaim(r->chain[i]->own.pub);
+		rgaps__pub_reclaim(r->chain[i]->own.pub);
 	}
 }
 
@@ -466,7 +466,7 @@ static void *replicator_main(void *arg)
 	while (!stopping(r)) {
 		struct rgaps_sub_msg m;
 		uint32_t dir = __atomic_load_n(&r->t->hdr->dir_gen, __ATOMIC_ACQUIRE);
-		int e = rgaps_sub_take(r->own.sub, 0, 0, &m);
+		int e = rgaps__sub_take(r->own.sub, 0, 0, &m);
 
 		if (e == -EAGAIN) {
 			apply_changes(r);
@@ -549,7 +549,7 @@ static void replicator_free(struct rgapsd_replicator *r)
 	for (uint32_t g = 0; g < RGAPS_MEM_MAX_DEVICES; g++)
 		if (r->reps[g])
 			replica_end(r->reps[g]);
-	rgapsd__chain_fini(&r->copier);
+	rgapsd_chain_fini(&r->copier);
 	pthread_mutex_destroy(&r->lock);
 	free(r->granted);
 	free(r);
@@ -569,7 +569,7 @@ static int replicator_create(struct rgapsd_topic *t, struct rgapsd_replicator **
 	r->t = t;
 	pthread_mutex_init(&r->lock, NULL);
 	memcpy(r->link, t->topo->link, sizeof(r->link));
-	rgapsd__chain_init(&r->copier, &t->mem->ops.memory, t->mem->ctx, t->cfg.gpu_piece,
+	rgapsd_chain_init(&r->copier, &t->mem->ops.memory, t->mem->ctx, t->cfg.gpu_piece,
 			   t->lim.max_message_size);
 	r->granted = calloc(t->lim.max_publishers, sizeof(*r->granted));
 	if (!r->granted) {
@@ -605,7 +605,7 @@ static void replicator_stop(struct rgapsd_replicator *r)
 	replicator_free(r);
 }
 
-int rgapsd__replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen)
+int rgapsd_replica_start(struct rgapsd_topic *t, int32_t gpu, char *err, size_t errlen)
 {
 	struct rgapsd_replicator *r = t->replicator;
 	struct replica *rep;
@@ -648,7 +648,7 @@ err:
 	return e == -ENOMEM ? -ENOMEM : -ENODEV;
 }
 
-void rgapsd__replica_stop(struct rgapsd_topic *t, int32_t gpu)
+void rgapsd_replica_stop(struct rgapsd_topic *t, int32_t gpu)
 {
 	struct rgapsd_replicator *r = t->replicator;
 	struct replica *rep;
@@ -666,7 +666,7 @@ void rgapsd__replica_stop(struct rgapsd_topic *t, int32_t gpu)
 	wake_thread(r);
 }
 
-bool rgapsd__replica_on(const struct rgapsd_topic *t, int32_t gpu)
+bool rgapsd_replica_on(const struct rgapsd_topic *t, int32_t gpu)
 {
 	struct rgapsd_replicator *r = t->replicator;
 	bool on;
@@ -680,7 +680,7 @@ bool rgapsd__replica_on(const struct rgapsd_topic *t, int32_t gpu)
 	return on;
 }
 
-void rgapsd__replicator_sweep(struct rgapsd_topic *t)
+void rgapsd_replicator_sweep(struct rgapsd_topic *t)
 {
 	struct rgapsd_replicator *r = t->replicator;
 	struct replica *gone[RGAPS_MEM_MAX_DEVICES];
@@ -705,14 +705,14 @@ void rgapsd__replicator_sweep(struct rgapsd_topic *t)
 	}
 }
 
-void rgapsd__replicator_destroy(struct rgapsd_topic *t)
+void rgapsd_replicator_destroy(struct rgapsd_topic *t)
 {
 	if (t->replicator)
 		replicator_stop(t->replicator);
 	t->replicator = NULL;
 }
 
-bool rgapsd__replica_stats(const struct rgapsd_topic *t, int32_t gpu,
+bool rgapsd_replica_stats_get(const struct rgapsd_topic *t, int32_t gpu,
 			   struct rgapsd_replica_stats *st)
 {
 	struct rgapsd_replicator *r = t->replicator;

@@ -165,14 +165,14 @@ static void detach(struct client *c)
 		c->pending_reply = NULL;
 	}
 	if (c->member)
-		rgapsd__member_leave(c->member);
+		rgapsd_member_leave(c->member);
 	if (c->role == CLIENT_SUB && c->active && --c->topic->local_subs == 0)
 		rgapsd_remote_subscribers_changed(c->d, c->topic);
 	if (c->topic) {
 		c->topic->attachments--;
 		c->topic->busy_ns = rgaps_now_ns(CLOCK_MONOTONIC); /* idle from now on */
 	}
-	rgapsd__told_free(&c->told);
+	rgapsd_told_free(&c->told);
 	c->member = NULL;
 	if (c->active)
 		rgapsd_conn_set_attached(c->conn, false);
@@ -216,11 +216,11 @@ static void send_attach_reply(struct client *c, cJSON *r)
 	if (e >= 0)
 		fds[nfds++] = e;
 	if (e >= 0)
-		e = rgapsd__member_share_fd(m, false, true);
+		e = rgapsd_member_share_fd(m, false, true);
 	if (e >= 0)
 		fds[nfds++] = e;
 	if (e >= 0 && c->role == CLIENT_PUB) {
-		e = rgapsd__member_share_fd(m, true, true);
+		e = rgapsd_member_share_fd(m, true, true);
 		if (e >= 0)
 			fds[nfds++] = e;
 	}
@@ -231,7 +231,7 @@ static void send_attach_reply(struct client *c, cJSON *r)
 static void send_members_reply(struct client *c, cJSON *r)
 {
 	int fds[MAX_REPLY_FDS], nfds = 0;
-	int e = rgapsd__told_diff(&c->told, c->topic,
+	int e = rgapsd_told_diff(&c->told, c->topic,
 				  c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
 				  c->member->serve, r, fds, &nfds, MAX_REPLY_FDS);
 
@@ -339,7 +339,7 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 			    c->topic->cfg.name);
 		return;
 	}
-	if (!rgaps_topic_name_check(name, why, sizeof(why))) {
+	if (!rgaps__topic_name_check(name, why, sizeof(why))) {
 		reply_error(d, conn, req, -EINVAL, "%s", why);
 		return;
 	}
@@ -362,14 +362,14 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	}
 	sub = role[0] == 's';
 	/* Allow-list and quota first: a refused client creates nothing. */
-	rgapsd__client_id(conn, &id);
-	rc = rgapsd__attach_admit(d, name, &id, &t, err, sizeof(err));
+	rgapsd_client_identify(conn, &id);
+	rc = rgapsd_attach_admit(d, name, &id, &t, err, sizeof(err));
 	if (rc) {
 		reply_error(d, conn, req, rc, "%s", err);
 		return;
 	}
 	created = !t;
-	rc = rgapsd__topic_get(d, name, &t, err, sizeof(err));
+	rc = rgapsd_topic_get(d, name, &t, err, sizeof(err));
 	if (rc) {
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
@@ -379,13 +379,13 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 		t->creator = cred->uid;
 	}
 	/* Which GPU it is on and how that GPU is served: refused here, never at a read. */
-	rc = rgapsd__topic_gpu_attach(t, sub, &cg, &spec.gpu, &spec.serve, &path, &grant_rw, err,
+	rc = rgapsd_topic_gpu_attach(t, sub, &cg, &spec.gpu, &spec.serve, &path, &grant_rw, err,
 				      sizeof(err));
 	if (rc) {
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
 	}
-	rc = rgapsd__told_init(&c->told, t, sub ? RGAPSD_MEMBER_PUB : RGAPSD_MEMBER_SUB);
+	rc = rgapsd_told_init(&c->told, t, sub ? RGAPSD_MEMBER_PUB : RGAPSD_MEMBER_SUB);
 	if (rc) {
 		reply_error(d, conn, req, rc, "out of memory");
 		return;
@@ -394,7 +394,7 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 	/* Its memory now; it joins the topic once it has mapped it (do_mapped). */
 	rc = rgapsd_member_prepare(t, &spec, &c->member, err, sizeof(err));
 	if (rc) {
-		rgapsd__told_free(&c->told);
+		rgapsd_told_free(&c->told);
 		reply_error(d, conn, req, rc, "topic '%s': %s", name, err);
 		return;
 	}
@@ -404,17 +404,17 @@ static void do_attach(struct rgapsd *d, struct rgapsd_conn *conn, struct client 
 
 	r = reply_ok(req);
 	cJSON_AddStringToObject(r, "topic", name);
-	cJSON_AddNumberToObject(r, "hdr_size", (double)rgaps_topic_hdr_size());
+	cJSON_AddNumberToObject(r, "hdr_size", (double)rgaps__topic_hdr_size());
 	cJSON_AddStringToObject(r, "memory", t->mem->name);
 	cJSON_AddNumberToObject(r, "device", t->cfg.device);
 	if (!sub)
 		cJSON_AddNumberToObject(r, "mem_flags", c->member->pool.flags);
 	cJSON_AddNumberToObject(r, "my_device", spec.gpu);
 	/* GPUs by PCI address too: the client's ordinals may differ (CUDA_VISIBLE_DEVICES). */
-	if (rgapsd__gpu_pci(t, t->cfg.device))
-		cJSON_AddStringToObject(r, "device_pci", rgapsd__gpu_pci(t, t->cfg.device));
-	if (rgapsd__gpu_pci(t, spec.gpu))
-		cJSON_AddStringToObject(r, "my_device_pci", rgapsd__gpu_pci(t, spec.gpu));
+	if (rgapsd_gpu_pci(t, t->cfg.device))
+		cJSON_AddStringToObject(r, "device_pci", rgapsd_gpu_pci(t, t->cfg.device));
+	if (rgapsd_gpu_pci(t, spec.gpu))
+		cJSON_AddStringToObject(r, "my_device_pci", rgapsd_gpu_pci(t, spec.gpu));
 	cJSON_AddStringToObject(r, "gpu_path", path);
 	cJSON_AddBoolToObject(r, "grant_rw", grant_rw);
 	send_attach_reply(c, r);
@@ -474,7 +474,7 @@ static void do_sync(struct rgapsd *d, struct rgapsd_conn *conn, struct client *c
 		return;
 	}
 	r = reply_ok(req);
-	e = rgapsd__told_diff(&c->told, c->topic,
+	e = rgapsd_told_diff(&c->told, c->topic,
 			      c->role == CLIENT_PUB ? RGAPSD_MEMBER_SUB : RGAPSD_MEMBER_PUB,
 			      c->member->serve, r, fds, &nfds, MAX_REPLY_FDS);
 	if (e) {
@@ -556,7 +556,7 @@ static void topic_sums(const struct rgapsd_topic *t, struct topic_sums *ts)
 
 		if (!p)
 			continue;
-		rgapsd__member_pub_snapshot(p, &s);
+		rgapsd_member_pub_snapshot(p, &s);
 		for (size_t i = 0; i < sizeof(s.c) / sizeof(uint64_t); i++)
 			dst[i] = sat_add(dst[i], src[i]);
 		ts->streams++;
@@ -575,7 +575,7 @@ static void topic_sums(const struct rgapsd_topic *t, struct topic_sums *ts)
 
 		if (!t->subs[j])
 			continue;
-		rgaps_sub_snapshot(&t->lim, t->subs[j]->map, &s);
+		rgaps__sub_snapshot(&t->lim, t->subs[j]->map, &s);
 		ts->readers += !s.stopped;
 		ts->sc.taken = sat_add(ts->sc.taken, s.c.taken);
 		ts->sc.released = sat_add(ts->sc.released, s.c.released);
@@ -594,13 +594,13 @@ static uint64_t lag_of(const struct rgapsd_topic *t, const struct rgapsd_member 
 		struct rgaps_pub_snapshot s;
 		uint64_t head;
 
-		if (!p || !rgapsd__member_reads(sm, p))
+		if (!p || !rgapsd_member_reads(sm, p))
 			continue;
-		rgapsd__member_pub_snapshot(p, &s);
+		rgapsd_member_pub_snapshot(p, &s);
 		head = RGAPS_MIN(s.head, p->limit);
 		if (head < s.tail)
 			continue;
-		lag += head - rgaps_sub_position(&t->lim, sm->map, k, p->gen, s.tail, head);
+		lag += head - rgaps__sub_position(&t->lim, sm->map, k, p->gen, s.tail, head);
 	}
 	return lag;
 }
@@ -622,7 +622,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 	cJSON_AddNumberToObject(o, "pool_used", (double)ts.pool_used);
 	{
 		/* Several GPUs: which it serves and how (pool, peer, replica), and the copies. */
-		cJSON *g = rgapsd__topic_gpus_json(t);
+		cJSON *g = rgapsd_topic_gpus_json(t);
 
 		if (g) {
 			cJSON_AddStringToObject(o, "gpu_fanout", t->cfg.gpu_fanout);
@@ -692,7 +692,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 
 		if (!sm)
 			continue;
-		rgaps_sub_snapshot(&t->lim, sm->map, &s);
+		rgaps__sub_snapshot(&t->lim, sm->map, &s);
 		so = cJSON_CreateObject();
 		cJSON_AddNumberToObject(so, "slot", i);
 		cJSON_AddNumberToObject(so, "pid", sm->pid);
@@ -717,7 +717,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 
 		if (!p)
 			continue;
-		rgapsd__member_pub_snapshot(p, &s);
+		rgapsd_member_pub_snapshot(p, &s);
 		po = cJSON_CreateObject();
 		cJSON_AddNumberToObject(po, "slot", i);
 		cJSON_AddNumberToObject(po, "stream", (double)p->gen);
@@ -738,7 +738,7 @@ static cJSON *topic_summary(struct rgapsd_topic *t, bool full)
 		cJSON_AddNumberToObject(po, "fenced", (double)s.c.fenced);
 		cJSON_AddItemToArray(pubs, po);
 	}
-	cJSON_AddItemToObject(o, "config", rgaps_topic_config_to_json(&t->cfg));
+	cJSON_AddItemToObject(o, "config", rgapsd_topic_config_to_json(&t->cfg));
 	return o;
 }
 
@@ -757,7 +757,8 @@ static bool page_visible(struct page_ctx *pc, const char *name)
 {
 	struct rgapsd_topic *t;
 
-	return rgapsd__sees_all(&pc->id) || rgapsd__allows(rgapsd__config_of(pc->d, name, &t), &pc->id);
+	return rgapsd_sees_all(&pc->id) ||
+	       rgapsd_allows(rgapsd_config_of(pc->d, name, &t), &pc->id);
 }
 
 static int topic_name_cmp(const void *a, const void *b)
@@ -777,7 +778,7 @@ static bool page_sort(struct page_ctx *pc)
 	for (struct rgapsd_topic *t = pc->d->topics; t; t = t->next) {
 		if (pc->only && strcmp(pc->only, t->cfg.name) != 0)
 			continue;
-		if (rgapsd__sees_all(&pc->id) || rgapsd__allows(&t->cfg, &pc->id))
+		if (rgapsd_sees_all(&pc->id) || rgapsd_allows(&t->cfg, &pc->id))
 			pc->sorted[n++] = t;
 	}
 	qsort(pc->sorted, n, sizeof(*pc->sorted), topic_name_cmp);
@@ -894,7 +895,7 @@ static cJSON *page_peers(void *ctx)
 	rgapsd_remote_stats(pc->d, tmp, pc->only);
 	peers = cJSON_DetachItemFromObjectCaseSensitive(tmp, "peers");
 	cJSON_Delete(tmp);
-	if (peers && !rgapsd__sees_all(&pc->id))
+	if (peers && !rgapsd_sees_all(&pc->id))
 		page_filter(pc, peers, false);
 	return peers;
 }
@@ -909,7 +910,7 @@ static const struct rgapsd_page_member topics_members[] = {
 	{ .name = "topics", .next = page_next_topic },
 };
 
-cJSON *rgapsd__stats_all(struct rgapsd *d)
+cJSON *rgapsd_stats_all(struct rgapsd *d)
 {
 	/* As rgapsd's own user sees it: every topic (metrics_listen is the operator's). */
 	struct page_ctx pc = { .d = d, .id = { .uid = geteuid(), .gid = getegid() }, .stats = true };
@@ -950,9 +951,9 @@ static void do_topics(struct rgapsd *d, struct rgapsd_conn *conn, const cJSON *r
 		reply_error(d, conn, req, -EPROTO, "'cursor' must be a string (a page's \"next\")");
 		return;
 	}
-	rgapsd__client_id(conn, &pc.id);
+	rgapsd_client_identify(conn, &pc.id);
 	/* A topic the client may not see is as absent as one that does not exist. */
-	if (pc.only && (rgapsd__config_of(d, pc.only, &t), !t || !page_visible(&pc, pc.only))) {
+	if (pc.only && (rgapsd_config_of(d, pc.only, &t), !t || !page_visible(&pc, pc.only))) {
 		reply_error(d, conn, req, -ENOENT, "no topic '%.63s'", pc.only);
 		return;
 	}
@@ -995,7 +996,7 @@ static cJSON *parse_strict(const char *payload, size_t len)
 	return v;
 }
 
-void rgapsd__on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len)
+void rgapsd_on_frame(void *ctx, struct rgapsd_conn *conn, const char *payload, size_t len)
 {
 	struct rgapsd *d = ctx;
 	struct client *c = rgapsd_conn_get_data(conn);
@@ -1057,7 +1058,7 @@ out:
 	cJSON_Delete(req);
 }
 
-void rgapsd__on_close(void *ctx, struct rgapsd_conn *conn)
+void rgapsd_on_close(void *ctx, struct rgapsd_conn *conn)
 {
 	struct client *c = rgapsd_conn_get_data(conn);
 

@@ -12,20 +12,20 @@
 
 #include "daemon.h"
 
-int rgapsd__told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
+int rgapsd_told_init(struct rgapsd_told *told, const struct rgapsd_topic *t,
 		      enum rgapsd_member_kind watch)
 {
 	told->n = watch == RGAPSD_MEMBER_PUB ? t->lim.max_publishers : t->lim.max_subscribers;
 	told->gen = calloc(told->n, sizeof(*told->gen));
 	told->limit = calloc(told->n, sizeof(*told->limit));
 	if (!told->gen || !told->limit) {
-		rgapsd__told_free(told);
+		rgapsd_told_free(told);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-void rgapsd__told_free(struct rgapsd_told *told)
+void rgapsd_told_free(struct rgapsd_told *told)
 {
 	free(told->gen);
 	free(told->limit);
@@ -39,7 +39,7 @@ static void add_u64(cJSON *o, const char *key, uint64_t v)
 	cJSON_AddNumberToObject(o, key, (double)RGAPS_MIN(v, (1ull << 53)));
 }
 
-int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
+int rgapsd_told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 		      enum rgapsd_member_kind watch, int32_t serve, cJSON *reply, int *fds,
 		      int *nfds_p, int max_fds)
 {
@@ -77,11 +77,11 @@ int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 				more = true;
 				continue;
 			}
-			fd = rgapsd__member_share_fd(m, false, false);
+			fd = rgapsd_member_share_fd(m, false, false);
 			if (fd < 0)
 				return fd;
 			if (need == 2) {
-				pfd = rgapsd__member_share_fd(m, true, false);
+				pfd = rgapsd_member_share_fd(m, true, false);
 				if (pfd < 0) {
 					close(fd);
 					return pfd;
@@ -97,9 +97,9 @@ int rgapsd__told_diff(struct rgapsd_told *told, struct rgapsd_topic *t,
 				cJSON_AddNumberToObject(o, "mem_flags", m->pool.flags);
 				cJSON_AddNumberToObject(o, "pool_device", m->pool_dev);
 				/* By PCI address too: the client's ordinals may differ. */
-				if (rgapsd__gpu_pci(t, m->pool_dev))
+				if (rgapsd_gpu_pci(t, m->pool_dev))
 					cJSON_AddStringToObject(o, "pool_pci",
-								rgapsd__gpu_pci(t, m->pool_dev));
+								rgapsd_gpu_pci(t, m->pool_dev));
 				fds[(*nfds_p)++] = pfd;
 			}
 			if (m->state == RGAPSD_MEMBER_DRAINING)

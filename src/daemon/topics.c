@@ -103,7 +103,7 @@ static uint32_t mem_kind_of(const struct rgaps_loaded_plugin *lp)
 	return strcmp(lp->name, "host") == 0 ? RGAPS_MEM_HOST : RGAPS_MEM_CUDA;
 }
 
-const struct rgaps_topic_config *rgapsd__topic_configured(const struct rgapsd *d, const char *name)
+const struct rgaps_topic_config *rgapsd_topic_configured(const struct rgapsd *d, const char *name)
 {
 	for (uint32_t i = 0; i < d->cfg.ntopics; i++)
 		if (strcmp(d->cfg.topics[i].name, name) == 0)
@@ -264,7 +264,7 @@ static int gpu_decide(struct rgapsd_topic *t, uint32_t g, char *err, size_t errl
 	return 0;
 }
 
-const char *rgapsd__gpu_pci(const struct rgapsd_topic *t, int32_t gpu)
+const char *rgapsd_gpu_pci(const struct rgapsd_topic *t, int32_t gpu)
 {
 	if (!t->topo || gpu < 0 || (uint32_t)gpu >= t->topo->ndevices || !t->topo->pci[gpu][0])
 		return NULL;
@@ -313,7 +313,7 @@ static int client_gpu(struct rgapsd_topic *t, const struct rgapsd_client_gpus *c
 	return -ENODEV;
 }
 
-int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
+int rgapsd_topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgapsd_client_gpus *cg,
 			     int32_t *gpu_p, int32_t *serve_p, const char **path_p,
 			     bool *grant_rw_p, char *err, size_t errlen)
 {
@@ -334,7 +334,7 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgap
 	r = client_gpu(t, cg, &gpu, err, errlen);
 	if (r)
 		return r;
-	pools_pci = rgapsd__gpu_pci(t, (int32_t)d);
+	pools_pci = rgapsd_gpu_pci(t, (int32_t)d);
 	sees_pools = client_sees(cg, pools_pci);
 	if (gpu < 0) {
 		if (sees_pools)
@@ -413,7 +413,7 @@ int rgapsd__topic_gpu_attach(struct rgapsd_topic *t, bool sub, const struct rgap
 			"replica on its own GPU",
 			t->cfg.name, (int)gpu, t->topo->pci[gpu], d, pools_pci);
 	}
-	r = rgapsd__replica_start(t, gpu, err, errlen);
+	r = rgapsd_replica_start(t, gpu, err, errlen);
 	if (r)
 		return r;
 	gp->idle_since = 0;
@@ -436,7 +436,7 @@ static const char *role_name(enum rgapsd_gpu_role r)
 	}
 }
 
-cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
+cJSON *rgapsd_topic_gpus_json(struct rgapsd_topic *t)
 {
 	cJSON *arr;
 
@@ -463,7 +463,7 @@ cJSON *rgapsd__topic_gpus_json(struct rgapsd_topic *t)
 		cJSON_AddStringToObject(o, "link", link_name(t->topo->link[g][t->cfg.device].kind));
 		cJSON_AddNumberToObject(o, "sub_count", nsub); /* not "subscribers": greppable tools */
 		cJSON_AddNumberToObject(o, "pub_count", npub);
-		if (rgapsd__replica_stats(t, (int32_t)g, &st)) {
+		if (rgapsd_replica_stats_get(t, (int32_t)g, &st)) {
 			copies += st.copies;
 			bytes += st.bytes;
 			lost += st.lost;
@@ -487,7 +487,7 @@ static void topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
 		struct rgapsd_gpu *gp = &t->gpus[g];
 		bool readers = false;
 
-		if (!rgapsd__replica_on(t, (int32_t)g))
+		if (!rgapsd_replica_on(t, (int32_t)g))
 			continue;
 		for (uint32_t j = 0; j < t->lim.max_subscribers && !readers; j++)
 			readers = t->subs[j] && t->subs[j]->serve == (int32_t)g;
@@ -500,24 +500,24 @@ static void topic_gpus_sweep(struct rgapsd_topic *t, uint64_t now)
 				"topic '%s': no subscriber left on GPU %u: its replica leaves the "
 				"chain",
 				t->cfg.name, g);
-			rgapsd__replica_stop(t, (int32_t)g);
+			rgapsd_replica_stop(t, (int32_t)g);
 			gp->idle_since = 0;
 		}
 	}
-	rgapsd__replicator_sweep(t);
+	rgapsd_replicator_sweep(t);
 }
 
 static void topic_free(struct rgapsd_topic *t)
 {
-	rgapsd__replicator_destroy(t);
+	rgapsd_replicator_destroy(t);
 	free(t->gpus);
 	free(t->topo);
 	if (t->pubs && t->subs)
-		rgapsd__members_destroy(t);
+		rgapsd_members_destroy(t);
 	free(t->pubs);
 	free(t->subs);
 	if (t->hdr)
-		munmap(t->hdr, rgaps_topic_hdr_size());
+		munmap(t->hdr, rgaps__topic_hdr_size());
 	if (t->hdr_fd >= 0)
 		close(t->hdr_fd);
 	pthread_mutex_destroy(&t->lock);
@@ -536,29 +536,29 @@ static int topic_hdr_create(struct rgapsd_topic *t, const char *name, char *err,
 
 	if (rgaps__shm_name(label, sizeof(label), t->d->instance, name, "meta"))
 		snprintf(label, sizeof(label), "rgaps-meta");
-	r = rgaps__shm_create(label, rgaps_topic_hdr_size(), why, sizeof(why));
+	r = rgaps__shm_create(label, rgaps__topic_hdr_size(), why, sizeof(why));
 	if (r < 0) {
 		snprintf(err, errlen, "topic header: %s", why);
 		return r;
 	}
 	t->hdr_fd = r;
-	r = rgaps__shm_back(t->hdr_fd, rgaps_topic_hdr_size(), why, sizeof(why));
+	r = rgaps__shm_back(t->hdr_fd, rgaps__topic_hdr_size(), why, sizeof(why));
 	if (r) {
 		snprintf(err, errlen, "topic header: %s", why);
 		return r;
 	}
-	r = rgaps__shm_map(t->hdr_fd, rgaps_topic_hdr_size(), &hdr);
+	r = rgaps__shm_map(t->hdr_fd, rgaps__topic_hdr_size(), &hdr);
 	if (r) {
 		snprintf(err, errlen, "cannot map the topic header: %s", strerror(-r));
 		return r;
 	}
 	t->hdr = hdr;
-	r = rgaps_topic_hdr_format(hdr, rgaps_topic_hdr_size(), name, &t->lim);
+	r = rgaps__topic_hdr_format(hdr, rgaps__topic_hdr_size(), name, &t->lim);
 	if (r) {
 		snprintf(err, errlen, "cannot format the topic header: %s", strerror(-r));
 		return r;
 	}
-	r = rgaps__shm_seal(t->hdr_fd, rgaps_topic_hdr_size(), true, why, sizeof(why));
+	r = rgaps__shm_seal(t->hdr_fd, rgaps__topic_hdr_size(), true, why, sizeof(why));
 	if (r)
 		snprintf(err, errlen, "topic header: %s", why);
 	return r;
@@ -572,7 +572,7 @@ static int topic_hdr_create(struct rgapsd_topic *t, const char *name, char *err,
 static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 			size_t errlen)
 {
-	const struct rgaps_topic_config *tc = rgapsd__topic_configured(d, name);
+	const struct rgaps_topic_config *tc = rgapsd_topic_configured(d, name);
 	struct rgapsd_topic *t = calloc(1, sizeof(*t));
 	char pool[32], msg[32];
 	int r;
@@ -596,7 +596,7 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 		r = -ENODEV;
 		goto err_free;
 	}
-	r = rgaps_topic_limits_from_config(&t->cfg, mem_kind_of(t->mem), t->cfg.device, &t->lim);
+	r = rgaps__topic_limits_from_config(&t->cfg, mem_kind_of(t->mem), t->cfg.device, &t->lim);
 	if (r) {
 		snprintf(err, errlen, "topic configuration out of bounds");
 		goto err_free;
@@ -618,8 +618,8 @@ static int topic_create(struct rgapsd *d, const char *name, struct rgapsd_topic 
 	t->next = d->topics;
 	d->topics = t;
 	d->ntopics++;
-	rgaps_format_size(t->cfg.pool_size, pool, sizeof(pool));
-	rgaps_format_size(t->cfg.max_message_size, msg, sizeof(msg));
+	rgaps__format_size(t->cfg.pool_size, pool, sizeof(pool));
+	rgaps__format_size(t->cfg.max_message_size, msg, sizeof(msg));
 	rgaps_info("topic '%s' created: memory %s, pool %s per publisher, max_message_size %s, "
 		   "queue %u, %s%s",
 		   name, t->mem->name, pool, msg, t->cfg.queue_depth,
@@ -638,7 +638,7 @@ static int topic_may_create(struct rgapsd *d, const char *name, char *err, size_
 {
 	uint32_t adhoc = 0;
 
-	if (rgapsd__topic_configured(d, name))
+	if (rgapsd_topic_configured(d, name))
 		return 0;
 	if (d->cfg.create_topics == RGAPSD_CREATE_CONFIGURED) {
 		d->refused.topics_refused_unconfigured++;
@@ -657,7 +657,7 @@ static int topic_may_create(struct rgapsd *d, const char *name, char *err, size_
 	return 0;
 }
 
-int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
+int rgapsd_topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **t_p, char *err,
 		      size_t errlen)
 {
 	int r;
@@ -674,14 +674,14 @@ int rgapsd__topic_get(struct rgapsd *d, const char *name, struct rgapsd_topic **
 	return topic_create(d, name, t_p, err, errlen);
 }
 
-void rgapsd__topics_destroy(struct rgapsd *d)
+void rgapsd_topics_destroy(struct rgapsd *d)
 {
 	while (d->topics) {
 		struct rgapsd_topic *t = d->topics;
 
 		d->topics = t->next;
-		rgaps_topic_close(t->hdr);
-		rgapsd__members_wake(t);
+		rgaps__topic_close(t->hdr);
+		rgapsd_members_wake(t);
 		topic_free(t);
 	}
 	d->ntopics = 0;
@@ -738,8 +738,8 @@ static void topics_sweep_idle(struct rgapsd *d, uint64_t now)
 		rgaps_info("topic '%s' removed: unused for %u s (topic_idle_s); the next attach "
 			   "makes it again", t->cfg.name, d->cfg.topic_idle_s);
 		/* Whoever still maps the header (a client that detached) learns it is over. */
-		rgaps_topic_close(t->hdr);
-		rgapsd__members_wake(t);
+		rgaps__topic_close(t->hdr);
+		rgapsd_members_wake(t);
 		topic_free(t);
 	}
 }

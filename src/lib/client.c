@@ -95,14 +95,14 @@ static int recv_frame(int fd, struct rgaps_frame_reader *rd, uint64_t deadline, 
 		size_t room;
 		ssize_t n;
 
-		r = rgaps_frame_reader_next(rd, payload_p, len_p);
+		r = rgaps__frame_reader_next(rd, payload_p, len_p);
 		if (r < 0)
 			return -EPROTO;
 		if (r == 1) {
 			*nfds_p = nfds;
 			return 0;
 		}
-		rgaps_frame_reader_space(rd, &space, &room);
+		rgaps__frame_reader_space(rd, &space, &room);
 		iov.iov_base = space;
 		iov.iov_len = room;
 		mh.msg_iov = &iov;
@@ -139,7 +139,7 @@ static int recv_frame(int fd, struct rgaps_frame_reader *rd, uint64_t deadline, 
 			r = -ENOTCONN;
 			goto err;
 		}
-		rgaps_frame_reader_commit(rd, (size_t)n);
+		rgaps__frame_reader_commit(rd, (size_t)n);
 	}
 err:
 	for (int i = 0; i < nfds; i++)
@@ -173,12 +173,12 @@ static int request(int fd, cJSON *req, int timeout_ms, cJSON **reply_p, int *fds
 		r = -ENOMEM;
 		goto out;
 	}
-	rgaps_frame_header(out, (uint32_t)len);
+	rgaps__frame_header(out, (uint32_t)len);
 	memcpy(out + RGAPS_FRAME_HDR, text, len);
 	r = send_all(fd, out, RGAPS_FRAME_HDR + len, deadline);
 	if (r)
 		goto out;
-	rgaps_frame_reader_init(rd);
+	rgaps__frame_reader_init(rd);
 	r = recv_frame(fd, rd, deadline, fds, &nfds, &payload, &len);
 	if (r)
 		goto out;
@@ -447,7 +447,7 @@ void rgaps__sweep_retired(struct rgaps__attach *a)
 	uint32_t keep = 0;
 
 	for (uint32_t i = 0; i < a->nretired; i++) {
-		if (rgaps_sub_stream_held(a->sub, a->retired[i].gen))
+		if (rgaps__sub_stream_held(a->sub, a->retired[i].gen))
 			a->retired[keep++] = a->retired[i];
 		else
 			peer_unmap(a, &a->retired[i]);
@@ -463,12 +463,12 @@ static void peer_forget(struct rgaps__attach *a, uint32_t slot)
 	if (!m->gen)
 		return;
 	if (a->role == RGAPS__ROLE_PUB) {
-		rgaps_pub_clear_sub(a->pub, slot);
+		rgaps__pub_clear_sub(a->pub, slot);
 		peer_unmap(a, m);
 		return;
 	}
 	/* Its fences stay open until the slot has a new stream (a take may be waiting on one). */
-	if (rgaps_sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
+	if (rgaps__sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
 		/* Nothing held in it (or no memory to wait: then it is unmapped now and the
 		 * holds into it are the caller's to stop using, as after a detach). */
 		peer_unmap(a, m);
@@ -535,8 +535,8 @@ static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 			continue;
 		}
 		r = a->role == RGAPS__ROLE_PUB ?
-			    rgaps_pub_set_sub(a->pub, (uint32_t)slot, m.gen, m.map) :
-			    rgaps_sub_set_stream(a->sub, (uint32_t)slot, m.gen, m.map, m.pool.base,
+			    rgaps__pub_set_sub(a->pub, (uint32_t)slot, m.gen, m.map) :
+			    rgaps__sub_set_stream(a->sub, (uint32_t)slot, m.gen, m.map, m.pool.base,
 						 limit);
 		if (r) {
 			peer_unmap(a, &m);
@@ -555,7 +555,8 @@ static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 		}
 		m = &a->peers[slot];
 		if (a->role == RGAPS__ROLE_SUB && m->gen == gen)
-			rgaps_sub_set_stream(a->sub, (uint32_t)slot, gen, m->map, m->pool.base, limit);
+			rgaps__sub_set_stream(a->sub, (uint32_t)slot, gen, m->map, m->pool.base,
+					      limit);
 	}
 	if (a->role == RGAPS__ROLE_SUB)
 		rgaps__sweep_retired(a);
@@ -633,7 +634,7 @@ static void fences_fini(struct rgaps__attach *a)
 	for (uint32_t k = 0; k < fs->made; k++) {
 		if (!fs->f[k])
 			continue;
-		if (rgaps_fence_wait_host(&a->mem->ops.memory, a->mem->ctx, fs->f[k],
+		if (rgaps__fence_wait_host(&a->mem->ops.memory, a->mem->ctx, fs->f[k],
 					  rgaps_now_ns(CLOCK_MONOTONIC) + 30000000000ull, NULL,
 					  NULL) == -ETIMEDOUT)
 			timed_out = true;
@@ -651,7 +652,7 @@ static void fences_fini(struct rgaps__attach *a)
 	for (uint32_t k = 0; k < fs->made; k++) {
 		if (!fs->f[k])
 			continue;
-		rgaps_fence_local_remove(fs->f[k]);
+		rgaps__fence_local_remove(fs->f[k]);
 		a->mem->ops.memory.fence_destroy(a->mem->ctx, fs->f[k]);
 	}
 	free(fs->f);
@@ -667,7 +668,7 @@ int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p)
 	int e;
 
 	if (!fs->f) {
-		fs->n = rgaps_topic_nfences(&a->lim);
+		fs->n = rgaps__topic_nfences(&a->lim);
 		fs->f = calloc(fs->n, sizeof(*fs->f));
 		fs->free = calloc(fs->n, sizeof(*fs->free));
 		if (!fs->f || !fs->free) {
@@ -687,13 +688,13 @@ int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p)
 		return -ENOSPC; /* every slot guards a block: the caller waits for its copy */
 	k = fs->made;
 	e = a->mem->ops.memory.fence_create(a->mem->ctx, a->my_device, RGAPS_FENCE_IPC, &fs->f[k],
-					    rgaps_pub_fence_handle(&a->lim, r, k),
-					    rgaps_pub_fence_state(&a->lim, r, k));
+					    rgaps__pub_fence_handle(&a->lim, r, k),
+					    rgaps__pub_fence_state(&a->lim, r, k));
 	if (e) {
 		fs->f[k] = NULL;
 		return e;
 	}
-	rgaps_fence_local_add(rgaps_pub_fence_handle(&a->lim, r, k), fs->f[k]);
+	rgaps__fence_local_add(rgaps__pub_fence_handle(&a->lim, r, k), fs->f[k]);
 	/* The handle first, then the count that makes readers trust it (fence.h). */
 	fs->made = k + 1;
 	__atomic_store_n(&r->nfences, fs->made, __ATOMIC_RELEASE);
@@ -774,7 +775,7 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	close(fds[0]);
 	fds[0] = -1;
 	if (!r)
-		r = rgaps_topic_hdr_validate(a->hdr, a->hdr_size, &a->lim);
+		r = rgaps__topic_hdr_validate(a->hdr, a->hdr_size, &a->lim);
 	if (r)
 		return r;
 	/* Our region is formatted once we say "mapped": checked then. */
@@ -869,8 +870,8 @@ static int attach_mapped(struct rgaps__attach *a,
 	a->slot = (uint32_t)slot;
 	a->gen = gen;
 	r = a->role == RGAPS__ROLE_PUB
-		    ? rgaps_pub_region_validate(a->region, a->region_size, &a->lim)
-		    : rgaps_sub_region_validate(a->region, a->region_size, &a->lim);
+		    ? rgaps__pub_region_validate(a->region, a->region_size, &a->lim)
+		    : rgaps__sub_region_validate(a->region, a->region_size, &a->lim);
 	if (r)
 		goto out;
 	a->npeers = a->role == RGAPS__ROLE_PUB ? a->lim.max_subscribers : a->lim.max_publishers;
@@ -882,10 +883,10 @@ static int attach_mapped(struct rgaps__attach *a,
 	if (a->role == RGAPS__ROLE_PUB) {
 		cbs.fence_pending = fence_pending;
 		cbs.fence_free = fence_free;
-		r = rgaps_pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
+		r = rgaps__pub_create(a->hdr, &a->lim, a->region, a->pool.base, &cbs, &a->pub);
 	} else {
 		cbs.fence_done = fence_done;
-		r = rgaps_sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
+		r = rgaps__sub_create(a->hdr, &a->lim, a->region, &cbs, &a->sub);
 	}
 	if (r)
 		goto out;
@@ -917,7 +918,7 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 	a->my_device = -1;
 	pthread_mutex_init(&a->lock, NULL);
 	rgaps__reason_clear();
-	if (!rgaps_topic_name_check(topic, err, sizeof(err)))
+	if (!rgaps__topic_name_check(topic, err, sizeof(err)))
 		return rgaps__reason_set(-EINVAL, "%s", err);
 	snprintf(a->topic, sizeof(a->topic), "%s", topic);
 	if (opts) {
@@ -974,7 +975,7 @@ void rgaps__attach_close(struct rgaps__attach *a)
 {
 	if (a->mem)
 		fences_fini(a);
-	rgaps_fence_cache_destroy(a->fcache);
+	rgaps__fence_cache_destroy(a->fcache);
 	a->fcache = NULL;
 	for (uint32_t i = 0; a->peers && i < a->npeers; i++)
 		if (a->peers[i].gen)
@@ -986,8 +987,8 @@ void rgaps__attach_close(struct rgaps__attach *a)
 	a->retired = NULL;
 	a->peers = NULL;
 	a->nretired = 0;
-	rgaps_pub_destroy(a->pub);
-	rgaps_sub_destroy(a->sub);
+	rgaps__pub_destroy(a->pub);
+	rgaps__sub_destroy(a->sub);
 	a->pub = NULL;
 	a->sub = NULL;
 	if (a->mem) {

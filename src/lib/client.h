@@ -45,7 +45,7 @@ struct rgaps__peer_map {
 /* A publisher's fence slots (stream order, docs/SHM-LAYOUT.md): created on first use. */
 struct rgaps__fences {
 	void **f;	    /* [n]: the fence of each slot made so far */
-	uint32_t made, n;   /* made <= n = rgaps_topic_nfences() */
+	uint32_t made, n;   /* made <= n = rgaps__topic_nfences() */
 	uint32_t *free;	    /* stack of slots ready to be recorded again */
 	uint32_t nfree;
 	uint32_t in_use;    /* recorded for a block not freed yet */

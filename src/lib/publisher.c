@@ -95,7 +95,7 @@ static int pub_failed(const rgaps_publisher_t *pub, int r, size_t size, int time
 		r = -ECANCELED;
 	switch (r) {
 	case -EMSGSIZE:
-		rgaps_format_size(lim->max_message_size, max, sizeof(max));
+		rgaps__format_size(lim->max_message_size, max, sizeof(max));
 		return rgaps__reason_set(r,
 					 "a message of %zu bytes is larger than topic '%s''s "
 					 "max_message_size of %s: send smaller messages, or raise "
@@ -104,7 +104,7 @@ static int pub_failed(const rgaps_publisher_t *pub, int r, size_t size, int time
 					 size, pub->a.topic, max);
 	case -ETIMEDOUT:
 	case -EAGAIN:
-		rgaps_format_size(lim->pool_size, pool, sizeof(pool));
+		rgaps__format_size(lim->pool_size, pool, sizeof(pool));
 		if (r == -ETIMEDOUT)
 			snprintf(when, sizeof(when), "timed out after %d ms waiting for", timeout_ms);
 		else
@@ -161,7 +161,7 @@ RGAPS_EXPORT int rgaps_publisher_loan(rgaps_publisher_t *pub, size_t size, int t
 	timeout_ms = effective_timeout(pub, timeout_ms);
 	if (interrupted(pub))
 		return pub_failed(pub, -ECANCELED, size, timeout_ms);
-	r = rgaps_pub_loan(pub->a.pub, size, timeout_ms, &token, &off);
+	r = rgaps__pub_loan(pub->a.pub, size, timeout_ms, &token, &off);
 	if (r)
 		return pub_failed(pub, r, size, timeout_ms);
 	loan_p->data = (uint8_t *)pub->a.pool.base + off;
@@ -189,7 +189,7 @@ static int commit(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size, uint6
 	if (o->stream)
 		r = commit_fenced(pub, loan, size, o, ts, timeout_ms);
 	else
-		r = rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+		r = rgaps__pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
 	return r;
 }
 
@@ -211,7 +211,7 @@ RGAPS_EXPORT int rgaps_publisher_commit_ex(rgaps_publisher_t *pub, rgaps_loan_t 
 		/* The caller's kernels may still write it: wait for them before it is freed. */
 		if (opts && opts->struct_size >= sizeof(*opts) && opts->stream)
 			pub->a.mem->ops.memory.stream_sync(pub->a.mem->ctx, opts->stream);
-		rgaps_pub_cancel(pub->a.pub, loan->token);
+		rgaps__pub_cancel(pub->a.pub, loan->token);
 		return r;
 	}
 	t = effective_timeout(pub, o.timeout_ms);
@@ -228,7 +228,7 @@ RGAPS_EXPORT int rgaps_publisher_cancel(rgaps_publisher_t *pub, rgaps_loan_t *lo
 {
 	if (!pub || !loan)
 		return -EINVAL;
-	return rgaps_pub_cancel(pub->a.pub, loan->token);
+	return rgaps__pub_cancel(pub->a.pub, loan->token);
 }
 
 /* What is left of timeout t (ms; < 0: none) since start. */
@@ -288,7 +288,7 @@ static void learn_copy(rgaps_publisher_t *pub, size_t n, uint64_t took_ns)
  * Called by the memory plugin while the copy runs on the device, again and
  * again until we return false or the copy ends: wake the subscribers about
  * prewake_ns before the end we expect from the copies of this size before
- * it, so that they are up when the message is (rgaps_pub_announce()).
+ * it, so that they are up when the message is (rgaps__pub_announce()).
  * Waking N sleeping processes takes the kernel about a microsecond each, and
  * the last one a few more to be running (docs/BENCHMARKS.md, "GPU fan-out"):
  * done at the commit, that came on top of the copy; done now, it overlaps it.
@@ -312,7 +312,7 @@ static bool announce_soon(void *arg)
 	}
 	if (now < c->wake_ns)
 		return true;
-	rgaps_pub_announce(pub->a.pub);
+	rgaps__pub_announce(pub->a.pub);
 	return false;
 }
 
@@ -356,7 +356,7 @@ RGAPS_EXPORT int rgaps_publisher_push_ex(rgaps_publisher_t *pub, size_t size,
 		return r;
 	r = copy_in(pub, loan.data, device_ptr, size);
 	if (r) {
-		rgaps_pub_cancel(pub->a.pub, loan.token);
+		rgaps__pub_cancel(pub->a.pub, loan.token);
 		return r;
 	}
 	/* The commit may wait for a queue entry: only for what is left of the timeout. */
@@ -419,14 +419,14 @@ static int commit_fenced(rgaps_publisher_t *pub, rgaps_loan_t *loan, size_t size
 				   __ATOMIC_RELAXED);
 		r = ops->stream_sync(mctx, stream);
 		if (r) { /* the context is broken: nothing more runs into the block */
-			rgaps_pub_cancel(pub->a.pub, loan->token);
+			rgaps__pub_cancel(pub->a.pub, loan->token);
 			return r;
 		}
 	}
-	r = rgaps_pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
+	r = rgaps__pub_commit(pub->a.pub, loan->token, size, &c, timeout_ms, false, NULL);
 	if (r && c.has_fence) {
 		/* The loan went back to the pool: no one may write it once we return. */
-		rgaps_fence_wait_host(ops, mctx, rgaps__fence_of(&pub->a, k), UINT64_MAX, NULL,
+		rgaps__fence_wait_host(ops, mctx, rgaps__fence_of(&pub->a, k), UINT64_MAX, NULL,
 				      NULL);
 		rgaps__fence_put(&pub->a, k);
 	}
@@ -448,7 +448,7 @@ static int push_in_order(rgaps_publisher_t *pub, size_t size, const void *device
 	r = pub->a.mem->ops.memory.copy_stream(pub->a.mem->ctx, loan.data, device_ptr, size,
 					       o->stream);
 	if (r) { /* nothing was queued */
-		rgaps_pub_cancel(pub->a.pub, loan.token);
+		rgaps__pub_cancel(pub->a.pub, loan.token);
 		return r;
 	}
 	r = commit_fenced(pub, &loan, size, o, ts, remaining_ms(t, start));

@@ -132,7 +132,7 @@ static void complete_releases(rgaps_subscriber_t *sub)
 		/* Done, or failed (the plugin logged it: the context is gone, nothing reads). */
 		__atomic_store_n(&sub->releasing[k], 0, __ATOMIC_RELEASE);
 		__atomic_fetch_sub(&sub->npending, 1, __ATOMIC_ACQ_REL);
-		rgaps_sub_release(sub->a.sub, k);
+		rgaps__sub_release(sub->a.sub, k);
 		any = true;
 	}
 	if (any && sub->a.nretired) {
@@ -162,7 +162,7 @@ RGAPS_EXPORT void rgaps_subscriber_destroy(rgaps_subscriber_t *sub)
 		if (!sub->rel_fence[k])
 			continue;
 		if (sub->releasing[k] &&
-		    rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k],
+		    rgaps__fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k],
 					  rgaps_now_ns(CLOCK_MONOTONIC) + 30000000000ull, NULL,
 					  NULL) == -ETIMEDOUT)
 			rgaps_warn("topic '%.64s': a stream still read a message 30 s after its "
@@ -204,7 +204,7 @@ static bool fence_give_up(void *arg)
 	/* The membership may have moved while we wait here: learn whether the stream drains. */
 	if (rgaps__sync(a))
 		return false;
-	return !rgaps_sub_stream_live(a->sub, w->slot, w->gen);
+	return !rgaps__sub_stream_live(a->sub, w->slot, w->gen);
 }
 
 static void fence_lost(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, const char *why)
@@ -230,7 +230,7 @@ static int fence_of(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, void
 		fence_lost(sub, m, why);
 		return -ENODATA;
 	}
-	switch (rgaps_fence_verdict(r, rgaps_sub_stream_live(sub->a.sub, m->slot, m->stream))) {
+	switch (rgaps__fence_verdict(r, rgaps__sub_stream_live(sub->a.sub, m->slot, m->stream))) {
 	case RGAPS_FENCE_DONE:
 		return 1;
 	case RGAPS_FENCE_LOST:
@@ -239,10 +239,10 @@ static int fence_of(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m, void
 	case RGAPS_FENCE_USE:
 		break;
 	}
-	e = sub->a.fcache ? 0 : rgaps_fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx,
+	e = sub->a.fcache ? 0 : rgaps__fence_cache_create(&sub->a.lim, mops(sub), sub->a.mem->ctx,
 							 &sub->a.fcache);
 	if (!e)
-		e = rgaps_fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, f_p, why,
+		e = rgaps__fence_cache_get(sub->a.fcache, m->slot, m->stream, r, m->fence, f_p, why,
 					  sizeof(why));
 	if (e) {
 		if (!sub->warned_fence)
@@ -289,14 +289,14 @@ static int msg_fence_wait(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m
 		return e;
 	if (mops(sub)->fence_wait(sub->a.mem->ctx, f, stream) == 0)
 		return 0;
-	e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, f, UINT64_MAX, fence_give_up, &w);
+	e = rgaps__fence_wait_host(mops(sub), sub->a.mem->ctx, f, UINT64_MAX, fence_give_up, &w);
 	if (e == -ECANCELED && w.daemon_gone)
 		return -ENOTCONN;
 	if (e == -ECANCELED) { /* the publisher left meanwhile: its region tells */
 		const struct rgaps_pub_region *r =
 			rgaps__stream_region(&sub->a, m->slot, m->stream);
 
-		if (r && rgaps_fence_verdict(r, false) == RGAPS_FENCE_DONE)
+		if (r && rgaps__fence_verdict(r, false) == RGAPS_FENCE_DONE)
 			return 0;
 		fence_lost(sub, m, "its publisher left before its copy completed");
 	}
@@ -306,7 +306,7 @@ static int msg_fence_wait(rgaps_subscriber_t *sub, const struct rgaps_sub_msg *m
 /* One take from the streams, waiting at most t ms; clears the pollable fd when drained. */
 static int take_once(rgaps_subscriber_t *sub, int t, uint32_t spin, struct rgaps_sub_msg *m)
 {
-	int r = rgaps_sub_take(sub->a.sub, t, spin, m);
+	int r = rgaps__sub_take(sub->a.sub, t, spin, m);
 
 	if (r == -EAGAIN && sub->thread_started &&
 	    __atomic_load_n(&sub->signaled, __ATOMIC_SEQ_CST)) {
@@ -334,7 +334,7 @@ static int wait_release(rgaps_subscriber_t *sub, uint64_t deadline)
 			continue;
 		if (!deadline)
 			break;
-		e = rgaps_fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k], deadline,
+		e = rgaps__fence_wait_host(mops(sub), sub->a.mem->ctx, sub->rel_fence[k], deadline,
 					  NULL, NULL);
 		if (e == -ETIMEDOUT)
 			return e;
@@ -397,7 +397,7 @@ static int take(rgaps_subscriber_t *sub, rgaps_msg_t *msg_p, int timeout_ms, boo
 		hi = &sub->gap_info;
 	} else {
 		hi = &sub->held[m.token];
-		rgaps_sub_record_latency(sub->a.sub, m.ts_ns, rgaps_now_ns(CLOCK_REALTIME));
+		rgaps__sub_record_latency(sub->a.sub, m.ts_ns, rgaps_now_ns(CLOCK_REALTIME));
 	}
 	*hi = (struct held_info){
 		.seq = m.seq,
@@ -507,7 +507,7 @@ RGAPS_EXPORT int rgaps_subscriber_release(rgaps_subscriber_t *sub, rgaps_msg_t *
 		return 0; /* a gap-only message holds nothing */
 	if (!holds(sub, msg))
 		return -EINVAL;
-	r = rgaps_sub_release(sub->a.sub, msg->token);
+	r = rgaps__sub_release(sub->a.sub, msg->token);
 	complete_releases(sub);
 	if (!r && sub->a.nretired) {
 		pthread_mutex_lock(&sub->a.lock);
@@ -547,7 +547,7 @@ RGAPS_EXPORT int rgaps_subscriber_stop(rgaps_subscriber_t *sub)
 {
 	if (!sub)
 		return -EINVAL;
-	rgaps_sub_stop(sub->a.sub);
+	rgaps__sub_stop(sub->a.sub);
 	return 0;
 }
 
@@ -626,10 +626,10 @@ static void *fd_thread(void *arg)
 		pending = __atomic_load_n(&sub->npending, __ATOMIC_ACQUIRE) != 0;
 		slice = pending ? RELEASE_SLICE_MS * 1000000ll : FD_THREAD_SLICE_NS;
 		/* Nor does the end of a copy a parked message waits for: take() looks. */
-		parked = rgaps_sub_fence_slice(sub->a.sub);
+		parked = rgaps__sub_fence_slice(sub->a.sub);
 		if (parked != INT64_MAX)
 			slice = RGAPS_MIN(slice, RGAPS_MAX(parked, FD_THREAD_PARKED_MIN_NS));
-		if (rgaps_sub_sleep(sub->a.sub, &sub->a.lock, own, 2, fd_ready_too, sub, slice) ==
+		if (rgaps__sub_sleep(sub->a.sub, &sub->a.lock, own, 2, fd_ready_too, sub, slice) ==
 			    1 ||
 		    parked != INT64_MAX) {
 			uint64_t one = 1;

@@ -1,18 +1,18 @@
 /*
- * libFuzzer target for the topic configuration parser (rgaps_topic_config_parse
+ * libFuzzer target for the topic configuration parser (rgapsd_topic_config_parse
  * in src/daemon/config_file.c). The input is the text of a topic file, parsed on
- * top of rgaps_topic_config_defaults() (the daemon starts from its "defaults"
+ * top of rgapsd_topic_config_defaults() (the daemon starts from its "defaults"
  * object, with the name taken from the file name). A refusal must be
  * -EINVAL with a message "WHAT: ..." that names the file, and must leave the
  * struct untouched. An acceptance must hold up:
  *
- *  - rgaps_topic_config_validate() refuses it only for what the parser does
+ *  - rgapsd_topic_config_validate() refuses it only for what the parser does
  *    not check by design, and then names that key: the rules between keys
  *    (docs/CONFIG.md, "Errors"), checked once the whole file is in, and an
  *    empty name, which a topic file may leave to its file name (the loader
  *    sets it before parsing; bare defaults hold ""). Every per-key rule
  *    passed in the parser must pass again in validate.
- *  - rgaps_topic_config_to_json() printed with cJSON_PrintUnformatted, parsed
+ *  - rgapsd_topic_config_to_json() printed with cJSON_PrintUnformatted, parsed
  *    again onto fresh defaults, is accepted, gives the same config, and prints
  *    the identical text. The one key taken out first is an empty "name": the
  *    parser refuses "" as a topic name, which is right for a file, so the
@@ -136,7 +136,7 @@ static void check_validate(const struct rgaps_topic_config *tc, char *err)
 	char want[64];
 	int rc;
 
-	rc = rgaps_topic_config_validate(tc, WHAT, err, ERRLEN);
+	rc = rgapsd_topic_config_validate(tc, WHAT, err, ERRLEN);
 	if (!key) {
 		if (rc != 0)
 			__builtin_trap(); /* the parser let through what validate refuses */
@@ -153,7 +153,7 @@ static void check_validate(const struct rgaps_topic_config *tc, char *err)
 /* The config as JSON text, an empty name left out (see above). */
 static char *print_config(const struct rgaps_topic_config *tc)
 {
-	cJSON *j = rgaps_topic_config_to_json(tc);
+	cJSON *j = rgapsd_topic_config_to_json(tc);
 	char *text;
 
 	if (!j)
@@ -176,11 +176,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	err = malloc(ERRLEN); /* exactly ERRLEN: a write past it is caught */
 	if (!err)
 		abort();
-	rgaps_topic_config_defaults(&tc);
+	rgapsd_topic_config_defaults(&tc);
 	memcpy(&before, &tc, sizeof(tc));
 
 	/* data is not NUL-terminated: the parser must keep to size. */
-	rc = rgaps_topic_config_parse((const char *)data, size, WHAT, &tc, err, ERRLEN);
+	rc = rgapsd_topic_config_parse((const char *)data, size, WHAT, &tc, err, ERRLEN);
 	if (rc != 0) {
 		if (rc != -EINVAL)
 			__builtin_trap();
@@ -196,8 +196,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_validate(&tc, err);
 
 	text = print_config(&tc);
-	rgaps_topic_config_defaults(&again);
-	rc = rgaps_topic_config_parse(text, strlen(text), WHAT, &again, err, ERRLEN);
+	rgapsd_topic_config_defaults(&again);
+	rc = rgapsd_topic_config_parse(text, strlen(text), WHAT, &again, err, ERRLEN);
 	if (rc != 0)
 		__builtin_trap(); /* to_json wrote what parse refuses: err says why */
 	if (!same_config(&tc, &again))

@@ -43,7 +43,7 @@ static void check_record(const struct rgapsd_host_record *r)
 	for (uint32_t i = 0; i < r->ntransports; i++)
 		REQUIRE(r->transports[i].name[0] && r->transports[i].port >= 1);
 	for (uint32_t i = 0; i < r->ntopics; i++)
-		REQUIRE(rgaps_topic_name_valid(r->topics[i]));
+		REQUIRE(rgaps__topic_name_valid(r->topics[i]));
 	again = rgapsd_host_record_encode(r);
 	if (!again)
 		return;

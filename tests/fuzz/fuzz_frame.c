@@ -94,7 +94,7 @@ static size_t space_len(struct rgaps_frame_reader *r)
 	uint8_t *buf;
 	size_t len;
 
-	rgaps_frame_reader_space(r, &buf, &len);
+	rgaps__frame_reader_space(r, &buf, &len);
 	rgaps_require(buf == r->buf + r->len);
 	rgaps_require(r->len + len <= sizeof(r->buf));
 	return len;
@@ -124,22 +124,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = size;
 	ref_parse(s, n, &ref);
 
-	rgaps_frame_reader_init(r);
+	rgaps__frame_reader_init(r);
 	while (pos < n && !err && k < MAX_FRAMES) {
 		size_t want = piece_len(&rng, n - pos), took;
 
 		if (rng_next(&rng) & 1) {
-			took = rgaps_frame_reader_feed(r, s + pos, want);
+			took = rgaps__frame_reader_feed(r, s + pos, want);
 			rgaps_require(took <= want);
 		} else {
 			uint8_t *buf;
 			size_t room;
 
-			rgaps_frame_reader_space(r, &buf, &room);
+			rgaps__frame_reader_space(r, &buf, &room);
 			rgaps_require(buf == r->buf + r->len);
 			took = RGAPS_MIN(room, want);
 			memcpy(buf, s + pos, took);
-			rgaps_frame_reader_commit(r, took);
+			rgaps__frame_reader_commit(r, took);
 		}
 		pos += took;
 		rgaps_require(r->len <= sizeof(r->buf));
@@ -149,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (;;) {
 			const uint8_t *payload = NULL;
 			size_t len = 0;
-			int rc = rgaps_frame_reader_next(r, &payload, &len);
+			int rc = rgaps__frame_reader_next(r, &payload, &len);
 
 			if (rc == 1) {
 				rgaps_require(k < ref.nframes);
@@ -183,9 +183,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const uint8_t *payload;
 		size_t len;
 
-		rgaps_require(rgaps_frame_reader_feed(r, s, n) == 0);
+		rgaps_require(rgaps__frame_reader_feed(r, s, n) == 0);
 		rgaps_require(space_len(r) == 0);
-		rgaps_require(rgaps_frame_reader_next(r, &payload, &len) == err);
+		rgaps_require(rgaps__frame_reader_next(r, &payload, &len) == err);
 	} else if (k < MAX_FRAMES) {
 		/* The whole stream went in: every complete frame came out, the rest is held. */
 		rgaps_require(pos == n);

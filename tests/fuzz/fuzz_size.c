@@ -1,9 +1,9 @@
 /*
- * libFuzzer target for the size strings of the configuration (rgaps_parse_size
- * and rgaps_format_size in src/common/config.c). The input, up to its first
+ * libFuzzer target for the size strings of the configuration (rgaps__parse_size
+ * and rgaps__format_size in src/common/config.c). The input, up to its first
  * NUL, is the string a user wrote. A reference parser built from the grammar
  * in config.h and docs/CONFIG.md ("Values and units") must agree with
- * rgaps_parse_size on whether it is a size and on its value; the output is
+ * rgaps__parse_size on whether it is a size and on its value; the output is
  * written only on success. Every value accepted, and the input's first 8
  * bytes read as a number, must format to the canonical text (no leading zero,
  * the largest binary unit that divides the value, "0B" for zero), parse back
@@ -35,7 +35,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
- * rgaps_parse_size refuses more than 18 digits after the point ("has too many
+ * rgaps__parse_size refuses more than 18 digits after the point ("has too many
  * decimals") even when the value is a whole number of bytes, e.g.
  * "1.0000000000000000000" or "0.00000095367431640625MiB" (exactly 1 byte).
  * The reference keeps that limit so the target checks everything else; build
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define SENTINEL UINT64_C(0xfeedfacecafebeef)
 
-/* What rgaps_format_size writes, by power of 1024. */
+/* What rgaps__format_size writes, by power of 1024. */
 static const char *const canon_units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 
 static const struct {
@@ -155,13 +155,13 @@ static void check_format(uint64_t v, size_t short_len)
 	size_t n, unit;
 
 	memset(full, 'x', sizeof(full));
-	rgaps_format_size(v, full, sizeof(full));
+	rgaps__format_size(v, full, sizeof(full));
 	n = strnlen(full, sizeof(full));
 	if (n == 0 || n >= sizeof(full))
 		__builtin_trap();
 
 	/* Exact: it parses back, by the reference and by the implementation. */
-	if (rgaps_parse_size(full, &back) != 0 || back != v)
+	if (rgaps__parse_size(full, &back) != 0 || back != v)
 		__builtin_trap();
 	back = SENTINEL;
 	if (!ref_size(full, &back) || back != v)
@@ -188,7 +188,7 @@ static void check_format(uint64_t v, size_t short_len)
 	small = malloc(short_len);
 	if (!small)
 		abort();
-	rgaps_format_size(v, small, short_len);
+	rgaps__format_size(v, small, short_len);
 	if (strnlen(small, short_len) != RGAPS_MIN(n, short_len - 1) ||
 	    memcmp(small, full, strnlen(small, short_len)) != 0)
 		__builtin_trap();
@@ -209,7 +209,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(s, data, size);
 	s[size] = '\0';
 
-	rc = rgaps_parse_size(s, &v);
+	rc = rgaps__parse_size(s, &v);
 	ok = ref_size(s, &ref);
 	if (rc != 0 && rc != -EINVAL)
 		__builtin_trap();

@@ -4,14 +4,14 @@
  * publisher's control region and of a subscriber's region, as a hostile client
  * could leave them. Then:
  *
- *   - rgapsd's readers (rgaps_pub_snapshot, rgaps_sub_snapshot,
- *     rgaps_sub_position, rgaps_sub_holds_stream) must return values inside the
+ *   - rgapsd's readers (rgaps__pub_snapshot, rgaps__sub_snapshot,
+ *     rgaps__sub_position, rgaps__sub_holds_stream) must return values inside the
  *     limits;
- *   - rgaps_entry_read must accept only entries inside the pool;
+ *   - rgaps__entry_read must accept only entries inside the pool;
  *   - a subscriber taking from the spoiled stream must return only messages
  *     whose bytes lie inside the stream's pool, and must not loop forever;
  *   - a publisher watching the spoiled subscriber region must keep exact books
- *     (rgaps_pub_check) through publishes and reclaims.
+ *     (rgaps__pub_check) through publishes and reclaims.
  *
  * ASan and UBSan (the build's flags) catch any read or write outside.
  *
@@ -54,11 +54,11 @@ static void setup(void)
 	if (hdr)
 		return;
 	rgaps__log_level = RGAPS_LOG_ERROR - 1; /* the poisoned-stream warnings: quiet */
-	if (rgaps_topic_limits_from_config(&tc, 0, 0, &lim))
+	if (rgaps__topic_limits_from_config(&tc, 0, 0, &lim))
 		abort();
-	hdr = calloc(1, rgaps_topic_hdr_size());
+	hdr = calloc(1, rgaps__topic_hdr_size());
 	pool = calloc(1, POOL);
-	if (!hdr || !pool || rgaps_topic_hdr_format(hdr, rgaps_topic_hdr_size(), "fuzz", &lim))
+	if (!hdr || !pool || rgaps__topic_hdr_format(hdr, rgaps__topic_hdr_size(), "fuzz", &lim))
 		abort();
 }
 
@@ -79,22 +79,22 @@ static void check_readers(struct rgaps_pub_region *pr, struct rgaps_sub_region *
 	struct rgaps_topic_entry e;
 	char why[160];
 
-	rgaps_pub_snapshot(&lim, pr, &ps);
+	rgaps__pub_snapshot(&lim, pr, &ps);
 	if (ps.tail > ps.head || ps.head - ps.tail > lim.queue_depth ||
 	    ps.c.pool_used_bytes > lim.pool_size || ps.c.nloans > lim.max_loans)
 		abort();
-	rgaps_sub_snapshot(&lim, sr, &ss);
+	rgaps__sub_snapshot(&lim, sr, &ss);
 	if (ss.nholds > lim.max_holds)
 		abort();
 	for (uint32_t k = 0; k < lim.max_publishers + 2; k++) {
-		uint64_t p = rgaps_sub_position(&lim, sr, k, 1 + k, ps.tail, ps.head);
+		uint64_t p = rgaps__sub_position(&lim, sr, k, 1 + k, ps.tail, ps.head);
 
 		if (p < ps.tail || p > ps.head)
 			abort();
 	}
-	(void)rgaps_sub_holds_stream(&lim, sr, 1);
+	(void)rgaps__sub_holds_stream(&lim, sr, 1);
 	for (uint64_t q = ps.tail; q < ps.tail + lim.queue_depth; q++) {
-		if (rgaps_entry_read(&lim, pr, q, &e, why, sizeof(why)) == 0 &&
+		if (rgaps__entry_read(&lim, pr, q, &e, why, sizeof(why)) == 0 &&
 		    !(e.flags & RGAPS_ENTRY_GAP_ONLY) &&
 		    (e.size == 0 || e.size > lim.max_message_size || e.off > lim.pool_size - e.size))
 			abort();
@@ -113,13 +113,13 @@ static void take_from(struct rgaps_pub_region *pr)
 	struct rgaps_sub_region *mine = calloc(1, lim.sub_region_size);
 	struct rgaps_sub *s;
 
-	rgaps_sub_region_format(mine, &lim, 0, 7);
-	if (rgaps_sub_create(hdr, &lim, mine, &cbs, &s) ||
-	    rgaps_sub_set_stream(s, 0, 1, pr, pool, UINT64_MAX))
+	rgaps__sub_region_format(mine, &lim, 0, 7);
+	if (rgaps__sub_create(hdr, &lim, mine, &cbs, &s) ||
+	    rgaps__sub_set_stream(s, 0, 1, pr, pool, UINT64_MAX))
 		abort();
 	for (int i = 0; i < 16; i++) {
 		struct rgaps_sub_msg m;
-		int r = rgaps_sub_take(s, 0, 0, &m);
+		int r = rgaps__sub_take(s, 0, 0, &m);
 
 		if (r)
 			break;
@@ -128,9 +128,9 @@ static void take_from(struct rgaps_pub_region *pr)
 		if (m.attr_len > RGAPS_ATTR_MAX)
 			abort();
 		if (m.token != UINT32_MAX)
-			rgaps_sub_release(s, m.token);
+			rgaps__sub_release(s, m.token);
 	}
-	rgaps_sub_destroy(s);
+	rgaps__sub_destroy(s);
 	free(mine);
 }
 
@@ -143,21 +143,21 @@ static void publish_to(struct rgaps_sub_region *sr)
 	struct rgaps_pub *p;
 	char why[256];
 
-	rgaps_pub_region_format(mine, &lim, 1, 9);
-	if (rgaps_pub_create(hdr, &lim, mine, pool, &cbs, &p) || rgaps_pub_set_sub(p, 0, 7, sr))
+	rgaps__pub_region_format(mine, &lim, 1, 9);
+	if (rgaps__pub_create(hdr, &lim, mine, pool, &cbs, &p) || rgaps__pub_set_sub(p, 0, 7, sr))
 		abort();
 	for (int i = 0; i < 24; i++) {
 		uint32_t tok;
 		uint64_t off;
 
-		if (rgaps_pub_loan(p, 1000 + (uint64_t)i * 300, 0, &tok, &off) == 0)
-			rgaps_pub_commit(p, tok, 100, &c, 0, false, NULL);
-		if (rgaps_pub_check(p, why, sizeof(why))) {
+		if (rgaps__pub_loan(p, 1000 + (uint64_t)i * 300, 0, &tok, &off) == 0)
+			rgaps__pub_commit(p, tok, 100, &c, 0, false, NULL);
+		if (rgaps__pub_check(p, why, sizeof(why))) {
 			fprintf(stderr, "publisher books: %s\n", why);
 			abort();
 		}
 	}
-	rgaps_pub_destroy(p);
+	rgaps__pub_destroy(p);
 	free(mine);
 }
 
@@ -172,7 +172,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_readers(pr, sr);
 	take_from(pr);
 	/* The subscriber region claims stream 9 (the publisher's) in its cursor and holds. */
-	rgaps_sub_region_set_cursor(sr, &lim, 1, 9, size ? data[0] : 0, 0);
+	rgaps__sub_region_set_cursor(sr, &lim, 1, 9, size ? data[0] : 0, 0);
 	publish_to(sr);
 	free(pr);
 	free(sr);

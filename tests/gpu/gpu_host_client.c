@@ -335,7 +335,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && strcmp(argv[0], "pub") == 0) {
 		uint64_t size;
 
-		if (rgaps_parse_size(argv[3], &size) || size < RGAPS_PATTERN_HDR)
+		if (rgaps__parse_size(argv[3], &size) || size < RGAPS_PATTERN_HDR)
 			usage();
 		return do_pub(argv[1], strtoull(argv[2], NULL, 10), size, &o, async, loan,
 			      wait_subs, linger, retry);

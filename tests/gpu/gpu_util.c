@@ -26,7 +26,7 @@ int64_t gpu_ref_pattern_check(const void *buf, size_t size, uint64_t *counter_p)
 
 int gpu_parse_size(const char *s, uint64_t *v_p)
 {
-	return rgaps_parse_size(s, v_p);
+	return rgaps__parse_size(s, v_p);
 }
 
 uint64_t gpu_now_ns(void)

@@ -102,7 +102,7 @@ static int cmd_forgeholds(const char *topic, double seconds)
 		look(&v);
 		if (v.hdr && v.mine && v.npubs) {
 			const struct rgaps_topic_limits *lim = &v.hdr->lim;
-			struct rgaps_sub_hold *h = rgaps_sub_holds(lim, v.mine);
+			struct rgaps_sub_hold *h = rgaps__sub_holds(lim, v.mine);
 			uint32_t per = lim->max_holds / (uint32_t)v.npubs;
 
 			/* The next messages of each stream from where it stood when first seen, kept
@@ -203,7 +203,7 @@ static int send_with_fd(int s, int fd)
 			    .msg_controllen = sizeof(cm.buf) };
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 
-	rgaps_frame_header(frame, sizeof(req) - 1);
+	rgaps__frame_header(frame, sizeof(req) - 1);
 	memcpy(frame + RGAPS_FRAME_HDR, req, sizeof(req) - 1);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;

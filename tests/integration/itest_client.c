@@ -72,7 +72,7 @@ static void send_frame(int fd, const char *payload)
 {
 	uint8_t hdr[RGAPS_FRAME_HDR];
 
-	rgaps_frame_header(hdr, (uint32_t)strlen(payload));
+	rgaps__frame_header(hdr, (uint32_t)strlen(payload));
 	send_raw(fd, hdr, sizeof(hdr));
 	send_raw(fd, payload, strlen(payload));
 }
@@ -87,7 +87,7 @@ static const char *recv_reply(int fd)
 	size_t len;
 
 	if (!inited || rd.len == 0) {
-		rgaps_frame_reader_init(&rd);
+		rgaps__frame_reader_init(&rd);
 		inited = 1;
 	}
 	for (;;) {
@@ -95,18 +95,18 @@ static const char *recv_reply(int fd)
 		size_t room;
 		ssize_t n;
 
-		if (rgaps_frame_reader_next(&rd, &p, &len) == 1) {
+		if (rgaps__frame_reader_next(&rd, &p, &len) == 1) {
 			memcpy(out, p, len);
 			out[len] = 0;
 			return out;
 		}
-		rgaps_frame_reader_space(&rd, &space, &room);
+		rgaps__frame_reader_space(&rd, &space, &room);
 		n = recv(fd, space, room, 0);
 		if (n <= 0) {
-			rgaps_frame_reader_init(&rd);
+			rgaps__frame_reader_init(&rd);
 			return NULL;
 		}
-		rgaps_frame_reader_commit(&rd, (size_t)n);
+		rgaps__frame_reader_commit(&rd, (size_t)n);
 	}
 }
 
@@ -270,7 +270,7 @@ static int cmd_badframes(void)
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 		int sent = STDOUT_FILENO;
 
-		rgaps_frame_header(buf, (uint32_t)strlen(p));
+		rgaps__frame_header(buf, (uint32_t)strlen(p));
 		memcpy(buf + 4, p, strlen(p));
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;

@@ -112,7 +112,7 @@ static int send_frame(int fd, const char *payload)
 	uint8_t hdr[RGAPS_FRAME_HDR];
 	int rc;
 
-	rgaps_frame_header(hdr, (uint32_t)strlen(payload));
+	rgaps__frame_header(hdr, (uint32_t)strlen(payload));
 	rc = send_all(fd, hdr, sizeof(hdr));
 	return rc ? rc : send_all(fd, payload, strlen(payload));
 }
@@ -165,7 +165,7 @@ static int recv_reply(int fd, char *buf, size_t cap, int ms)
 
 	if (rc <= 0)
 		return rc;
-	if (rgaps_frame_length(hdr, &len) || len >= cap)
+	if (rgaps__frame_length(hdr, &len) || len >= cap)
 		return -EMSGSIZE;
 	rc = recv_exact(fd, buf, len, ms);
 	if (rc <= 0)
@@ -277,7 +277,7 @@ static int cmd_partial(int n, double wait)
 
 	if (n < 1 || n > MAX_CONNS)
 		return 2;
-	rgaps_frame_header(part, 60000);
+	rgaps__frame_header(part, 60000);
 	memset(part + RGAPS_FRAME_HDR, '{', 16);
 	for (int i = 0; i < n; i++) {
 		fds[i] = dial();
@@ -326,7 +326,7 @@ static int cmd_replies(int n, double wait)
 		fprintf(stderr, "replies: connect: %s\n", strerror(-fd));
 		return 2;
 	}
-	rgaps_frame_header(frame, sizeof(req) - 1);
+	rgaps__frame_header(frame, sizeof(req) - 1);
 	memcpy(frame + RGAPS_FRAME_HDR, req, sizeof(req) - 1);
 	/* Send until the socket takes nothing for 2 s: the daemon stopped reading. */
 	while (sent < n) {

@@ -95,12 +95,12 @@ static cJSON *request(int sock, const char *json, int *fds, int *nfds_p)
 	size_t len;
 
 	*nfds_p = 0;
-	rgaps_frame_header(hdr, (uint32_t)strlen(json));
+	rgaps__frame_header(hdr, (uint32_t)strlen(json));
 	if (send(sock, hdr, sizeof(hdr), MSG_NOSIGNAL) != (ssize_t)sizeof(hdr) ||
 	    send(sock, json, strlen(json), MSG_NOSIGNAL) != (ssize_t)strlen(json))
 		return NULL;
-	rgaps_frame_reader_init(&rd);
-	while (rgaps_frame_reader_next(&rd, &payload, &len) != 1) {
+	rgaps__frame_reader_init(&rd);
+	while (rgaps__frame_reader_next(&rd, &payload, &len) != 1) {
 		char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 		struct iovec iov;
 		struct msghdr mh = { .msg_iov = &iov,
@@ -110,7 +110,7 @@ static cJSON *request(int sock, const char *json, int *fds, int *nfds_p)
 		uint8_t *space;
 		ssize_t n;
 
-		rgaps_frame_reader_space(&rd, &space, &len);
+		rgaps__frame_reader_space(&rd, &space, &len);
 		iov = (struct iovec){ space, len };
 		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 		if (n <= 0)
@@ -124,7 +124,7 @@ static cJSON *request(int sock, const char *json, int *fds, int *nfds_p)
 				memcpy(&fds[(*nfds_p)++], CMSG_DATA(c) + i * sizeof(int),
 				       sizeof(int));
 		}
-		rgaps_frame_reader_commit(&rd, (size_t)n);
+		rgaps__frame_reader_commit(&rd, (size_t)n);
 	}
 	return cJSON_ParseWithLength((const char *)payload, len);
 }
@@ -348,7 +348,7 @@ static int cmd_fence(const char *topic, long n, double seconds)
 
 	hdr = mmap(NULL, (size_t)size_of(fds[0]), PROT_READ, MAP_SHARED, fds[0], 0);
 	if (nfds < 3 || hdr == MAP_FAILED ||
-	    rgaps_topic_hdr_validate(hdr, (size_t)size_of(fds[0]), &lim) ||
+	    rgaps__topic_hdr_validate(hdr, (size_t)size_of(fds[0]), &lim) ||
 	    size_of(fds[2]) != (off_t)lim.pool_size) {
 		fprintf(stderr, "objects: not a host topic, or its header does not validate\n");
 		return 2;
@@ -376,11 +376,11 @@ static int cmd_fence(const char *topic, long n, double seconds)
 	}
 	close(f);
 	snprintf((char *)handle + 8, sizeof(handle) - 8, "%s", path + 8);
-	nfences = rgaps_topic_nfences(&lim);
+	nfences = rgaps__topic_nfences(&lim);
 	for (uint32_t k = 0; k < nfences; k++)
-		memcpy(rgaps_pub_fence_handle(&lim, region, k), handle, sizeof(handle));
+		memcpy(rgaps__pub_fence_handle(&lim, region, k), handle, sizeof(handle));
 	__atomic_store_n(&region->nfences, nfences, __ATOMIC_RELEASE);
-	if (rgaps_pub_create(hdr, &lim, region, pool, &cbs, &pub)) {
+	if (rgaps__pub_create(hdr, &lim, region, pool, &cbs, &pub)) {
 		fprintf(stderr, "objects: cannot publish over its region\n");
 		unlink(path);
 		return 2;
@@ -390,10 +390,10 @@ static int cmd_fence(const char *topic, long n, double seconds)
 		uint32_t token;
 		uint64_t off;
 
-		if (rgaps_pub_loan(pub, 4096, 100, &token, &off))
+		if (rgaps__pub_loan(pub, 4096, 100, &token, &off))
 			continue;
 		memset((uint8_t *)pool + off, 0x5a, 4096);
-		if (rgaps_pub_commit(pub, token, 4096, &c, 100, false, NULL) == 0)
+		if (rgaps__pub_commit(pub, token, 4096, &c, 100, false, NULL) == 0)
 			sent++;
 		usleep(2000);
 	}

@@ -352,7 +352,7 @@ static void flow_check(struct flow *f)
 {
 	const char *why;
 
-	if (!f->failed && rgaps_ring_check(&f->s, &f->r, &why))
+	if (!f->failed && rt_ring_check(&f->s, &f->r, &why))
 		flow_fail(f, "ring invariant: %s", why);
 }
 
@@ -417,7 +417,7 @@ static void flow_pump(struct flow *f)
 			if (f->next_seq >= f->nrecords)
 				break;
 			len = flow_len(f);
-			r = rgaps_ring_sender_reserve(&f->s, len, &slot);
+			r = rt_ring_sender_reserve(&f->s, len, &slot);
 			if (r == -EAGAIN) {
 				f->ring_stalls++;
 				break;
@@ -462,7 +462,7 @@ static void flow_report(struct flow *f)
 	uint64_t h;
 	int r;
 
-	if (!f->rtl->link || f->failed || !rgaps_ring_receiver_should_report(&f->r, &h))
+	if (!f->rtl->link || f->failed || !rt_ring_receiver_should_report(&f->r, &h))
 		return;
 	r = T->post_head(f->rtl->side->ctx, f->rtl->link, f->ring_id, h);
 	if (r == -EAGAIN) {
@@ -474,7 +474,7 @@ static void flow_report(struct flow *f)
 		flow_fail(f, "post_head(%" PRIu64 "): %s", h, strerror(-r));
 		return;
 	}
-	rgaps_ring_receiver_reported(&f->r, h);
+	rt_ring_receiver_reported(&f->r, h);
 	T->flush(f->rtl->side->ctx, f->rtl->link);
 }
 
@@ -482,7 +482,7 @@ static void flow_consume(struct flow *f)
 {
 	if (f->paused || f->qh == f->qt)
 		return;
-	rgaps_ring_receiver_consume(&f->r, &f->q[(f->qt - 1) % f->qcap]);
+	rt_ring_receiver_consume(&f->r, &f->q[(f->qt - 1) % f->qcap]);
 	f->qh = f->qt;
 	flow_report(f);
 	flow_check(f);
@@ -507,7 +507,7 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 			     " and a 64-byte multiple", off, len);
 		return;
 	}
-	r = rgaps_ring_receiver_land(&f->r, len, &slot);
+	r = rt_ring_receiver_land(&f->r, len, &slot);
 	if (r) {
 		flow_fail(f, "record %" PRIu64 " of %" PRIu64 " bytes cannot land: %s", f->landed, len,
 			  strerror(-r));
@@ -550,7 +550,7 @@ static void flow_sent(struct flow *f, uint64_t seq, int status)
 
 static void flow_head(struct flow *f, uint64_t head)
 {
-	int r = rgaps_ring_sender_update_dhead(&f->s, head);
+	int r = rt_ring_sender_update_dhead(&f->s, head);
 
 	if (r) {
 		flow_fail(f, "head_update(%" PRIu64 ") refused (tail %" PRIu64 ", dhead %" PRIu64 ")",
@@ -584,10 +584,10 @@ static struct flow *flow_new(const char *name, struct tl *stl, struct tl *rtl, u
 	f->min_len = 16;
 	f->max_len = max_len;
 	f->rng = (uint64_t)id * 1000 + ring_id;
-	r = rgaps_ring_geom_init(size, RGAPS_ALIGN_UP(max_len, ALIGN), ALIGN, &f->g);
+	r = rt_ring_geom_init(size, RGAPS_ALIGN_UP(max_len, ALIGN), ALIGN, &f->g);
 	rgaps_require(r == 0);
-	rgaps_ring_sender_init(&f->s, &f->g);
-	rgaps_require(rgaps_ring_receiver_init(&f->r, &f->g, wm) == 0);
+	rt_ring_sender_init(&f->s, &f->g);
+	rgaps_require(rt_ring_receiver_init(&f->r, &f->g, wm) == 0);
 	f->ring = xalloc(size);
 	f->mirror = xalloc(size);
 	f->qcap = size / ALIGN + 2;
@@ -858,9 +858,9 @@ static void case_ring_full(void)
 	posted = f->posted;
 	run_for(300);
 	check(!f->failed && f->ring_stalls > 0 && f->posted == posted && posted < f->nrecords &&
-		      rgaps_ring_sender_free(&f->s) < 8 * KiB * 2,
+		      rt_ring_sender_free(&f->s) < 8 * KiB * 2,
 	      "ring-full: the sender stops at a full ring (%" PRIu64 " posted, %" PRIu64
-	      " bytes free, %" PRIu64 " stalls)", posted, rgaps_ring_sender_free(&f->s),
+	      " bytes free, %" PRIu64 " stalls)", posted, rt_ring_sender_free(&f->s),
 	      f->ring_stalls);
 	f->paused = false;
 	flow_consume(f);
@@ -1253,7 +1253,7 @@ static void bench_pump(void)
 
 	while (bn.posted < opt.count && bn.link) {
 		if (!bn.have_cur) {
-			if (rgaps_ring_sender_reserve(&bn.s, opt.size, &bn.cur))
+			if (rt_ring_sender_reserve(&bn.s, opt.size, &bn.cur))
 				break;
 			/* A stamp the receiver checks. */
 			memcpy(bn.mem + bn.cur.off, &bn.posted, 8);
@@ -1300,7 +1300,7 @@ static void bcb_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 	struct rgaps_ring_slot slot;
 	uint64_t stamp, h;
 
-	if (rgaps_ring_receiver_land(&bn.r, len, &slot)) {
+	if (rt_ring_receiver_land(&bn.r, len, &slot)) {
 		bn.bad++;
 		return;
 	}
@@ -1311,10 +1311,10 @@ static void bcb_landed(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 		bn.t0 = now_ns();
 	bn.landed++;
 	bn.t1 = now_ns();
-	rgaps_ring_receiver_consume(&bn.r, &slot);
-	if (rgaps_ring_receiver_should_report(&bn.r, &h) &&
+	rt_ring_receiver_consume(&bn.r, &slot);
+	if (rt_ring_receiver_should_report(&bn.r, &h) &&
 	    T->post_head(A.ctx, link, 0, h) == 0) {
-		rgaps_ring_receiver_reported(&bn.r, h);
+		rt_ring_receiver_reported(&bn.r, h);
 		T->flush(A.ctx, link);
 	}
 }
@@ -1330,7 +1330,7 @@ static void bcb_sent(void *arg, struct rgaps_link *link, uint64_t cookie, int st
 
 static void bcb_head(void *arg, struct rgaps_link *link, uint32_t ring_id, uint64_t head)
 {
-	if (rgaps_ring_sender_update_dhead(&bn.s, head))
+	if (rt_ring_sender_update_dhead(&bn.s, head))
 		bn.bad++;
 	bench_pump();
 }
@@ -1372,10 +1372,10 @@ static int bench_side(bool receiver, struct rgaps_plugin_env *env)
 	r = T->init(env, &s->cbs, &s->ctx);
 	if (r)
 		return fprintf(stderr, "init: %s\n", strerror(-r)), 1;
-	rgaps_require(rgaps_ring_geom_init(opt.ring, opt.size, ALIGN, &bn.g) == 0);
+	rgaps_require(rt_ring_geom_init(opt.ring, opt.size, ALIGN, &bn.g) == 0);
 	bn.mem = xalloc(opt.ring);
 	if (receiver) {
-		rgaps_require(rgaps_ring_receiver_init(&bn.r, &bn.g, 0.25) == 0);
+		rgaps_require(rt_ring_receiver_init(&bn.r, &bn.g, 0.25) == 0);
 		r = T->listen(s->ctx, opt.addr, opt.port);
 		if (r)
 			return fprintf(stderr, "listen: %s\n", strerror(-r)), 1;
@@ -1403,7 +1403,7 @@ static int bench_side(bool receiver, struct rgaps_plugin_env *env)
 		double secs, rsecs;
 
 		memset(&rst, 0, sizeof(rst));
-		rgaps_ring_sender_init(&bn.s, &bn.g);
+		rt_ring_sender_init(&bn.s, &bn.g);
 		if (!sock_read(&go, 1, 30000))
 			return 1;
 		r = T->connect(s->ctx, opt.connect_addr ? opt.connect_addr : opt.addr, opt.port,

@@ -514,7 +514,7 @@ static void flow_check_pair(struct flow *f)
 {
 	const char *why;
 
-	if (f->sl && f->rl && !f->failed && rgaps_ring_check(&f->s, &f->r, &why) != 0)
+	if (f->sl && f->rl && !f->failed && rt_ring_check(&f->s, &f->r, &why) != 0)
 		flow_fail(f, "ring invariant broken: %s", why);
 }
 
@@ -627,7 +627,7 @@ static void flow_pump(struct flow *f)
 				break;
 			}
 			len = flow_next_len(f);
-			r = rgaps_ring_sender_reserve(&f->s, len, &slot);
+			r = rt_ring_sender_reserve(&f->s, len, &slot);
 			if (r == -EAGAIN) {
 				f->ring_stalls++; /* resumes on the next head_update */
 				break;
@@ -699,7 +699,7 @@ static void on_consume_timer(uv_timer_t *t)
 		}
 		last = f->q[(f->q_head + n - 1) % f->q_cap];
 		f->q_head += n;
-		rgaps_ring_receiver_consume(&f->r, &last);
+		rt_ring_receiver_consume(&f->r, &last);
 	}
 	flow_report(f);
 	if (f->q_tail != f->q_head)
@@ -712,7 +712,7 @@ static void flow_report(struct flow *f)
 	uint64_t h;
 	int r;
 
-	if (!f->rl->link || !rgaps_ring_receiver_should_report(&f->r, &h))
+	if (!f->rl->link || !rt_ring_receiver_should_report(&f->r, &h))
 		return;
 	r = T->post_head(B.ctx, f->rl->link, f->ring_id, h);
 	if (r == -EAGAIN) {
@@ -724,7 +724,7 @@ static void flow_report(struct flow *f)
 		flow_fail(f, "post_head(%" PRIu64 ") failed: %s", h, strerror(-r));
 		return;
 	}
-	rgaps_ring_receiver_reported(&f->r, h);
+	rt_ring_receiver_reported(&f->r, h);
 	T->flush(B.ctx, f->rl->link);
 }
 
@@ -794,10 +794,10 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 		return;
 	}
 	if (off != UINT64_MAX) {
-		r = rgaps_ring_receiver_verify(&f->r, off, len);
+		r = rt_ring_receiver_verify(&f->r, off, len);
 		if (r) {
 			struct rgaps_ring_slot exp;
-			int e = rgaps_ring_receiver_expect(&f->r, len, &exp);
+			int e = rt_ring_receiver_expect(&f->r, len, &exp);
 
 			flow_fail(f,
 				  "record %" PRIu64 " of %" PRIu64
@@ -807,7 +807,7 @@ static void flow_landed(struct flow *f, uint64_t off, uint64_t len)
 			return;
 		}
 	}
-	r = rgaps_ring_receiver_land(&f->r, len, &slot);
+	r = rt_ring_receiver_land(&f->r, len, &slot);
 	if (r) {
 		flow_fail(f, "record %" PRIu64 " of %" PRIu64 " bytes cannot land: %s", seq, len,
 			  strerror(-r));
@@ -992,15 +992,15 @@ static int flow_init(struct flow *f, const struct flow_cfg *c, struct tlink *sl,
 	f->lazy_consume = c->lazy_consume;
 	f->src_align = c->src_align ? c->src_align : 1;
 	f->rng = mix64(opt.seed ^ ((uint64_t)c->ring_id << 32));
-	r = rgaps_ring_geom_init(c->ring_size, c->max_len, RGAPS_RING_ALIGN, &f->g);
+	r = rt_ring_geom_init(c->ring_size, c->max_len, RGAPS_RING_ALIGN, &f->g);
 	if (r) {
 		flow_fail(f, "bad ring shape: size %" PRIu64 " max record %" PRIu64, c->ring_size,
 			  c->max_len);
 		return r;
 	}
-	rgaps_ring_sender_init(&f->s, &f->g);
+	rt_ring_sender_init(&f->s, &f->g);
 	if (rl) {
-		r = rgaps_ring_receiver_init(&f->r, &f->g, c->watermark);
+		r = rt_ring_receiver_init(&f->r, &f->g, c->watermark);
 		if (r) {
 			flow_fail(f, "bad watermark %g", c->watermark);
 			return r;
@@ -1342,7 +1342,7 @@ static void cb_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id,
 		stray_callbacks++;
 		return;
 	}
-	r = rgaps_ring_sender_update_dhead(&f->s, head);
+	r = rt_ring_sender_update_dhead(&f->s, head);
 	if (r) {
 		flow_fail(f,
 			  "head_update %" PRIu64 " refused (tail %" PRIu64 ", dhead %" PRIu64 ")",

@@ -58,8 +58,8 @@ static int setup(void **state)
 	}
 	/* No test may depend on what the machine has in /etc/rgaps. */
 	snprintf(fx->default_path, sizeof(fx->default_path), "%s/absent/rgapsd.json", fx->dir);
-	fx->saved_default_path = rgaps__config_default_path;
-	rgaps__config_default_path = fx->default_path;
+	fx->saved_default_path = rgapsd_config_default_path;
+	rgapsd_config_default_path = fx->default_path;
 	*state = fx;
 	return 0;
 }
@@ -69,7 +69,7 @@ static int teardown(void **state)
 	struct fx *fx = *state;
 	int rc;
 
-	rgaps__config_default_path = fx->saved_default_path;
+	rgapsd_config_default_path = fx->saved_default_path;
 	rc = nftw(fx->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	free(fx);
 	return rc;
@@ -171,14 +171,15 @@ static void test_defaults_without_file(void **state)
 	assert_null(cfg.topics);
 	assert_int_equal(cfg.ntopics, 0);
 
-	rgaps_topic_config_defaults(&tc);
+	rgapsd_topic_config_defaults(&tc);
 	assert_memory_equal(&tc, &cfg.topic_defaults, sizeof(tc));
 	/* The defaults pass validation once the topic has a name, and only then. */
-	assert_int_equal(rgaps_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)),
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)),
 			 -EINVAL);
 	check_err(fx->err, "defaults", "name", "is not a topic name");
 	snprintf(tc.name, sizeof(tc.name), "t");
-	assert_int_equal(rgaps_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)), 0);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "defaults", fx->err, sizeof(fx->err)),
+			 0);
 	rgapsd_config_free(&cfg);
 	rgapsd_config_free(&cfg); /* twice is harmless */
 	assert_null(cfg.topics);
@@ -832,9 +833,9 @@ static void test_invalid_json(void **state)
 		static const char json[] = "{\"name\": \"cam\\u0000/x\"}";
 		struct rgaps_topic_config tc;
 
-		rgaps_topic_config_defaults(&tc);
-		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "t.json", &tc, fx->err,
-							  sizeof(fx->err)),
+		rgapsd_topic_config_defaults(&tc);
+		assert_int_equal(rgapsd_topic_config_parse(json, strlen(json), "t.json", &tc,
+							   fx->err, sizeof(fx->err)),
 				 -EINVAL);
 		check_err_file(fx->err, "t.json", "keys and values may not hold NUL");
 	}
@@ -898,35 +899,35 @@ static void test_topic_parse_api(void **state)
 	const char *good = "{\"name\": \"cam0\", \"pool_size\": \"1GiB\", \"stages\": [\"crc\"]}";
 	const char *bad = "{\"pool_size\": \"1GiB\", \"memory\": \"GPU\"}";
 
-	rgaps_topic_config_defaults(&tc);
-	assert_int_equal(rgaps_topic_config_parse(good, strlen(good), "req", &tc, fx->err,
+	rgapsd_topic_config_defaults(&tc);
+	assert_int_equal(rgapsd_topic_config_parse(good, strlen(good), "req", &tc, fx->err,
 						  sizeof(fx->err)), 0);
 	assert_string_equal(tc.name, "cam0");
 	assert_int_equal(tc.pool_size, GiB);
 	assert_int_equal(tc.nstages, 1);
 	assert_string_equal(tc.stages[0], "crc");
 	assert_int_equal(tc.queue_depth, 64);
-	assert_int_equal(rgaps_topic_config_validate(&tc, "req", fx->err, sizeof(fx->err)), 0);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "req", fx->err, sizeof(fx->err)), 0);
 
 	/* A refused object leaves *tc as it was, even keys set before the bad one. */
 	before = tc;
-	assert_int_equal(rgaps_topic_config_parse(bad, strlen(bad), "req", &tc, fx->err,
+	assert_int_equal(rgapsd_topic_config_parse(bad, strlen(bad), "req", &tc, fx->err,
 						  sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "req", "memory", "'GPU' is not a plugin name");
 	assert_memory_equal(&tc, &before, sizeof(tc));
 
 	/* Only len bytes are read. */
-	assert_int_equal(rgaps_topic_config_parse("{}garbage", 2, "req", &tc, fx->err,
+	assert_int_equal(rgapsd_topic_config_parse("{}garbage", 2, "req", &tc, fx->err,
 						  sizeof(fx->err)), 0);
-	assert_int_equal(rgaps_topic_config_parse("{\"history\": 1}", 5, "req", &tc, fx->err,
+	assert_int_equal(rgapsd_topic_config_parse("{\"history\": 1}", 5, "req", &tc, fx->err,
 						  sizeof(fx->err)), -EINVAL);
 	check_err_file(fx->err, "req", "invalid JSON at line");
 
 	/* No name for the source, no error buffer: still refused, nothing written. */
-	assert_int_equal(rgaps_topic_config_parse(bad, strlen(bad), NULL, &tc, fx->err,
+	assert_int_equal(rgapsd_topic_config_parse(bad, strlen(bad), NULL, &tc, fx->err,
 						  sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "topic", "memory", "is not a plugin name");
-	assert_int_equal(rgaps_topic_config_parse(bad, strlen(bad), "req", &tc, NULL, 0), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_parse(bad, strlen(bad), "req", &tc, NULL, 0), -EINVAL);
 	assert_memory_equal(&tc, &before, sizeof(tc));
 }
 
@@ -938,11 +939,11 @@ static void test_gpu_keys(void **state)
 	const char *good = "{\"gpu_fanout\": \"replicate\", \"devices\": [0, 3, 1],"
 			   " \"gpu_piece\": \"1MiB\"}";
 
-	rgaps_topic_config_defaults(&tc);
+	rgapsd_topic_config_defaults(&tc);
 	assert_string_equal(tc.gpu_fanout, "auto");
 	assert_int_equal(tc.ndevices, 0);
 	assert_int_equal(tc.gpu_piece, 8 << 20);
-	assert_int_equal(rgaps_topic_config_parse(good, strlen(good), "g", &tc, fx->err,
+	assert_int_equal(rgapsd_topic_config_parse(good, strlen(good), "g", &tc, fx->err,
 						  sizeof(fx->err)), 0);
 	assert_string_equal(tc.gpu_fanout, "replicate");
 	assert_int_equal(tc.ndevices, 3);
@@ -950,8 +951,8 @@ static void test_gpu_keys(void **state)
 	assert_int_equal(tc.gpu_piece, 1 << 20);
 #define BAD(json, key, why)                                                              \
 	do {                                                                             \
-		rgaps_topic_config_defaults(&tc);                                        \
-		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "g", &tc,  \
+		rgapsd_topic_config_defaults(&tc);                                        \
+		assert_int_equal(rgapsd_topic_config_parse(json, strlen(json), "g", &tc,  \
 							  fx->err, sizeof(fx->err)),     \
 				 -EINVAL);                                               \
 		check_err(fx->err, "g", key, why);                                       \
@@ -971,16 +972,16 @@ static void test_relay_key(void **state)
 	struct rgaps_topic_config tc;
 	const char *good = "{\"relay\": \"tree:3\"}";
 
-	rgaps_topic_config_defaults(&tc);
+	rgapsd_topic_config_defaults(&tc);
 	assert_string_equal(tc.relay, "auto");
 	assert_int_equal(
-		rgaps_topic_config_parse(good, strlen(good), "r", &tc, fx->err, sizeof(fx->err)),
+		rgapsd_topic_config_parse(good, strlen(good), "r", &tc, fx->err, sizeof(fx->err)),
 		0);
 	assert_string_equal(tc.relay, "tree:3");
 #define BAD(json, why)                                                                           \
 	do {                                                                                     \
-		rgaps_topic_config_defaults(&tc);                                                \
-		assert_int_equal(rgaps_topic_config_parse(json, strlen(json), "r", &tc, fx->err, \
+		rgapsd_topic_config_defaults(&tc);                                                \
+		assert_int_equal(rgapsd_topic_config_parse(json, strlen(json), "r", &tc, fx->err, \
 							  sizeof(fx->err)),                      \
 				 -EINVAL);                                                       \
 		check_err(fx->err, "r", "relay", why);                                           \
@@ -997,71 +998,71 @@ static void test_validate_api(void **state)
 	struct fx *fx = *state;
 	struct rgaps_topic_config base, tc;
 
-	rgaps_topic_config_defaults(&base);
+	rgapsd_topic_config_defaults(&base);
 	snprintf(base.name, sizeof(base.name), "ok");
-	assert_int_equal(rgaps_topic_config_validate(&base, "x", fx->err, sizeof(fx->err)), 0);
+	assert_int_equal(rgapsd_topic_config_validate(&base, "x", fx->err, sizeof(fx->err)), 0);
 
 	/* Structs built in code get every check a file gets. */
 	tc = base;
 	tc.nallowed_uids = RGAPS_CFG_MAX_IDS + 1;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "allowed_uids", "too many entries (33, at most 32)");
 
 	tc = base;
 	tc.nallowed_gids = 2;
 	tc.allowed_gids[0] = tc.allowed_gids[1] = 9;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "allowed_gids", "entry 1 repeats entry 0 (9)");
 
 	tc = base;
 	tc.queue_depth = 48;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "queue_depth", "must be a power of two (got 48)");
 
 	tc = base;
 	snprintf(tc.memory, sizeof(tc.memory), "Gpu");
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "memory", "'Gpu' is not a plugin name");
 
 	tc = base;
 	tc.max_message_size = 0;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "max_message_size", "must be between 1B and 1TiB (got 0B)");
 
 	tc = base;
 	tc.max_message_size = tc.pool_size + 1;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "max_message_size", "268435457B is larger than pool_size (256MiB)");
 
 	tc = base;
 	tc.watermark = NAN;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "watermark", "must be between 0 and 1");
 
 	tc = base;
 	tc.overflow = (enum rgaps_overflow)7;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "overflow", "holds 7");
 
 	tc = base;
 	tc.device = -1;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "device", "must be between 0 and 1023");
 
 	tc = base;
 	tc.nstages = 1;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "stages", "entry 0: '' is not a plugin name");
 
 	tc = base;
 	memset(tc.name, 'n', sizeof(tc.name));
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, sizeof(fx->err)), -EINVAL);
 	check_err(fx->err, "x", "name", "is not NUL-terminated");
 
 	/* A short error buffer truncates and stays a string. */
 	tc = base;
 	tc.history = tc.queue_depth;
-	assert_int_equal(rgaps_topic_config_validate(&tc, "x", fx->err, 12), -EINVAL);
+	assert_int_equal(rgapsd_topic_config_validate(&tc, "x", fx->err, 12), -EINVAL);
 	assert_string_equal(fx->err, "x: key 'his");
 }
 
@@ -1078,10 +1079,10 @@ static void test_to_json(void **state)
 	char *printed;
 	int n = 0;
 
-	rgaps_topic_config_defaults(&tc);
-	assert_int_equal(rgaps_topic_config_parse(text, strlen(text), "j", &tc, fx->err,
+	rgapsd_topic_config_defaults(&tc);
+	assert_int_equal(rgapsd_topic_config_parse(text, strlen(text), "j", &tc, fx->err,
 						  sizeof(fx->err)), 0);
-	o = rgaps_topic_config_to_json(&tc);
+	o = rgapsd_topic_config_to_json(&tc);
 	assert_non_null(o);
 	cJSON_ArrayForEach(v, o)
 		n++;
@@ -1108,9 +1109,10 @@ static void test_to_json(void **state)
 	/* The output is itself a valid topic file that reads back the same struct. */
 	printed = cJSON_PrintUnformatted(o);
 	assert_non_null(printed);
-	rgaps_topic_config_defaults(&back);
-	assert_int_equal(rgaps_topic_config_parse(printed, strlen(printed), "round", &back, fx->err,
-						  sizeof(fx->err)), 0);
+	rgapsd_topic_config_defaults(&back);
+	assert_int_equal(rgapsd_topic_config_parse(printed, strlen(printed), "round", &back,
+						   fx->err, sizeof(fx->err)),
+			 0);
 	assert_memory_equal(&back, &tc, sizeof(tc));
 	cJSON_free(printed);
 	cJSON_Delete(o);
@@ -1153,7 +1155,7 @@ static void test_print_help(void **state)
 
 	f = open_memstream(&buf, &len);
 	assert_non_null(f);
-	rgaps_config_print_help(f);
+	rgapsd_config_print_help(f);
 	assert_int_equal(fclose(f), 0);
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(want); i++)
 		if (!strstr(buf, want[i]))
@@ -1222,16 +1224,16 @@ static void test_parse_size(void **state)
 
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(cases); i++) {
 		v = 0xfeedfacecafebeefull;
-		if (rgaps_parse_size(cases[i].s, &v) != cases[i].rc)
-			fail_msg("rgaps_parse_size(\"%s\") did not return %d", cases[i].s,
+		if (rgaps__parse_size(cases[i].s, &v) != cases[i].rc)
+			fail_msg("rgaps__parse_size(\"%s\") did not return %d", cases[i].s,
 				 cases[i].rc);
 		if (cases[i].rc == 0 && v != cases[i].v)
-			fail_msg("rgaps_parse_size(\"%s\") = %" PRIu64 ", want %" PRIu64,
+			fail_msg("rgaps__parse_size(\"%s\") = %" PRIu64 ", want %" PRIu64,
 				 cases[i].s, v, cases[i].v);
 		if (cases[i].rc != 0) /* output written only on success */
 			assert_int_equal(v, 0xfeedfacecafebeefull);
 	}
-	assert_int_equal(rgaps_parse_size(NULL, &v), -EINVAL);
+	assert_int_equal(rgaps__parse_size(NULL, &v), -EINVAL);
 }
 
 static void test_format_size(void **state)
@@ -1259,13 +1261,13 @@ static void test_format_size(void **state)
 	uint64_t v;
 
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(cases); i++) {
-		rgaps_format_size(cases[i].v, buf, sizeof(buf));
+		rgaps__format_size(cases[i].v, buf, sizeof(buf));
 		assert_string_equal(buf, cases[i].s);
 		/* exact: it parses back to the same number */
-		assert_int_equal(rgaps_parse_size(buf, &v), 0);
+		assert_int_equal(rgaps__parse_size(buf, &v), 0);
 		assert_int_equal(v, cases[i].v);
 	}
-	rgaps_format_size(64 * MiB, tiny, sizeof(tiny));
+	rgaps__format_size(64 * MiB, tiny, sizeof(tiny));
 	assert_string_equal(tiny, "64M");
 }
 
@@ -1296,8 +1298,8 @@ static void test_topic_names(void **state)
 	};
 
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(cases); i++)
-		if (rgaps_topic_name_valid(cases[i].name) != cases[i].ok)
-			fail_msg("rgaps_topic_name_valid(\"%s\") != %d",
+		if (rgaps__topic_name_valid(cases[i].name) != cases[i].ok)
+			fail_msg("rgaps__topic_name_valid(\"%s\") != %d",
 				 cases[i].name ? cases[i].name : "(null)", cases[i].ok);
 }
 

@@ -391,7 +391,7 @@ static int send_frame_fds(int fd, const void *payload, uint32_t len, const int *
 
 	if (!f)
 		return -ENOMEM;
-	rgaps_frame_header(f, len);
+	rgaps__frame_header(f, len);
 	memcpy(f + RGAPS_FRAME_HDR, payload, len);
 	rc = send_all_fds(fd, f, RGAPS_FRAME_HDR + (size_t)len, fds, nfds);
 	free(f);
@@ -559,7 +559,7 @@ static void client_echo(struct fx *fx)
 	burst = p = malloc(total);
 	CHECK(fx, burst, "malloc");
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(echo_sizes); i++) {
-		rgaps_frame_header(p, echo_sizes[i]);
+		rgaps__frame_header(p, echo_sizes[i]);
 		fill(p + RGAPS_FRAME_HDR, echo_sizes[i], (unsigned)i);
 		p += RGAPS_FRAME_HDR + echo_sizes[i];
 	}
@@ -585,7 +585,7 @@ static void client_echo(struct fx *fx)
 	{
 		uint8_t f[RGAPS_FRAME_HDR + 20];
 
-		rgaps_frame_header(f, 20);
+		rgaps__frame_header(f, 20);
 		fill(f + RGAPS_FRAME_HDR, 20, 99);
 		for (size_t i = 0; i < sizeof(f); i++) {
 			rc = send_all(fd, f + i, 1, -1);
@@ -950,7 +950,7 @@ static void client_backpressure(struct fx *fx)
 
 	fd = client_connect(fx->path);
 	CHECK(fx, fd >= 0, "connect: %s", strerror(-fd));
-	rgaps_frame_header(frame, BIG_LEN);
+	rgaps__frame_header(frame, BIG_LEN);
 	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 7);
 	/* A second without progress: the server stopped reading (not merely slow, even loaded). */
 	rc = send_until_stalled(fd, frame, NBIG, 1000, &off);
@@ -1018,7 +1018,7 @@ static int client_flood(struct fx *fx, int stall_ms)
 		client_fail(fx, __LINE__, "connect: %s", strerror(-fd));
 		return -1;
 	}
-	rgaps_frame_header(frame, BIG_LEN);
+	rgaps__frame_header(frame, BIG_LEN);
 	fill(frame + RGAPS_FRAME_HDR, BIG_LEN, 1);
 	rc = send_until_stalled(fd, frame, NBIG, stall_ms, &off);
 	if (rc <= 0) {
@@ -1186,7 +1186,7 @@ static void client_frame_timeout(struct fx *fx)
 	CHECK(fx, a >= 0, "connect: %s", strerror(-a));
 	b = client_connect(fx->path);
 	CHECK(fx, b >= 0, "connect: %s", strerror(-b));
-	rgaps_frame_header(part, 100);
+	rgaps__frame_header(part, 100);
 	memset(part + RGAPS_FRAME_HDR, 'x', 10);
 	rc = send_all(a, part, 2, -1);
 	CHECK(fx, rc == 0, "send: %s", strerror(-rc));

@@ -28,7 +28,7 @@ static uint8_t *frame_new(uint32_t len, uint8_t seed)
 	uint8_t *f = malloc(RGAPS_FRAME_HDR + (size_t)len);
 
 	assert_non_null(f);
-	rgaps_frame_header(f, len);
+	rgaps__frame_header(f, len);
 	for (uint32_t i = 0; i < len; i++)
 		f[RGAPS_FRAME_HDR + i] = (uint8_t)(seed + i);
 	return f;
@@ -47,7 +47,7 @@ static size_t space_of(struct rgaps_frame_reader *r)
 	uint8_t *buf;
 	size_t len;
 
-	rgaps_frame_reader_space(r, &buf, &len);
+	rgaps__frame_reader_space(r, &buf, &len);
 	assert_ptr_equal(buf, r->buf + r->len);
 	return len;
 }
@@ -57,7 +57,7 @@ static void expect_frame(struct rgaps_frame_reader *r, const uint8_t *frame, uin
 	const uint8_t *payload = NULL;
 	size_t n = 0;
 
-	assert_int_equal(rgaps_frame_reader_next(r, &payload, &n), 1);
+	assert_int_equal(rgaps__frame_reader_next(r, &payload, &n), 1);
 	assert_int_equal(n, len);
 	assert_memory_equal(payload, frame + RGAPS_FRAME_HDR, len);
 }
@@ -67,7 +67,7 @@ static void expect_nothing(struct rgaps_frame_reader *r)
 	const uint8_t *payload = (const uint8_t *)"untouched";
 	size_t n = 12345;
 
-	assert_int_equal(rgaps_frame_reader_next(r, &payload, &n), 0);
+	assert_int_equal(rgaps__frame_reader_next(r, &payload, &n), 0);
 	/* Output arguments are written only on success. */
 	assert_string_equal((const char *)payload, "untouched");
 	assert_int_equal(n, 12345);
@@ -89,7 +89,7 @@ static void test_header_encode(void **state)
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(cases); i++) {
 		uint8_t hdr[RGAPS_FRAME_HDR] = { 0xaa, 0xaa, 0xaa, 0xaa };
 
-		rgaps_frame_header(hdr, cases[i].len);
+		rgaps__frame_header(hdr, cases[i].len);
 		assert_memory_equal(hdr, cases[i].bytes, RGAPS_FRAME_HDR);
 	}
 }
@@ -108,7 +108,7 @@ static void test_header_over_max_aborts(void **state)
 
 		if (fd >= 0)
 			dup2(fd, STDERR_FILENO);
-		rgaps_frame_header(hdr, RGAPS_FRAME_MAX + 1);
+		rgaps__frame_header(hdr, RGAPS_FRAME_MAX + 1);
 		_exit(0);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -122,7 +122,7 @@ static void test_init_state(void **state)
 
 	assert_non_null(r);
 	memset(r, 0x5a, sizeof(*r));
-	rgaps_frame_reader_init(r);
+	rgaps__frame_reader_init(r);
 	assert_int_equal(r->len, 0);
 	assert_int_equal(space_of(r), RGAPS_FRAME_HDR);
 	expect_nothing(r);
@@ -135,15 +135,17 @@ static void test_whole_frame(void **state)
 	uint8_t *f = frame_new(17, 3);
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, f, RGAPS_FRAME_HDR + 17), RGAPS_FRAME_HDR + 17);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, f, RGAPS_FRAME_HDR + 17),
+			 RGAPS_FRAME_HDR + 17);
 	assert_int_equal(space_of(r), 0); /* complete: nothing more until next() */
 	expect_frame(r, f, 17);
 	expect_nothing(r);
 	assert_int_equal(space_of(r), RGAPS_FRAME_HDR);
 
 	/* The reader is reusable for the next frame. */
-	assert_int_equal(rgaps_frame_reader_feed(r, f, RGAPS_FRAME_HDR + 17), RGAPS_FRAME_HDR + 17);
+	assert_int_equal(rgaps__frame_reader_feed(r, f, RGAPS_FRAME_HDR + 17),
+			 RGAPS_FRAME_HDR + 17);
 	expect_frame(r, f, 17);
 	free(f);
 	free(r);
@@ -156,7 +158,7 @@ static void test_byte_by_byte(void **state)
 	uint8_t *f = frame_new(len, 7);
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
+	rgaps__frame_reader_init(r);
 	for (int round = 0; round < 2; round++) {
 		for (size_t i = 0; i < RGAPS_FRAME_HDR + len; i++) {
 			size_t want = i < RGAPS_FRAME_HDR ? RGAPS_FRAME_HDR - i
@@ -164,7 +166,7 @@ static void test_byte_by_byte(void **state)
 
 			assert_int_equal(space_of(r), want);
 			expect_nothing(r);
-			assert_int_equal(rgaps_frame_reader_feed(r, f + i, 1), 1);
+			assert_int_equal(rgaps__frame_reader_feed(r, f + i, 1), 1);
 		}
 		expect_frame(r, f, len);
 		expect_nothing(r);
@@ -182,14 +184,14 @@ static void test_space_commit(void **state)
 	uint8_t *buf;
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
+	rgaps__frame_reader_init(r);
 	/* What a socket reader does: receive at most the offered space, in short pieces. */
 	while (off < RGAPS_FRAME_HDR + len) {
-		rgaps_frame_reader_space(r, &buf, &n);
+		rgaps__frame_reader_space(r, &buf, &n);
 		assert_true(n > 0);
 		n = RGAPS_MIN(n, (size_t)3 + off % 250);
 		memcpy(buf, f + off, n);
-		rgaps_frame_reader_commit(r, n);
+		rgaps__frame_reader_commit(r, n);
 		off += n;
 		if (off < RGAPS_FRAME_HDR + len)
 			expect_nothing(r);
@@ -209,16 +211,16 @@ static void test_two_frames_one_feed(void **state)
 	assert_non_null(r);
 	memcpy(both, a, RGAPS_FRAME_HDR + 5);
 	memcpy(both + RGAPS_FRAME_HDR + 5, b, RGAPS_FRAME_HDR + 9);
-	rgaps_frame_reader_init(r);
+	rgaps__frame_reader_init(r);
 
 	/* The reader takes one frame at a time; the caller feeds the rest after next(). */
-	taken = rgaps_frame_reader_feed(r, both, sizeof(both));
+	taken = rgaps__frame_reader_feed(r, both, sizeof(both));
 	assert_int_equal(taken, RGAPS_FRAME_HDR + 5);
 	total += taken;
-	assert_int_equal(rgaps_frame_reader_feed(r, both + total, sizeof(both) - total), 0);
+	assert_int_equal(rgaps__frame_reader_feed(r, both + total, sizeof(both) - total), 0);
 	expect_frame(r, a, 5);
 
-	taken = rgaps_frame_reader_feed(r, both + total, sizeof(both) - total);
+	taken = rgaps__frame_reader_feed(r, both + total, sizeof(both) - total);
 	assert_int_equal(taken, RGAPS_FRAME_HDR + 9);
 	total += taken;
 	assert_int_equal(total, sizeof(both));
@@ -235,10 +237,10 @@ static void test_max_size_frame(void **state)
 	uint8_t *f = frame_new(RGAPS_FRAME_MAX, 42);
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, f, RGAPS_FRAME_HDR), RGAPS_FRAME_HDR);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, f, RGAPS_FRAME_HDR), RGAPS_FRAME_HDR);
 	assert_int_equal(space_of(r), RGAPS_FRAME_MAX);
-	assert_int_equal(rgaps_frame_reader_feed(r, f + RGAPS_FRAME_HDR, RGAPS_FRAME_MAX),
+	assert_int_equal(rgaps__frame_reader_feed(r, f + RGAPS_FRAME_HDR, RGAPS_FRAME_MAX),
 			 RGAPS_FRAME_MAX);
 	assert_int_equal(r->len, sizeof(r->buf));
 	expect_frame(r, f, RGAPS_FRAME_MAX);
@@ -253,11 +255,11 @@ static void expect_error_sticks(struct rgaps_frame_reader *r, int err)
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(rgaps_frame_reader_next(r, &payload, &n), err);
+		assert_int_equal(rgaps__frame_reader_next(r, &payload, &n), err);
 		assert_null(payload);
 		assert_int_equal(n, 0);
 		assert_int_equal(space_of(r), 0);
-		assert_int_equal(rgaps_frame_reader_feed(r, junk, sizeof(junk)), 0);
+		assert_int_equal(rgaps__frame_reader_feed(r, junk, sizeof(junk)), 0);
 	}
 }
 
@@ -271,11 +273,11 @@ static void test_oversize(void **state)
 		uint8_t hdr[RGAPS_FRAME_HDR + 8] = { 0 };
 
 		put_le32(hdr, lens[i]);
-		rgaps_frame_reader_init(r);
+		rgaps__frame_reader_init(r);
 		/* Known bad as soon as the header is complete: the payload is never waited for. */
-		assert_int_equal(rgaps_frame_reader_feed(r, hdr, 3), 3);
+		assert_int_equal(rgaps__frame_reader_feed(r, hdr, 3), 3);
 		expect_nothing(r);
-		assert_int_equal(rgaps_frame_reader_feed(r, hdr + 3, sizeof(hdr) - 3), 1);
+		assert_int_equal(rgaps__frame_reader_feed(r, hdr + 3, sizeof(hdr) - 3), 1);
 		expect_error_sticks(r, -EMSGSIZE);
 	}
 	free(r);
@@ -287,8 +289,8 @@ static void test_zero_length(void **state)
 	uint8_t buf[RGAPS_FRAME_HDR + 8] = { 0, 0, 0, 0, 5, 0, 0, 0, 'h' };
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, buf, sizeof(buf)), RGAPS_FRAME_HDR);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, buf, sizeof(buf)), RGAPS_FRAME_HDR);
 	expect_error_sticks(r, -EBADMSG);
 	free(r);
 }
@@ -301,10 +303,10 @@ static void test_error_after_good_frame(void **state)
 
 	assert_non_null(r);
 	put_le32(bad, RGAPS_FRAME_MAX + 1);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, f, RGAPS_FRAME_HDR + 4), RGAPS_FRAME_HDR + 4);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, f, RGAPS_FRAME_HDR + 4), RGAPS_FRAME_HDR + 4);
 	expect_frame(r, f, 4);
-	assert_int_equal(rgaps_frame_reader_feed(r, bad, sizeof(bad)), sizeof(bad));
+	assert_int_equal(rgaps__frame_reader_feed(r, bad, sizeof(bad)), sizeof(bad));
 	expect_error_sticks(r, -EMSGSIZE);
 	free(f);
 	free(r);
@@ -316,16 +318,16 @@ static void test_truncated(void **state)
 	uint8_t *f = frame_new(100, 9);
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, f, 2), 2);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, f, 2), 2);
 	expect_nothing(r);
 	assert_int_equal(space_of(r), 2);
-	assert_int_equal(rgaps_frame_reader_feed(r, f + 2, 2 + 60), 2 + 60);
+	assert_int_equal(rgaps__frame_reader_feed(r, f + 2, 2 + 60), 2 + 60);
 	expect_nothing(r);
 	assert_int_equal(space_of(r), 40);
 	/* Still waiting, however often asked. */
 	expect_nothing(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, f + 64, 40), 40);
+	assert_int_equal(rgaps__frame_reader_feed(r, f + 64, 40), 40);
 	expect_frame(r, f, 100);
 	free(f);
 	free(r);
@@ -336,9 +338,9 @@ static void test_feed_nothing(void **state)
 	struct rgaps_frame_reader *r = malloc(sizeof(*r));
 
 	assert_non_null(r);
-	rgaps_frame_reader_init(r);
-	assert_int_equal(rgaps_frame_reader_feed(r, "", 0), 0);
-	rgaps_frame_reader_commit(r, 0);
+	rgaps__frame_reader_init(r);
+	assert_int_equal(rgaps__frame_reader_feed(r, "", 0), 0);
+	rgaps__frame_reader_commit(r, 0);
 	expect_nothing(r);
 	assert_int_equal(space_of(r), RGAPS_FRAME_HDR);
 	free(r);
@@ -358,8 +360,8 @@ static void test_commit_past_space_aborts(void **state)
 
 		if (fd >= 0)
 			dup2(fd, STDERR_FILENO);
-		rgaps_frame_reader_init(&r);
-		rgaps_frame_reader_commit(&r, RGAPS_FRAME_HDR + 1);
+		rgaps__frame_reader_init(&r);
+		rgaps__frame_reader_commit(&r, RGAPS_FRAME_HDR + 1);
 		_exit(0);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -40,8 +40,8 @@ static void order_is(int32_t source, const int32_t *gpus, uint32_t n, const char
 	struct rgapsd_chain_hop hops[RGAPS_MEM_MAX_DEVICES];
 	char got[256];
 
-	rgapsd__chain_order(links, source, gpus, n, hops);
-	rgapsd__chain_describe(source, hops, n, got, sizeof(got));
+	rgapsd_chain_order(links, source, gpus, n, hops);
+	rgapsd_chain_describe(source, hops, n, got, sizeof(got));
 	assert_string_equal(got, want);
 }
 
@@ -86,7 +86,7 @@ static void test_branch(void **state)
 	/* GPU 2 cannot read GPU 1 but reads GPU 0: a branch off the source, not host memory. */
 	links_all(3, RGAPS_MEM_LINK_NVLINK);
 	unlink_pair(2, 1);
-	rgapsd__chain_order(links, 0, (int32_t[]){ 1, 2 }, 2, hops);
+	rgapsd_chain_order(links, 0, (int32_t[]){ 1, 2 }, 2, hops);
 	assert_int_equal(hops[0].gpu, 1);
 	assert_int_equal(hops[0].from, -1);
 	assert_int_equal(hops[1].gpu, 2);
@@ -157,14 +157,14 @@ static void copy_and_check(int (*relay)(void *, const void *, size_t,
 	ops.copy_relay = relay;
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 7 + 1);
-	rgapsd__chain_order(links, 0, gpus, n, hops);
+	rgapsd_chain_order(links, 0, gpus, n, hops);
 	for (uint32_t i = 0; i < n; i++) {
 		memset(dst[i], 0, sizeof(dst[i]));
 		hops[i].dst = dst[i];
 	}
-	rgapsd__chain_init(c, &ops, NULL, 1024, sizeof(src));
+	rgapsd_chain_init(c, &ops, NULL, 1024, sizeof(src));
 	nwholes = relays = copies = 0;
-	assert_int_equal(rgapsd__chain_copy(c, src, sizeof(src), hops, n, on_whole, NULL), 0);
+	assert_int_equal(rgapsd_chain_copy(c, src, sizeof(src), hops, n, on_whole, NULL), 0);
 	assert_int_equal(nwholes, n);
 	for (uint32_t i = 0; i < n; i++) {
 		assert_memory_equal(dst[i], src, sizeof(src));
@@ -185,7 +185,7 @@ static void test_copy(void **state)
 	/* One relay for the linked hops, two copies (to and from host memory) for GPU 3. */
 	assert_int_equal(relays, 1);
 	assert_int_equal(copies, 2);
-	rgapsd__chain_fini(&c);
+	rgapsd_chain_fini(&c);
 }
 
 static int relay_unsupported(void *ctx, const void *src, size_t n,
@@ -204,7 +204,7 @@ static void test_copy_without_relay(void **state)
 	copy_and_check(relay_unsupported, (int32_t[]){ 1, 2 }, 2, &c);
 	assert_int_equal(copies, 2);
 	assert_true(c.hop_by_hop);
-	rgapsd__chain_fini(&c);
+	rgapsd_chain_fini(&c);
 }
 
 int main(void)

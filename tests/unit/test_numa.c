@@ -24,7 +24,7 @@ static void test_place_on_node0(void **state)
 	int r;
 
 	assert_true(p != MAP_FAILED);
-	r = rgaps_numa_place(p, len, 0, &on, &n);
+	r = rt_numa_place(p, len, 0, &on, &n);
 	if (r == -ENOSYS || r == -EPERM) {
 		munmap(p, len);
 		print_message("  skipped: this kernel refuses mbind (%s)\n", strerror(-r));
@@ -41,8 +41,8 @@ static void test_bad_node(void **state)
 	char buf[4096] __attribute__((aligned(4096)));
 	unsigned on, n;
 
-	assert_int_equal(rgaps_numa_place(buf, sizeof(buf), -1, &on, &n), -EINVAL);
-	assert_int_equal(rgaps_numa_place(buf, sizeof(buf), 100000, &on, &n), -EINVAL);
+	assert_int_equal(rt_numa_place(buf, sizeof(buf), -1, &on, &n), -EINVAL);
+	assert_int_equal(rt_numa_place(buf, sizeof(buf), 100000, &on, &n), -EINVAL);
 }
 
 int main(void)

@@ -25,25 +25,25 @@ static void test_hello_layout(void **state)
 	uint8_t b[PEERS_HELLO_MAX];
 	struct peer_hello h;
 	char why[128];
-	size_t n = peer_hello_encode(b, NONCE, "10.0.0.2:7400");
+	size_t n = rgapsd_peer_hello_encode(b, NONCE, "10.0.0.2:7400");
 
 	/* magic[8] "RGAPSPR1", version u16 = 1, flags u16 = 0, nonce[32], name_len u16, name */
 	assert_int_equal(n, 8 + 2 + 2 + 32 + 2 + 13);
 	assert_memory_equal(b, "RGAPSPR1\x01\x00\x00\x00", 12);
 	assert_memory_equal(b + 12, NONCE, 32);
 	assert_memory_equal(b + 44, "\x0d\x00" "10.0.0.2:7400", 15);
-	assert_int_equal(peer_hello_decode(b, (uint32_t)n, &h, why, sizeof(why)), 0);
+	assert_int_equal(rgapsd_peer_hello_decode(b, (uint32_t)n, &h, why, sizeof(why)), 0);
 	assert_int_equal(h.version, 1);
 	assert_memory_equal(h.nonce, NONCE, 32);
 	assert_string_equal(h.name, "10.0.0.2:7400");
-	assert_int_equal(peer_hello_encode(b, NONCE, ""), 0);
+	assert_int_equal(rgapsd_peer_hello_encode(b, NONCE, ""), 0);
 }
 
 static void hello_refused(uint8_t *b, uint32_t len, int code, const char *needle)
 {
 	struct peer_hello h;
 	char why[128] = "";
-	int e = peer_hello_decode(b, len, &h, why, sizeof(why));
+	int e = rgapsd_peer_hello_decode(b, len, &h, why, sizeof(why));
 
 	if (e != -code || !strstr(why, needle))
 		fail_msg("got %d '%s', expected %d '%s'", e, why, -code, needle);
@@ -52,7 +52,7 @@ static void hello_refused(uint8_t *b, uint32_t len, int code, const char *needle
 static void test_hello_refusals(void **state)
 {
 	uint8_t b[PEERS_HELLO_MAX + 8];
-	size_t n = peer_hello_encode(b, NONCE, "peer:1");
+	size_t n = rgapsd_peer_hello_encode(b, NONCE, "peer:1");
 
 	hello_refused(b, 7, PE_VERSION, "bad magic");
 	hello_refused((uint8_t *)"GET / HTTP/1.0\r\n\r\n", 18, PE_VERSION, "bad magic");
@@ -67,9 +67,9 @@ static void test_hello_refusals(void **state)
 	b[44] = 0;
 	b[45] = 1; /* 256 */
 	hello_refused(b, PEERS_HELLO_FIXED + 256, PE_PROTOCOL, "a name of 256 bytes");
-	n = peer_hello_encode(b, NONCE, "a b");
+	n = rgapsd_peer_hello_encode(b, NONCE, "a b");
 	hello_refused(b, (uint32_t)n, PE_PROTOCOL, "byte 0x20");
-	n = peer_hello_encode(b, NONCE, "a\x7f");
+	n = rgapsd_peer_hello_encode(b, NONCE, "a\x7f");
 	hello_refused(b, (uint32_t)n, PE_PROTOCOL, "byte 0x7f");
 }
 
@@ -102,18 +102,23 @@ static void test_auth_mac(void **state)
 	assert_true(sodium_init() >= 0);
 	memset(key, 0x5a, sizeof(key));
 	memset(other, 0xee, sizeof(other));
-	peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", NONCE, other, a);
+	rgapsd_peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", NONCE, other,
+			     a);
 	reference_mac(key, sizeof(key), 1, "h1:1", "h2:2", NONCE, other, want);
 	assert_memory_equal(a, want, sizeof(a));
 	/* Each input changes the proof: role, direction, nonces, key. */
-	peer_auth_mac(key, sizeof(key), PEERS_ROLE_RESPONDER, "h1:1", "h2:2", NONCE, other, b);
+	rgapsd_peer_auth_mac(key, sizeof(key), PEERS_ROLE_RESPONDER, "h1:1", "h2:2", NONCE, other,
+			     b);
 	assert_memory_not_equal(a, b, sizeof(a));
-	peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h2:2", "h1:1", NONCE, other, b);
+	rgapsd_peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h2:2", "h1:1", NONCE, other,
+			     b);
 	assert_memory_not_equal(a, b, sizeof(a));
-	peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", other, NONCE, b);
+	rgapsd_peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", other, NONCE,
+			     b);
 	assert_memory_not_equal(a, b, sizeof(a));
 	key[47] ^= 1;
-	peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", NONCE, other, b);
+	rgapsd_peer_auth_mac(key, sizeof(key), PEERS_ROLE_INITIATOR, "h1:1", "h2:2", NONCE, other,
+			     b);
 	assert_memory_not_equal(a, b, sizeof(a));
 }
 
@@ -121,15 +126,16 @@ static void test_texts(void **state)
 {
 	char r[8];
 
-	assert_int_equal(peer_error_decode((const uint8_t *)"\x03\x00no\nkey", 8, r, sizeof(r)), 3);
+	assert_int_equal(
+		rgapsd_peer_error_decode((const uint8_t *)"\x03\x00no\nkey", 8, r, sizeof(r)), 3);
 	assert_string_equal(r, "no?key");
-	assert_int_equal(peer_error_decode((const uint8_t *)"\x05\x00" "0123456789", 12, r,
+	assert_int_equal(rgapsd_peer_error_decode((const uint8_t *)"\x05\x00" "0123456789", 12, r,
 					   sizeof(r)), 5);
 	assert_string_equal(r, "0123456");
-	assert_int_equal(peer_error_decode((const uint8_t *)"\x05", 1, r, sizeof(r)), 0);
+	assert_int_equal(rgapsd_peer_error_decode((const uint8_t *)"\x05", 1, r, sizeof(r)), 0);
 	assert_string_equal(r, "");
-	assert_string_equal(peer_frame_name(PF_AUTH_OK), "AUTH_OK");
-	assert_string_equal(peer_frame_name(200), "unknown");
+	assert_string_equal(rgapsd_peer_frame_name(PF_AUTH_OK), "AUTH_OK");
+	assert_string_equal(rgapsd_peer_frame_name(200), "unknown");
 }
 
 int main(void)

@@ -699,7 +699,7 @@ static void test_parse_hostport(void **state)
 
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(good); i++) {
 		port = 0;
-		if (rgaps_hostport_parse(good[i].s, host, sizeof(host), &port, NULL, 0) != 0)
+		if (rgapsd_hostport_parse(good[i].s, host, sizeof(host), &port, NULL, 0) != 0)
 			fail_msg("\"%s\" refused", good[i].s);
 		assert_string_equal(host, good[i].host);
 		assert_int_equal(port, good[i].port);
@@ -707,16 +707,16 @@ static void test_parse_hostport(void **state)
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(bad); i++) {
 		strcpy(host, "untouched");
 		port = 42;
-		if (rgaps_hostport_parse(bad[i], host, sizeof(host), &port, NULL, 0) != -EINVAL)
+		if (rgapsd_hostport_parse(bad[i], host, sizeof(host), &port, NULL, 0) != -EINVAL)
 			fail_msg("\"%s\" accepted", bad[i]);
 		/* Outputs are written only on success. */
 		assert_string_equal(host, "untouched");
 		assert_int_equal(port, 42);
 	}
 	/* A host that does not fit the buffer. */
-	assert_int_equal(rgaps_hostport_parse("abcdefgh:5", host, 8, &port, NULL, 0), -EINVAL);
-	assert_int_equal(rgaps_hostport_parse("abcdefg:5", host, 8, &port, NULL, 0), 0);
-	assert_int_equal(rgaps_hostport_parse(NULL, host, sizeof(host), &port, NULL, 0), -EINVAL);
+	assert_int_equal(rgapsd_hostport_parse("abcdefgh:5", host, 8, &port, NULL, 0), -EINVAL);
+	assert_int_equal(rgapsd_hostport_parse("abcdefg:5", host, 8, &port, NULL, 0), 0);
+	assert_int_equal(rgapsd_hostport_parse(NULL, host, sizeof(host), &port, NULL, 0), -EINVAL);
 }
 
 static void write_file(const char *path, size_t len, mode_t mode)

@@ -34,14 +34,14 @@
 
 static void geom(struct rgaps_ring_geom *g, uint64_t size, uint64_t max, uint32_t align)
 {
-	assert_int_equal(rgaps_ring_geom_init(size, max, align, g), 0);
+	assert_int_equal(rt_ring_geom_init(size, max, align, g), 0);
 }
 
 static void check_pair(const struct rgaps_ring_sender *s, const struct rgaps_ring_receiver *r)
 {
 	const char *why = NULL;
 
-	if (rgaps_ring_check(s, r, &why) != 0)
+	if (rt_ring_check(s, r, &why) != 0)
 		fail_msg("ring invariant: %s", why);
 }
 
@@ -52,7 +52,7 @@ static void sender_at(struct rgaps_ring_sender *s, uint64_t tail, uint64_t dhead
 
 	s->tail = tail;
 	s->dhead = dhead;
-	if (rgaps_ring_sender_check(s, &why) != 0)
+	if (rt_ring_sender_check(s, &why) != 0)
 		fail_msg("bad test state: %s", why);
 }
 
@@ -94,16 +94,16 @@ static void test_geom_init(void **state)
 
 	memset(&keep, 0xa5, sizeof(keep));
 	g = keep;
-	assert_int_equal(rgaps_ring_geom_init(0, 1, 1, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(SZ, MAXREC, 0, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(SZ, MAXREC, 48, &g), -EINVAL); /* align not pow2 */
-	assert_int_equal(rgaps_ring_geom_init(1000, 256, 64, &g), -EINVAL); /* size % align */
-	assert_int_equal(rgaps_ring_geom_init(SZ, 0, AL, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(SZ, 513, AL, &g), -EINVAL); /* 2 * 576 > 1024 */
-	assert_int_equal(rgaps_ring_geom_init(SZ, SZ + 1, AL, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(3, 2, 1, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(2 * RGAPS_RING_SIZE_MAX, 64, 64, &g), -EINVAL);
-	assert_int_equal(rgaps_ring_geom_init(UINT64_MAX, UINT64_MAX, 1u << 31, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(0, 1, 1, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(SZ, MAXREC, 0, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(SZ, MAXREC, 48, &g), -EINVAL); /* align not pow2 */
+	assert_int_equal(rt_ring_geom_init(1000, 256, 64, &g), -EINVAL); /* size % align */
+	assert_int_equal(rt_ring_geom_init(SZ, 0, AL, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(SZ, 513, AL, &g), -EINVAL); /* 2 * 576 > 1024 */
+	assert_int_equal(rt_ring_geom_init(SZ, SZ + 1, AL, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(3, 2, 1, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(2 * RGAPS_RING_SIZE_MAX, 64, 64, &g), -EINVAL);
+	assert_int_equal(rt_ring_geom_init(UINT64_MAX, UINT64_MAX, 1u << 31, &g), -EINVAL);
 	/* Output written only on success. */
 	assert_memory_equal(&g, &keep, sizeof(g));
 }
@@ -114,18 +114,18 @@ static void test_place(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, 320, 128, 64); /* five lines, not a power of two */
-	assert_int_equal(rgaps_ring_place(&g, 0, 1, &sl), 0);
+	assert_int_equal(rt_ring_place(&g, 0, 1, &sl), 0);
 	expect_slot(&sl, 0, 1, 0, 64, 0);
-	assert_int_equal(rgaps_ring_place(&g, 192, 128, &sl), 0);
+	assert_int_equal(rt_ring_place(&g, 192, 128, &sl), 0);
 	expect_slot(&sl, 192, 128, 192, 320, 0);
-	assert_int_equal(rgaps_ring_place(&g, 256, 65, &sl), 0); /* 128 > 64 left: wrap */
+	assert_int_equal(rt_ring_place(&g, 256, 65, &sl), 0); /* 128 > 64 left: wrap */
 	expect_slot(&sl, 0, 65, 320, 448, 64);
-	assert_int_equal(rgaps_ring_place(&g, 320 * 7 + 256, 64, &sl), 0);
+	assert_int_equal(rt_ring_place(&g, 320 * 7 + 256, 64, &sl), 0);
 	expect_slot(&sl, 256, 64, 320 * 7 + 256, 320 * 8, 0);
-	assert_int_equal(rgaps_ring_place(&g, 0, 0, &sl), -EINVAL);
-	assert_int_equal(rgaps_ring_place(&g, 0, 129, &sl), -EINVAL);
-	assert_int_equal(rgaps_ring_place(&g, RGAPS_RING_CURSOR_LIMIT - 64, 64, &sl), 0);
-	assert_int_equal(rgaps_ring_place(&g, RGAPS_RING_CURSOR_LIMIT - 64, 65, &sl), -EOVERFLOW);
+	assert_int_equal(rt_ring_place(&g, 0, 0, &sl), -EINVAL);
+	assert_int_equal(rt_ring_place(&g, 0, 129, &sl), -EINVAL);
+	assert_int_equal(rt_ring_place(&g, RGAPS_RING_CURSOR_LIMIT - 64, 64, &sl), 0);
+	assert_int_equal(rt_ring_place(&g, RGAPS_RING_CURSOR_LIMIT - 64, 65, &sl), -EOVERFLOW);
 }
 
 static void test_first_write(void **state)
@@ -136,25 +136,25 @@ static void test_first_write(void **state)
 	struct rgaps_ring_slot sl, rl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
-	assert_int_equal(rgaps_ring_sender_used(&s), 0);
-	assert_int_equal(rgaps_ring_sender_free(&s), SZ);
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
+	assert_int_equal(rt_ring_sender_used(&s), 0);
+	assert_int_equal(rt_ring_sender_free(&s), SZ);
 
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 100, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 100, &sl), 0);
 	expect_slot(&sl, 0, 100, 0, 128, 0);
 	assert_int_equal(s.tail, 128);
-	assert_int_equal(rgaps_ring_sender_used(&s), 128);
-	assert_int_equal(rgaps_ring_sender_free(&s), SZ - 128);
+	assert_int_equal(rt_ring_sender_used(&s), 128);
+	assert_int_equal(rt_ring_sender_free(&s), SZ - 128);
 
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 100), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 100, &rl), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 100), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 100, &rl), 0);
 	assert_memory_equal(&sl, &rl, sizeof(sl));
-	assert_int_equal(rgaps_ring_receiver_used(&r), 128);
+	assert_int_equal(rt_ring_receiver_used(&r), 128);
 	check_pair(&s, &r);
 
 	/* The second record starts at the next aligned offset. */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), 0);
 	expect_slot(&sl, 128, 1, 128, 192, 0);
 }
 
@@ -167,33 +167,33 @@ static void test_exact_fit_to_end(void **state)
 	uint64_t h;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), 0);
-		assert_int_equal(rgaps_ring_receiver_land(&r, 256, &rl), 0);
+		assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, 256, &rl), 0);
 		if (i == 0)
 			first = rl;
 	}
 	/* 256 left, record of 256 (and of 193..256, same stride): no padding. */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 250, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 250, &sl), 0);
 	expect_slot(&sl, 768, 250, 768, 1024, 0);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 768, 250), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 250, &rl), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 768, 250), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 250, &rl), 0);
 	assert_memory_equal(&sl, &rl, sizeof(sl));
-	assert_int_equal(rgaps_ring_sender_free(&s), 0);
+	assert_int_equal(rt_ring_sender_free(&s), 0);
 	assert_int_equal(s.pad_bytes, 0);
 	check_pair(&s, &r);
 
 	/* Free the first record; the next one starts at offset 0 with no padding. */
-	rgaps_ring_receiver_consume(&r, &first);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_consume(&r, &first);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
 	assert_int_equal(h, 256);
-	rgaps_ring_receiver_reported(&r, h);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), 0);
+	rt_ring_receiver_reported(&r, h);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), 0);
 	expect_slot(&sl, 0, 256, 1024, 1280, 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 256, &rl), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 256, &rl), 0);
 	assert_memory_equal(&sl, &rl, sizeof(sl));
 	check_pair(&s, &r);
 }
@@ -208,45 +208,45 @@ static void test_wrap_with_padding(void **state)
 	uint64_t h;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
 	for (int i = 0; i < 4; i++) {
-		assert_int_equal(rgaps_ring_sender_reserve(&s, lens[i], &sl[i]), 0);
-		assert_int_equal(rgaps_ring_receiver_land(&r, lens[i], &rl[i]), 0);
+		assert_int_equal(rt_ring_sender_reserve(&s, lens[i], &sl[i]), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, lens[i], &rl[i]), 0);
 	}
 	assert_int_equal(s.tail, 896);
 	/* 200 (stride 256) does not fit in the last 128: it needs 128 + 256, more than is free. */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 200, &sl[4]), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 200, &sl[4]), -EAGAIN);
 	assert_int_equal(s.tail, 896);
 	assert_int_equal(s.stalls, 1);
 
-	rgaps_ring_receiver_consume(&r, &rl[0]);
-	rgaps_ring_receiver_consume(&r, &rl[1]);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_consume(&r, &rl[0]);
+	rt_ring_receiver_consume(&r, &rl[1]);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
 	assert_int_equal(h, 384);
-	rgaps_ring_receiver_reported(&r, h);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
+	rt_ring_receiver_reported(&r, h);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
 
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 200, &sl[4]), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 200, &sl[4]), 0);
 	expect_slot(&sl[4], 0, 200, 1024, 1280, 128);
 	assert_int_equal(s.pad_bytes, 128);
-	assert_int_equal(rgaps_ring_sender_used(&s), 1280 - 384);
+	assert_int_equal(rt_ring_sender_used(&s), 1280 - 384);
 	/* The receiver computes the same placement from the length alone. */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, 200), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 200), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 200, &rl[4]), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, 200), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 200), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 200, &rl[4]), 0);
 	assert_memory_equal(&sl[4], &rl[4], sizeof(sl[4]));
 	assert_int_equal(r.pad_bytes, 128);
 	check_pair(&s, &r);
 
 	/* Padding is freed with the record that follows it. */
-	rgaps_ring_receiver_consume(&r, &rl[3]);
+	rt_ring_receiver_consume(&r, &rl[3]);
 	assert_int_equal(r.head, 896);
-	assert_int_equal(rgaps_ring_receiver_used(&r), 128 + 256);
-	rgaps_ring_receiver_consume(&r, &rl[4]);
+	assert_int_equal(rt_ring_receiver_used(&r), 128 + 256);
+	rt_ring_receiver_consume(&r, &rl[4]);
 	assert_int_equal(r.head, 1280);
-	assert_int_equal(rgaps_ring_receiver_used(&r), 0);
-	assert_int_equal(rgaps_ring_receiver_free(&r), SZ);
+	assert_int_equal(rt_ring_receiver_used(&r), 0);
+	assert_int_equal(rt_ring_receiver_free(&r), SZ);
 	check_pair(&s, &r);
 }
 
@@ -258,40 +258,40 @@ static void test_exceed_linear(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
+	rt_ring_sender_init(&s, &g);
 
 	/* Used [128, 896): 128 free at the end, 128 at the start. */
 	sender_at(&s, 896, 128);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 192, &sl), -EAGAIN); /* pad 128 + 192 */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 192, &sl), -EAGAIN); /* pad 128 + 192 */
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
 	assert_int_equal(s.tail, 896);
 	assert_int_equal(s.stalls, 2);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0); /* fits the end exactly */
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0); /* fits the end exactly */
 	expect_slot(&sl, 896, 128, 896, 1024, 0);
 	/* Then the start, up to Delayed Head. */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0);
 	expect_slot(&sl, 0, 128, 1024, 1152, 0);
-	assert_int_equal(rgaps_ring_sender_free(&s), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_free(&s), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
 
 	/* Wrap with padding, at the boundary: pad 128 + 256 = the 384 free exactly. */
 	sender_at(&s, 896, 256);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), 0);
 	expect_slot(&sl, 0, 256, 1024, 1280, 128);
-	assert_int_equal(rgaps_ring_sender_free(&s), 0);
+	assert_int_equal(rt_ring_sender_free(&s), 0);
 	/* One line less free: refused. */
 	sender_at(&s, 896, 192);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 193, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 192, &sl), 0); /* pad 128 + 192 = 320 free */
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 193, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 192, &sl), 0); /* pad 128 + 192 = 320 free */
 	expect_slot(&sl, 0, 192, 1024, 1216, 128);
 
 	/* Same shapes one lap later: only the difference of the cursors matters. */
 	sender_at(&s, 5 * SZ + 896, 5 * SZ + 256);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), 0);
 	expect_slot(&sl, 0, 256, 6 * SZ, 6 * SZ + 256, 128);
 	sender_at(&s, 5 * SZ + 896, 5 * SZ + 192);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
 }
 
 /* Wrapped: the used bytes cross the end; free space is the one gap [tail, dhead). */
@@ -302,27 +302,27 @@ static void test_exceed_wrapped(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
+	rt_ring_sender_init(&s, &g);
 
 	/* Tail at offset 512 one lap ahead, Delayed Head at offset 768: 256 free. */
 	sender_at(&s, SZ + 512, 768);
-	assert_int_equal(rgaps_ring_sender_free(&s), 256);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), 0);
+	assert_int_equal(rt_ring_sender_free(&s), 256);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), 0);
 	expect_slot(&sl, 512, 256, SZ + 512, SZ + 768, 0);
-	assert_int_equal(rgaps_ring_sender_free(&s), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_free(&s), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
 
 	/* 192 free: a 256 record is refused, a 192 one fits exactly. */
 	sender_at(&s, SZ + 512, 704);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 193, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 192, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 193, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 192, &sl), 0);
 	expect_slot(&sl, 512, 192, SZ + 512, SZ + 704, 0);
 
 	/* 64 free at [896, 960): 64 fits, 65 (stride 128) would run into Delayed Head. */
 	sender_at(&s, SZ + 896, 960);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 65, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 65, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
 
 	/*
 	 * Padding cannot jump over Delayed Head: Tail at 832, Delayed Head at 960
@@ -330,8 +330,8 @@ static void test_exceed_wrapped(void **state)
 	 * i.e. over [960, 1024) and [0, 256) that are not free.
 	 */
 	sender_at(&s, SZ + 832, 960);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 256, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0);
 	expect_slot(&sl, 832, 128, SZ + 832, SZ + 960, 0);
 	assert_int_equal(s.tail, SZ + 960);
 }
@@ -346,35 +346,35 @@ static void test_full_ring(void **state)
 	int n = 0;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
-	while (rgaps_ring_sender_reserve(&s, 64, &sl) == 0) {
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
+	while (rt_ring_sender_reserve(&s, 64, &sl) == 0) {
 		assert_true(n < 16);
-		assert_int_equal(rgaps_ring_receiver_land(&r, 64, &rl[n]), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, 64, &rl[n]), 0);
 		assert_int_equal(rl[n].off, sl.off);
 		n++;
 		check_pair(&s, &r);
 	}
 	assert_int_equal(n, 16);
-	assert_int_equal(rgaps_ring_sender_used(&s), SZ);
-	assert_int_equal(rgaps_ring_sender_free(&s), 0);
-	assert_int_equal(rgaps_ring_receiver_free(&r), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_used(&s), SZ);
+	assert_int_equal(rt_ring_sender_free(&s), 0);
+	assert_int_equal(rt_ring_receiver_free(&r), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
 	/* A peer that writes anyway is caught by the receiver. */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 1), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 1, &sl), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 1), -EPROTO);
+	assert_int_equal(rt_ring_receiver_land(&r, 1, &sl), -EPROTO);
 	assert_int_equal(r.tail, SZ);
 
-	rgaps_ring_receiver_consume(&r, &rl[0]);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
-	rgaps_ring_receiver_reported(&r, h);
+	rt_ring_receiver_consume(&r, &rl[0]);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_reported(&r, h);
 	/* Until the Head arrives the sender still sees a full ring. */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
 	expect_slot(&sl, 0, 64, SZ, SZ + 64, 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 64, &rl[0]), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EAGAIN);
+	assert_int_equal(rt_ring_receiver_land(&r, 64, &rl[0]), 0);
 	check_pair(&s, &r);
 }
 
@@ -385,25 +385,25 @@ static void test_dhead_updates(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 0), 0); /* nothing yet, repeated */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 64), -EINVAL); /* past Tail 0 */
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 0), 0); /* nothing yet, repeated */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 64), -EINVAL); /* past Tail 0 */
 	for (int i = 0; i < 4; i++)
-		assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0);
+		assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0);
 	assert_int_equal(s.tail, 512);
 
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 128), 0);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 128), 0); /* same word polled again */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 64), -EINVAL);  /* backward */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 0), -EINVAL);   /* backward */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 576), -EINVAL); /* past Tail */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 130), -EINVAL); /* not a record end */
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, UINT64_MAX), -EINVAL);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, RGAPS_RING_CURSOR_LIMIT), -EINVAL);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 128), 0);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 128), 0); /* same word polled again */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 64), -EINVAL);  /* backward */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 0), -EINVAL);   /* backward */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 576), -EINVAL); /* past Tail */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 130), -EINVAL); /* not a record end */
+	assert_int_equal(rt_ring_sender_update_dhead(&s, UINT64_MAX), -EINVAL);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, RGAPS_RING_CURSOR_LIMIT), -EINVAL);
 	assert_int_equal(s.dhead, 128);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 512), 0); /* = Tail: all consumed */
-	assert_int_equal(rgaps_ring_sender_used(&s), 0);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, 448), -EINVAL);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 512), 0); /* = Tail: all consumed */
+	assert_int_equal(rt_ring_sender_used(&s), 0);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, 448), -EINVAL);
 	assert_int_equal(s.dhead, 512);
 }
 
@@ -418,23 +418,23 @@ static int report_points(double wm, uint64_t len, int nrec, uint64_t *heads, int
 	int n = 0;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, wm), 0);
-	assert_false(rgaps_ring_receiver_should_report(&r, &h));
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, wm), 0);
+	assert_false(rt_ring_receiver_should_report(&r, &h));
 	for (int i = 0; i < nrec; i++) {
 		/* The sender only blocks if the cap is wrong: Heads arrive at once here. */
-		assert_int_equal(rgaps_ring_sender_reserve(&s, len, &sl), 0);
-		assert_int_equal(rgaps_ring_receiver_land(&r, len, &rl), 0);
+		assert_int_equal(rt_ring_sender_reserve(&s, len, &sl), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, len, &rl), 0);
 		/* Landing is not consuming. */
-		assert_false(rgaps_ring_receiver_should_report(&r, &h));
-		rgaps_ring_receiver_consume(&r, &rl);
-		if (rgaps_ring_receiver_should_report(&r, &h)) {
+		assert_false(rt_ring_receiver_should_report(&r, &h));
+		rt_ring_receiver_consume(&r, &rl);
+		if (rt_ring_receiver_should_report(&r, &h)) {
 			assert_int_equal(h, r.head);
 			assert_true(n < max);
 			heads[n++] = h;
-			rgaps_ring_receiver_reported(&r, h);
-			assert_false(rgaps_ring_receiver_should_report(&r, &h));
-			assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
+			rt_ring_receiver_reported(&r, h);
+			assert_false(rt_ring_receiver_should_report(&r, &h));
+			assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
 		}
 		check_pair(&s, &r);
 	}
@@ -459,7 +459,7 @@ static void test_watermark_quarter(void **state)
 	int n;
 
 	geom(&g, SZ, MAXREC, AL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.25), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.25), 0);
 	assert_int_equal(r.report_bytes, 256);
 
 	n = report_points(0.25, 64, 20, heads, 32); /* every 4th record */
@@ -489,7 +489,7 @@ static void test_watermark_one(void **state)
 
 	/* Capped at size - 2 * max_stride + 2 * align = 1024 - 512 + 128. */
 	geom(&g, SZ, MAXREC, AL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 1.0), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 1.0), 0);
 	assert_int_equal(r.report_bytes, 640);
 	n = report_points(1.0, 64, 25, heads, 32);
 	assert_int_equal(n, 2);
@@ -503,21 +503,21 @@ static void test_watermark_one(void **state)
 	 * (256) it would never report, and the sender would wait forever.
 	 */
 	geom(&g, 256, 128, 64);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 1.0), 0);
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 1.0), 0);
 	assert_int_equal(r.report_bytes, 128);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 64, &rl[0]), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 128, &rl[1]), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), -EAGAIN);
-	rgaps_ring_receiver_consume(&r, &rl[1]); /* both at once */
+	assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 64, &rl[0]), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 128, &rl[1]), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), -EAGAIN);
+	rt_ring_receiver_consume(&r, &rl[1]); /* both at once */
 	assert_int_equal(r.head, 192);
 	assert_true(r.head - r.reported < g.size); /* the uncapped threshold would not fire */
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
-	rgaps_ring_receiver_reported(&r, h);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 128, &sl), 0);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_reported(&r, h);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 128, &sl), 0);
 	expect_slot(&sl, 0, 128, 256, 384, 64);
 	check_pair(&s, &r);
 }
@@ -528,11 +528,11 @@ static void test_watermark_invalid(void **state)
 	struct rgaps_ring_receiver r;
 
 	geom(&g, SZ, MAXREC, AL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, -0.01), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 1.01), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, NAN), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, INFINITY), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.001), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, -0.01), -EINVAL);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 1.01), -EINVAL);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, NAN), -EINVAL);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, INFINITY), -EINVAL);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.001), 0);
 	assert_int_equal(r.report_bytes, 2); /* ceil(1.024) */
 }
 
@@ -544,40 +544,40 @@ static void test_hostile_offsets(void **state)
 	const uint64_t lens[4] = { 128, 256, 256, 256 };
 
 	geom(&g, SZ, MAXREC, AL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
 	for (int i = 0; i < 4; i++)
-		assert_int_equal(rgaps_ring_receiver_land(&r, lens[i], &rl[i]), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, lens[i], &rl[i]), 0);
 	assert_int_equal(r.tail, 896);
 
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, 128), 0);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, 1), 0);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 128), -EPROTO);   /* not the next */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 128, 128), -EPROTO); /* unconsumed */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 960, 64), -EPROTO);  /* skips a line */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 900, 64), -EPROTO);  /* unaligned */
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, 128), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, 1), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 128), -EPROTO);   /* not the next */
+	assert_int_equal(rt_ring_receiver_verify(&r, 128, 128), -EPROTO); /* unconsumed */
+	assert_int_equal(rt_ring_receiver_verify(&r, 960, 64), -EPROTO);  /* skips a line */
+	assert_int_equal(rt_ring_receiver_verify(&r, 900, 64), -EPROTO);  /* unaligned */
 	/* A cursor, not an offset. */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896 + SZ, 128), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, SZ, 64), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, UINT64_MAX, 128), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, UINT64_MAX - 127, 128), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, 0), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, MAXREC + 1), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, UINT64_MAX), -EINVAL);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896 + SZ, 128), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, SZ, 64), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, UINT64_MAX, 128), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, UINT64_MAX - 127, 128), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, 0), -EINVAL);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, MAXREC + 1), -EINVAL);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, UINT64_MAX), -EINVAL);
 	/* Crossing the end is never where a record goes. */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 896, 200), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, 896, 200), -EPROTO);
 	/* Where it would go (offset 0 after padding) is not free: Head is still 0. */
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 200), -EPROTO);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 200), -EPROTO);
 
 	before = r;
-	assert_int_equal(rgaps_ring_receiver_land(&r, 200, &sl), -EPROTO);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 0, &sl), -EINVAL);
-	assert_int_equal(rgaps_ring_receiver_land(&r, MAXREC + 1, &sl), -EINVAL);
+	assert_int_equal(rt_ring_receiver_land(&r, 200, &sl), -EPROTO);
+	assert_int_equal(rt_ring_receiver_land(&r, 0, &sl), -EINVAL);
+	assert_int_equal(rt_ring_receiver_land(&r, MAXREC + 1, &sl), -EINVAL);
 	assert_true(receiver_eq(&r, &before)); /* refused input changes nothing */
 
-	rgaps_ring_receiver_consume(&r, &rl[1]);
+	rt_ring_receiver_consume(&r, &rl[1]);
 	assert_int_equal(r.head, 384);
-	assert_int_equal(rgaps_ring_receiver_verify(&r, 0, 200), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 200, &sl), 0);
+	assert_int_equal(rt_ring_receiver_verify(&r, 0, 200), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 200, &sl), 0);
 	expect_slot(&sl, 0, 200, 1024, 1280, 128);
 }
 
@@ -588,15 +588,15 @@ static void test_input_validation(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
+	rt_ring_sender_init(&s, &g);
 	before = s;
 	memset(&sl, 0x5a, sizeof(sl));
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 0, &sl), -EINVAL);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, MAXREC + 1, &sl), -EINVAL);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, UINT64_MAX, &sl), -EINVAL);
+	assert_int_equal(rt_ring_sender_reserve(&s, 0, &sl), -EINVAL);
+	assert_int_equal(rt_ring_sender_reserve(&s, MAXREC + 1, &sl), -EINVAL);
+	assert_int_equal(rt_ring_sender_reserve(&s, UINT64_MAX, &sl), -EINVAL);
 	assert_true(sender_eq(&s, &before));
 	assert_int_equal(sl.off, 0x5a5a5a5a5a5a5a5aull); /* not written on failure */
-	assert_int_equal(rgaps_ring_sender_reserve(&s, MAXREC, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, MAXREC, &sl), 0);
 }
 
 static void test_consume_batch(void **state)
@@ -607,24 +607,24 @@ static void test_consume_batch(void **state)
 	uint64_t h;
 
 	geom(&g, SZ, MAXREC, AL);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.25), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.25), 0);
 	for (int i = 0; i < 6; i++)
-		assert_int_equal(rgaps_ring_receiver_land(&r, 100, &rl[i]), 0);
-	rgaps_ring_receiver_consume(&r, &rl[2]); /* three records at once */
+		assert_int_equal(rt_ring_receiver_land(&r, 100, &rl[i]), 0);
+	rt_ring_receiver_consume(&r, &rl[2]); /* three records at once */
 	assert_int_equal(r.head, 384);
-	assert_int_equal(rgaps_ring_receiver_used(&r), 384);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
+	assert_int_equal(rt_ring_receiver_used(&r), 384);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
 	assert_int_equal(h, 384);
-	rgaps_ring_receiver_reported(&r, h);
-	rgaps_ring_receiver_consume(&r, &rl[3]);
-	assert_false(rgaps_ring_receiver_should_report(&r, &h));
-	rgaps_ring_receiver_consume(&r, &rl[5]);
+	rt_ring_receiver_reported(&r, h);
+	rt_ring_receiver_consume(&r, &rl[3]);
+	assert_false(rt_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_consume(&r, &rl[5]);
 	assert_int_equal(r.head, r.tail);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
+	assert_true(rt_ring_receiver_should_report(&r, &h));
 	assert_int_equal(h, 768);
 	/* A report may also be partial (e.g. posted before the last consume). */
-	rgaps_ring_receiver_reported(&r, 640);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h) == false); /* 128 < 256 */
+	rt_ring_receiver_reported(&r, 640);
+	assert_true(rt_ring_receiver_should_report(&r, &h) == false); /* 128 < 256 */
 	assert_int_equal(r.reports, 2);
 }
 
@@ -636,19 +636,19 @@ static void test_cursor_limit(void **state)
 	struct rgaps_ring_slot sl;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
+	rt_ring_sender_init(&s, &g);
 	sender_at(&s, RGAPS_RING_CURSOR_LIMIT - 128, RGAPS_RING_CURSOR_LIMIT - 128);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
 	assert_int_equal(sl.end, RGAPS_RING_CURSOR_LIMIT - 64);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 65, &sl), -EOVERFLOW);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
-	assert_int_equal(rgaps_ring_sender_reserve(&s, 1, &sl), -EOVERFLOW);
+	assert_int_equal(rt_ring_sender_reserve(&s, 65, &sl), -EOVERFLOW);
+	assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
+	assert_int_equal(rt_ring_sender_reserve(&s, 1, &sl), -EOVERFLOW);
 	assert_int_equal(s.tail, RGAPS_RING_CURSOR_LIMIT);
 
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
 	r.tail = r.head = r.reported = RGAPS_RING_CURSOR_LIMIT - 64;
-	assert_int_equal(rgaps_ring_receiver_land(&r, 64, &sl), 0);
-	assert_int_equal(rgaps_ring_receiver_land(&r, 64, &sl), -EOVERFLOW);
+	assert_int_equal(rt_ring_receiver_land(&r, 64, &sl), 0);
+	assert_int_equal(rt_ring_receiver_land(&r, 64, &sl), -EOVERFLOW);
 }
 
 static void test_check_detects(void **state)
@@ -661,24 +661,24 @@ static void test_check_detects(void **state)
 	uint64_t h;
 
 	geom(&g, SZ, MAXREC, AL);
-	rgaps_ring_sender_init(&s, &g);
-	assert_int_equal(rgaps_ring_receiver_init(&r, &g, 0.0), 0);
+	rt_ring_sender_init(&s, &g);
+	assert_int_equal(rt_ring_receiver_init(&r, &g, 0.0), 0);
 	for (int i = 0; i < 4; i++) {
-		assert_int_equal(rgaps_ring_sender_reserve(&s, 64, &sl), 0);
-		assert_int_equal(rgaps_ring_receiver_land(&r, 64, &rl[i]), 0);
+		assert_int_equal(rt_ring_sender_reserve(&s, 64, &sl), 0);
+		assert_int_equal(rt_ring_receiver_land(&r, 64, &rl[i]), 0);
 	}
-	rgaps_ring_receiver_consume(&r, &rl[1]);
-	assert_true(rgaps_ring_receiver_should_report(&r, &h));
-	rgaps_ring_receiver_reported(&r, h);
-	assert_int_equal(rgaps_ring_sender_update_dhead(&s, h), 0);
+	rt_ring_receiver_consume(&r, &rl[1]);
+	assert_true(rt_ring_receiver_should_report(&r, &h));
+	rt_ring_receiver_reported(&r, h);
+	assert_int_equal(rt_ring_sender_update_dhead(&s, h), 0);
 	why = NULL;
-	assert_int_equal(rgaps_ring_check(&s, &r, &why), 0);
+	assert_int_equal(rt_ring_check(&s, &r, &why), 0);
 	assert_null(why); /* written only on failure */
 
 #define EXPECT_BROKEN(what)                                                     \
 	do {                                                                    \
 		why = NULL;                                                     \
-		assert_int_equal(rgaps_ring_check(&bs, &br, &why), -EUCLEAN);   \
+		assert_int_equal(rt_ring_check(&bs, &br, &why), -EUCLEAN);   \
 		assert_non_null(why);                                           \
 		assert_string_equal(why, (what));                               \
 		bs = s;                                                         \
@@ -741,10 +741,10 @@ static void bug_consume_nothing(void)
 	struct rgaps_ring_receiver r;
 	struct rgaps_ring_slot sl;
 
-	rgaps_ring_geom_init(SZ, MAXREC, AL, &g);
-	rgaps_ring_receiver_init(&r, &g, 0.0);
-	rgaps_ring_place(&g, 0, 64, &sl);
-	rgaps_ring_receiver_consume(&r, &sl);
+	rt_ring_geom_init(SZ, MAXREC, AL, &g);
+	rt_ring_receiver_init(&r, &g, 0.0);
+	rt_ring_place(&g, 0, 64, &sl);
+	rt_ring_receiver_consume(&r, &sl);
 }
 
 static void bug_consume_twice(void)
@@ -753,11 +753,11 @@ static void bug_consume_twice(void)
 	struct rgaps_ring_receiver r;
 	struct rgaps_ring_slot sl;
 
-	rgaps_ring_geom_init(SZ, MAXREC, AL, &g);
-	rgaps_ring_receiver_init(&r, &g, 0.0);
-	rgaps_ring_receiver_land(&r, 64, &sl);
-	rgaps_ring_receiver_consume(&r, &sl);
-	rgaps_ring_receiver_consume(&r, &sl);
+	rt_ring_geom_init(SZ, MAXREC, AL, &g);
+	rt_ring_receiver_init(&r, &g, 0.0);
+	rt_ring_receiver_land(&r, 64, &sl);
+	rt_ring_receiver_consume(&r, &sl);
+	rt_ring_receiver_consume(&r, &sl);
 }
 
 static void bug_report_ahead(void)
@@ -766,10 +766,10 @@ static void bug_report_ahead(void)
 	struct rgaps_ring_receiver r;
 	struct rgaps_ring_slot sl;
 
-	rgaps_ring_geom_init(SZ, MAXREC, AL, &g);
-	rgaps_ring_receiver_init(&r, &g, 0.0);
-	rgaps_ring_receiver_land(&r, 64, &sl);
-	rgaps_ring_receiver_reported(&r, 64); /* landed, not consumed */
+	rt_ring_geom_init(SZ, MAXREC, AL, &g);
+	rt_ring_receiver_init(&r, &g, 0.0);
+	rt_ring_receiver_land(&r, 64, &sl);
+	rt_ring_receiver_reported(&r, 64); /* landed, not consumed */
 }
 
 static void bug_bad_geom(void)
@@ -777,7 +777,7 @@ static void bug_bad_geom(void)
 	struct rgaps_ring_geom g = { .size = 100, .max_record = 80, .max_stride = 80, .align = 1 };
 	struct rgaps_ring_sender s;
 
-	rgaps_ring_sender_init(&s, &g);
+	rt_ring_sender_init(&s, &g);
 }
 
 static void test_caller_bugs_abort(void **state)
@@ -908,7 +908,7 @@ static void prop_check(struct prop *p)
 {
 	const char *why;
 
-	if (rgaps_ring_check(&p->s, &p->r, &why) != 0)
+	if (rt_ring_check(&p->s, &p->r, &why) != 0)
 		PROP_FAIL(p, "invariant: %s", why);
 }
 
@@ -923,14 +923,14 @@ static void prop_send(struct prop *p)
 	if (prop_below(p, 50) == 0) {
 		/* Bad lengths are refused and change nothing. */
 		len = prop_below(p, 2) ? 0 : p->g.max_record + 1 + prop_below(p, 1000);
-		if (rgaps_ring_sender_reserve(&p->s, len, &sl) != -EINVAL)
+		if (rt_ring_sender_reserve(&p->s, len, &sl) != -EINVAL)
 			PROP_FAIL(p, "len %" PRIu64 " not refused", len);
 		if (!sender_eq(&before, &p->s))
 			PROP_FAIL(p, "refused len changed the sender");
 		return;
 	}
 	len = prop_pick_len(p);
-	err = rgaps_ring_sender_reserve(&p->s, len, &sl);
+	err = rt_ring_sender_reserve(&p->s, len, &sl);
 	if (err == -EAGAIN) {
 		/* Linear: the bytes in flight [dhead, tail) do not cross the end. */
 		if (p->s.tail <= (p->s.dhead / p->g.size + 1) * p->g.size)
@@ -941,7 +941,7 @@ static void prop_send(struct prop *p)
 			p->st.full++;
 		/* Anything left that would ever free space? If not, the ring is deadlocked. */
 		if (p->land == p->sent && p->cons == p->land && p->hfirst == p->hlast &&
-		    !rgaps_ring_receiver_should_report(&p->r, &c))
+		    !rt_ring_receiver_should_report(&p->r, &c))
 			PROP_FAIL(p, "deadlock: sender blocked on len %" PRIu64 ", nothing pending",
 				  len);
 		return;
@@ -992,14 +992,14 @@ static void prop_deliver(struct prop *p)
 		if (rec->due > p->now)
 			return;
 		/* A transport that carries the offset checks it; a wrong one is refused. */
-		err = rgaps_ring_receiver_verify(&p->r, rec->slot.off, rec->slot.len);
+		err = rt_ring_receiver_verify(&p->r, rec->slot.off, rec->slot.len);
 		if (err)
 			PROP_FAIL(p, "verify(%" PRIu64 ", %" PRIu64 ") = %d", rec->slot.off,
 				  rec->slot.len, err);
-		if (rgaps_ring_receiver_verify(&p->r, (rec->slot.off + p->g.align) % p->g.size,
+		if (rt_ring_receiver_verify(&p->r, (rec->slot.off + p->g.align) % p->g.size,
 					       rec->slot.len) != -EPROTO)
 			PROP_FAIL(p, "wrong offset accepted");
-		err = rgaps_ring_receiver_land(&p->r, rec->slot.len, &rl);
+		err = rt_ring_receiver_land(&p->r, rec->slot.len, &rl);
 		if (err)
 			PROP_FAIL(p, "land(%" PRIu64 ") = %d", rec->slot.len, err);
 		if (memcmp(&rl, &rec->slot, sizeof(rl)))
@@ -1052,7 +1052,7 @@ static void prop_consume(struct prop *p)
 		last = &p->recs[(p->cons + i) % p->nrec_cap];
 		prop_verify_bytes(p, last);
 	}
-	rgaps_ring_receiver_consume(&p->r, &last->slot);
+	rt_ring_receiver_consume(&p->r, &last->slot);
 	p->cons += n;
 	if (p->r.head != last->slot.end)
 		PROP_FAIL(p, "Head not at the end of the last consumed record");
@@ -1063,7 +1063,7 @@ static void prop_report(struct prop *p)
 	struct prop_head *hm;
 	uint64_t h;
 
-	if (!rgaps_ring_receiver_should_report(&p->r, &h))
+	if (!rt_ring_receiver_should_report(&p->r, &h))
 		return;
 	if (h != p->r.head || h == p->r.reported || h - p->r.reported < p->r.report_bytes)
 		PROP_FAIL(p, "should_report gave %" PRIu64, h);
@@ -1074,7 +1074,7 @@ static void prop_report(struct prop *p)
 	p->last_hdue = RGAPS_MAX(p->last_hdue, p->now + prop_delay(p));
 	hm->due = p->last_hdue;
 	p->hlast++;
-	rgaps_ring_receiver_reported(&p->r, h);
+	rt_ring_receiver_reported(&p->r, h);
 	p->st.reports++;
 }
 
@@ -1088,18 +1088,18 @@ static void prop_head_arrives(struct prop *p)
 	hm = &p->heads[p->hfirst % p->nhead_cap];
 	if (hm->due > p->now)
 		return;
-	if (rgaps_ring_sender_update_dhead(&p->s, hm->head) != 0)
+	if (rt_ring_sender_update_dhead(&p->s, hm->head) != 0)
 		PROP_FAIL(p, "honest Head %" PRIu64 " refused", hm->head);
 	p->hfirst++;
 	if (prop_below(p, 8) == 0) {
 		/* Hostile or stale words: refused, nothing changes. */
 		old = p->s.dhead;
-		if (rgaps_ring_sender_update_dhead(&p->s, p->s.dhead) != 0)
+		if (rt_ring_sender_update_dhead(&p->s, p->s.dhead) != 0)
 			PROP_FAIL(p, "repeated Head refused");
 		if (old >= p->g.align &&
-		    rgaps_ring_sender_update_dhead(&p->s, old - p->g.align) != -EINVAL)
+		    rt_ring_sender_update_dhead(&p->s, old - p->g.align) != -EINVAL)
 			PROP_FAIL(p, "backward Head accepted");
-		if (rgaps_ring_sender_update_dhead(&p->s, p->s.tail + p->g.align) != -EINVAL)
+		if (rt_ring_sender_update_dhead(&p->s, p->s.tail + p->g.align) != -EINVAL)
 			PROP_FAIL(p, "Head past Tail accepted");
 		if (p->s.dhead != old)
 			PROP_FAIL(p, "refused Head changed Delayed Head");
@@ -1128,8 +1128,8 @@ static void prop_run(const struct prop_cfg *cfg, uint64_t ops, struct prop_stats
 	p->cfg = *cfg;
 	p->rng = cfg->seed;
 	geom(&p->g, cfg->size, cfg->max, cfg->align);
-	rgaps_ring_sender_init(&p->s, &p->g);
-	assert_int_equal(rgaps_ring_receiver_init(&p->r, &p->g, cfg->wm), 0);
+	rt_ring_sender_init(&p->s, &p->g);
+	assert_int_equal(rt_ring_receiver_init(&p->r, &p->g, cfg->wm), 0);
 	p->nrec_cap = p->nhead_cap = cfg->size / cfg->align + 1;
 	p->bytes = calloc(cfg->size, 1);
 	p->ramp = malloc(cfg->size + 256);

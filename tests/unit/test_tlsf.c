@@ -2,7 +2,7 @@
  * Unit tests of the offset-based TLSF allocator (src/common/tlsf.c). The pool is
  * never touched, only offsets, so pools of a TiB cost nothing. Besides the
  * directed cases, a seeded random stress keeps its own record of live ranges
- * and checks it against the allocator, so a bug that rgaps_tlsf_check() shares
+ * and checks it against the allocator, so a bug that rgaps__tlsf_check() shares
  * with the allocator (both reading the same wrong state) is still caught.
  */
 #include <stdarg.h>
@@ -31,27 +31,27 @@
 
 static struct rgaps_tlsf *tlsf_new(uint64_t pool, uint32_t nblocks, uint32_t align)
 {
-	struct rgaps_tlsf *t = calloc(1, rgaps_tlsf_state_size(nblocks));
+	struct rgaps_tlsf *t = calloc(1, rgaps__tlsf_state_size(nblocks));
 
 	assert_non_null(t);
-	assert_int_equal(rgaps_tlsf_init(t, pool, nblocks, align), 0);
+	assert_int_equal(rgaps__tlsf_init(t, pool, nblocks, align), 0);
 	return t;
 }
 
 static void assert_tlsf_ok(const struct rgaps_tlsf *t)
 {
 	char why[256] = "";
-	int rc = rgaps_tlsf_check(t, why, sizeof(why));
+	int rc = rgaps__tlsf_check(t, why, sizeof(why));
 
 	if (rc != 0)
-		fail_msg("rgaps_tlsf_check: %d: %s", rc, why);
+		fail_msg("rgaps__tlsf_check: %d: %s", rc, why);
 }
 
 static struct rgaps_tlsf_stats stats_of(const struct rgaps_tlsf *t)
 {
 	struct rgaps_tlsf_stats st;
 
-	rgaps_tlsf_get_stats(t, &st);
+	rgaps__tlsf_get_stats(t, &st);
 	return st;
 }
 
@@ -74,20 +74,20 @@ static uint32_t alloc_ok(struct rgaps_tlsf *t, uint64_t size)
 {
 	uint32_t id = SENTINEL;
 
-	assert_int_equal(rgaps_tlsf_alloc(t, size, &id), 0);
-	assert_true(rgaps_tlsf_is_used(t, id));
+	assert_int_equal(rgaps__tlsf_alloc(t, size, &id), 0);
+	assert_true(rgaps__tlsf_is_used(t, id));
 	return id;
 }
 
 static void alloc_fails(struct rgaps_tlsf *t, uint64_t size, int err)
 {
-	size_t sz = rgaps_tlsf_state_size(t->nblocks);
+	size_t sz = rgaps__tlsf_state_size(t->nblocks);
 	struct rgaps_tlsf *before = malloc(sz);
 	uint32_t id = SENTINEL;
 
 	assert_non_null(before);
 	memcpy(before, t, sz);
-	assert_int_equal(rgaps_tlsf_alloc(t, size, &id), err);
+	assert_int_equal(rgaps__tlsf_alloc(t, size, &id), err);
 	assert_int_equal(id, SENTINEL);
 	/* A failed call must leave the shared state byte for byte as it was. */
 	assert_memory_equal(before, t, sz);
@@ -96,35 +96,35 @@ static void alloc_fails(struct rgaps_tlsf *t, uint64_t size, int err)
 
 static void test_state_size(void **state)
 {
-	size_t s2 = rgaps_tlsf_state_size(2), s3 = rgaps_tlsf_state_size(3);
+	size_t s2 = rgaps__tlsf_state_size(2), s3 = rgaps__tlsf_state_size(3);
 
 	assert_true(s2 >= sizeof(struct rgaps_tlsf) + 2 * sizeof(struct rgaps_tlsf_block));
 	assert_int_equal(s3 - s2, sizeof(struct rgaps_tlsf_block));
-	assert_int_equal(rgaps_tlsf_state_size(1000) - rgaps_tlsf_state_size(0),
+	assert_int_equal(rgaps__tlsf_state_size(1000) - rgaps__tlsf_state_size(0),
 			 1000 * sizeof(struct rgaps_tlsf_block));
 }
 
 static void test_init_errors(void **state)
 {
-	struct rgaps_tlsf *t = calloc(1, rgaps_tlsf_state_size(16));
+	struct rgaps_tlsf *t = calloc(1, rgaps__tlsf_state_size(16));
 
 	assert_non_null(t);
-	assert_int_equal(rgaps_tlsf_init(NULL, MiB, 16, 64), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 16, 0), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 16, 4), -EINVAL);  /* pow2 but < 8 */
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 16, 24), -EINVAL); /* not pow2 */
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 16, 65), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 16, UINT32_MAX), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 0, 64), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, MiB, 1, 64), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, 0, 16, 64), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, 63, 16, 64), -EINVAL); /* pool smaller than align */
+	assert_int_equal(rgaps__tlsf_init(NULL, MiB, 16, 64), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 16, 0), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 16, 4), -EINVAL);  /* pow2 but < 8 */
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 16, 24), -EINVAL); /* not pow2 */
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 16, 65), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 16, UINT32_MAX), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 0, 64), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, MiB, 1, 64), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, 0, 16, 64), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, 63, 16, 64), -EINVAL); /* pool smaller than align */
 	/* Too many units for the class table (2^44 units). */
-	assert_int_equal(rgaps_tlsf_init(t, 1ull << 47, 16, 8), -EINVAL);
-	assert_int_equal(rgaps_tlsf_init(t, UINT64_MAX, 16, 8), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, 1ull << 47, 16, 8), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, UINT64_MAX, 16, 8), -EINVAL);
 
 	/* The smallest legal pool: one unit, two descriptors. */
-	assert_int_equal(rgaps_tlsf_init(t, 64, 2, 64), 0);
+	assert_int_equal(rgaps__tlsf_init(t, 64, 2, 64), 0);
 	assert_pristine(t);
 	free(t);
 }
@@ -149,13 +149,13 @@ static void test_alloc_free_basic(void **state)
 	b = alloc_ok(t, 4096);
 	c = alloc_ok(t, 64);
 	assert_true(a != b && b != c && a != c);
-	assert_int_equal(rgaps_tlsf_size(t, a), 1024);
-	assert_int_equal(rgaps_tlsf_size(t, b), 4096);
-	assert_int_equal(rgaps_tlsf_size(t, c), 64);
+	assert_int_equal(rgaps__tlsf_size(t, a), 1024);
+	assert_int_equal(rgaps__tlsf_size(t, b), 4096);
+	assert_int_equal(rgaps__tlsf_size(t, c), 64);
 	/* From one free block, allocations are carved bottom-up. */
-	assert_int_equal(rgaps_tlsf_offset(t, a), 0);
-	assert_int_equal(rgaps_tlsf_offset(t, b), 1024);
-	assert_int_equal(rgaps_tlsf_offset(t, c), 1024 + 4096);
+	assert_int_equal(rgaps__tlsf_offset(t, a), 0);
+	assert_int_equal(rgaps__tlsf_offset(t, b), 1024);
+	assert_int_equal(rgaps__tlsf_offset(t, c), 1024 + 4096);
 	assert_tlsf_ok(t);
 
 	st = stats_of(t);
@@ -165,8 +165,8 @@ static void test_alloc_free_basic(void **state)
 	assert_int_equal(st.free_bytes, MiB - st.used_bytes);
 	assert_int_equal(st.spare_descriptors, 16 - 4);
 
-	rgaps_tlsf_free(t, b);
-	assert_false(rgaps_tlsf_is_used(t, b));
+	rgaps__tlsf_free(t, b);
+	assert_false(rgaps__tlsf_is_used(t, b));
 	assert_tlsf_ok(t);
 	st = stats_of(t);
 	assert_int_equal(st.used_blocks, 2);
@@ -174,11 +174,11 @@ static void test_alloc_free_basic(void **state)
 
 	/* The hole left by b is reused by a request that fits its class. */
 	b = alloc_ok(t, 4096);
-	assert_int_equal(rgaps_tlsf_offset(t, b), 1024);
+	assert_int_equal(rgaps__tlsf_offset(t, b), 1024);
 
-	rgaps_tlsf_free(t, a);
-	rgaps_tlsf_free(t, c);
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, a);
+	rgaps__tlsf_free(t, c);
+	rgaps__tlsf_free(t, b);
 	assert_pristine(t);
 	free(t);
 }
@@ -195,7 +195,7 @@ static void test_alignment_rounding(void **state)
 
 		for (size_t j = 0; j < RGAPS_ARRAY_SIZE(sizes); j++) {
 			uint32_t id = alloc_ok(t, sizes[j]);
-			uint64_t off = rgaps_tlsf_offset(t, id), sz = rgaps_tlsf_size(t, id);
+			uint64_t off = rgaps__tlsf_offset(t, id), sz = rgaps__tlsf_size(t, id);
 
 			assert_int_equal(sz, RGAPS_ALIGN_UP(sizes[j], al));
 			assert_int_equal(off % al, 0);
@@ -214,8 +214,8 @@ static void test_alloc_bad_args(void **state)
 	uint32_t id = SENTINEL;
 
 	alloc_fails(t, 0, -EINVAL);
-	assert_int_equal(rgaps_tlsf_alloc(t, 64, NULL), -EINVAL);
-	assert_int_equal(rgaps_tlsf_alloc(NULL, 64, &id), -EINVAL);
+	assert_int_equal(rgaps__tlsf_alloc(t, 64, NULL), -EINVAL);
+	assert_int_equal(rgaps__tlsf_alloc(NULL, 64, &id), -EINVAL);
 	assert_int_equal(id, SENTINEL);
 	assert_pristine(t);
 	free(t);
@@ -231,20 +231,20 @@ static void test_exact_fit_without_descriptor(void **state)
 	assert_int_equal(stats_of(t).spare_descriptors, 0);
 	alloc_fails(t, 256, -ENOSPC);
 	b = alloc_ok(t, 768);
-	assert_int_equal(rgaps_tlsf_offset(t, b), 256);
-	assert_int_equal(rgaps_tlsf_size(t, b), 768);
+	assert_int_equal(rgaps__tlsf_offset(t, b), 256);
+	assert_int_equal(rgaps__tlsf_size(t, b), 768);
 	assert_int_equal(stats_of(t).used_bytes, 1024);
 	assert_int_equal(stats_of(t).free_blocks, 0);
 	alloc_fails(t, 64, -ENOMEM);
 	assert_tlsf_ok(t);
 
 	/* A size that rounds up to the free block is an exact fit too. */
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, b);
 	b = alloc_ok(t, 720);
-	assert_int_equal(rgaps_tlsf_size(t, b), 768);
+	assert_int_equal(rgaps__tlsf_size(t, b), 768);
 
-	rgaps_tlsf_free(t, a);
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, a);
+	rgaps__tlsf_free(t, b);
 	assert_pristine(t);
 	free(t);
 }
@@ -263,19 +263,19 @@ static void test_enospc_when_descriptors_run_out(void **state)
 	alloc_fails(t, 64 * KiB, -ENOMEM);
 
 	/* Freeing a block between two used ones merges nothing, so no spare comes back... */
-	rgaps_tlsf_free(t, id[1]);
+	rgaps__tlsf_free(t, id[1]);
 	assert_int_equal(stats_of(t).spare_descriptors, 0);
 	alloc_fails(t, 4096, -ENOSPC);
 	/* ...but its exact size needs no split. */
 	again = alloc_ok(t, 64);
 	assert_int_equal(again, id[1]);
-	assert_int_equal(rgaps_tlsf_offset(t, again), 64);
+	assert_int_equal(rgaps__tlsf_offset(t, again), 64);
 
 	/* Freeing the top block merges it with the tail and returns a descriptor. */
-	rgaps_tlsf_free(t, id[2]);
+	rgaps__tlsf_free(t, id[2]);
 	assert_int_equal(stats_of(t).spare_descriptors, 1);
 	id[2] = alloc_ok(t, 128);
-	assert_int_equal(rgaps_tlsf_offset(t, id[2]), 128);
+	assert_int_equal(rgaps__tlsf_offset(t, id[2]), 128);
 	assert_tlsf_ok(t);
 	free(t);
 }
@@ -292,9 +292,9 @@ static void test_enomem(void **state)
 	alloc_fails(t, 2049, -ENOMEM);
 	b = alloc_ok(t, 2048);
 	alloc_fails(t, 1, -ENOMEM);
-	rgaps_tlsf_free(t, a);
+	rgaps__tlsf_free(t, a);
 	alloc_fails(t, 2049, -ENOMEM);
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, b);
 	assert_pristine(t);
 	free(t);
 }
@@ -313,8 +313,8 @@ static void test_full_pool_alloc(void **state)
 		uint32_t id;
 
 		id = alloc_ok(t, pools[i]);
-		assert_int_equal(rgaps_tlsf_offset(t, id), 0);
-		assert_int_equal(rgaps_tlsf_size(t, id), pools[i]);
+		assert_int_equal(rgaps__tlsf_offset(t, id), 0);
+		assert_int_equal(rgaps__tlsf_size(t, id), pools[i]);
 		assert_int_equal(stats_of(t).used_bytes, pools[i]);
 		assert_int_equal(stats_of(t).free_bytes, 0);
 		assert_int_equal(stats_of(t).free_blocks, 0);
@@ -322,7 +322,7 @@ static void test_full_pool_alloc(void **state)
 		assert_int_equal(stats_of(t).spare_descriptors, 3);
 		assert_tlsf_ok(t);
 		alloc_fails(t, 1, -ENOMEM);
-		rgaps_tlsf_free(t, id);
+		rgaps__tlsf_free(t, id);
 		assert_pristine(t);
 
 		/* The last bytes after other allocations are reachable too. */
@@ -330,9 +330,9 @@ static void test_full_pool_alloc(void **state)
 			uint32_t a = alloc_ok(t, 64), b;
 
 			b = alloc_ok(t, pools[i] - 64);
-			assert_int_equal(rgaps_tlsf_offset(t, b), 64);
-			rgaps_tlsf_free(t, a);
-			rgaps_tlsf_free(t, b);
+			assert_int_equal(rgaps__tlsf_offset(t, b), 64);
+			rgaps__tlsf_free(t, a);
+			rgaps__tlsf_free(t, b);
 			assert_pristine(t);
 		}
 		free(t);
@@ -346,19 +346,19 @@ static void test_coalesce_middle_then_neighbours(void **state)
 	uint32_t a = alloc_ok(t, 4096), b = alloc_ok(t, 4096), c = alloc_ok(t, 4096);
 
 	assert_int_equal(stats_of(t).free_blocks, 0);
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, b);
 	st = stats_of(t);
 	assert_int_equal(st.free_blocks, 1);
 	assert_int_equal(st.largest_free, 4096);
 	assert_tlsf_ok(t);
 
-	rgaps_tlsf_free(t, a); /* merges upward with b */
+	rgaps__tlsf_free(t, a); /* merges upward with b */
 	st = stats_of(t);
 	assert_int_equal(st.free_blocks, 1);
 	assert_int_equal(st.largest_free, 2 * 4096);
 	assert_tlsf_ok(t);
 
-	rgaps_tlsf_free(t, c); /* merges downward with a+b */
+	rgaps__tlsf_free(t, c); /* merges downward with a+b */
 	st = stats_of(t);
 	assert_int_equal(st.free_blocks, 1);
 	assert_int_equal(st.largest_free, st.pool_size);
@@ -394,7 +394,7 @@ static void test_coalesce_every_order(void **state)
 			id[k] = alloc_ok(t, 256);
 		for (int k = 0; k < N; k++) {
 			freed[perm[k]] = 1;
-			rgaps_tlsf_free(t, id[perm[k]]);
+			rgaps__tlsf_free(t, id[perm[k]]);
 			assert_tlsf_ok(t);
 			assert_int_equal(stats_of(t).free_blocks, runs(freed, N));
 			assert_int_equal(stats_of(t).used_blocks, N - 1 - k);
@@ -432,7 +432,7 @@ static void test_fragmentation_stat(void **state)
 	assert_true(st.fragmentation == 0.0);
 
 	for (int i = 0; i < 16; i += 2)
-		rgaps_tlsf_free(t, id[i]);
+		rgaps__tlsf_free(t, id[i]);
 	assert_tlsf_ok(t);
 	st = stats_of(t);
 	assert_int_equal(st.free_blocks, 8);
@@ -445,7 +445,7 @@ static void test_fragmentation_stat(void **state)
 	alloc_fails(t, 2048, -ENOMEM);
 
 	for (int i = 1; i < 16; i += 2)
-		rgaps_tlsf_free(t, id[i]);
+		rgaps__tlsf_free(t, id[i]);
 	assert_pristine(t);
 	free(t);
 }
@@ -456,10 +456,10 @@ static void test_good_fit_and_fallback(void **state)
 	struct rgaps_tlsf *t = tlsf_new(8 * 1000, 8, 8);
 	uint32_t a = alloc_ok(t, 8 * 65), b = alloc_ok(t, 8), c = alloc_ok(t, 8 * 200);
 	uint32_t d = alloc_ok(t, 8 * (1000 - 266)), x, y, z;
-	uint64_t c_off = rgaps_tlsf_offset(t, c);
+	uint64_t c_off = rgaps__tlsf_offset(t, c);
 
-	rgaps_tlsf_free(t, a);
-	rgaps_tlsf_free(t, c);
+	rgaps__tlsf_free(t, a);
+	rgaps__tlsf_free(t, c);
 	assert_int_equal(stats_of(t).free_blocks, 2);
 
 	/*
@@ -467,21 +467,21 @@ static void test_good_fit_and_fallback(void **state)
 	 * up and takes the 200-unit block rather than walking the 65-unit list.
 	 */
 	x = alloc_ok(t, 8 * 65);
-	assert_int_equal(rgaps_tlsf_offset(t, x), c_off);
+	assert_int_equal(rgaps__tlsf_offset(t, x), c_off);
 	y = alloc_ok(t, 8 * 135); /* exact fit of C's remainder */
-	assert_int_equal(rgaps_tlsf_offset(t, y), c_off + 8 * 65);
+	assert_int_equal(rgaps__tlsf_offset(t, y), c_off + 8 * 65);
 
 	/* Nothing in a higher class is left: the fallback finds A in the request's class. */
 	z = alloc_ok(t, 8 * 65);
-	assert_int_equal(rgaps_tlsf_offset(t, z), 0);
+	assert_int_equal(rgaps__tlsf_offset(t, z), 0);
 	assert_int_equal(stats_of(t).free_bytes, 0);
 	alloc_fails(t, 1, -ENOMEM);
 
-	rgaps_tlsf_free(t, b);
-	rgaps_tlsf_free(t, d);
-	rgaps_tlsf_free(t, x);
-	rgaps_tlsf_free(t, y);
-	rgaps_tlsf_free(t, z);
+	rgaps__tlsf_free(t, b);
+	rgaps__tlsf_free(t, d);
+	rgaps__tlsf_free(t, x);
+	rgaps__tlsf_free(t, y);
+	rgaps__tlsf_free(t, z);
 	assert_pristine(t);
 	free(t);
 }
@@ -493,15 +493,15 @@ static void test_is_used_any_id(void **state)
 	static const uint32_t junk[] = { 8, 9, 1000, UINT32_MAX - 1, RGAPS_TLSF_NIL };
 	int used = 0;
 
-	rgaps_tlsf_free(t, a);
-	assert_false(rgaps_tlsf_is_used(t, a)); /* FREE: b keeps it from merging */
-	assert_true(rgaps_tlsf_is_used(t, b));
+	rgaps__tlsf_free(t, a);
+	assert_false(rgaps__tlsf_is_used(t, a)); /* FREE: b keeps it from merging */
+	assert_true(rgaps__tlsf_is_used(t, b));
 	for (size_t i = 0; i < RGAPS_ARRAY_SIZE(junk); i++)
-		assert_false(rgaps_tlsf_is_used(t, junk[i]));
+		assert_false(rgaps__tlsf_is_used(t, junk[i]));
 	for (uint32_t id = 0; id < t->nblocks; id++)
-		used += rgaps_tlsf_is_used(t, id);
+		used += rgaps__tlsf_is_used(t, id);
 	assert_int_equal(used, 1);
-	assert_false(rgaps_tlsf_is_used(NULL, 0));
+	assert_false(rgaps__tlsf_is_used(NULL, 0));
 	free(t);
 }
 
@@ -512,24 +512,24 @@ static void test_large_pool(void **state)
 
 	assert_int_equal(t->pool_size, TiB);
 	a = alloc_ok(t, 1);
-	assert_int_equal(rgaps_tlsf_size(t, a), 256);
+	assert_int_equal(rgaps__tlsf_size(t, a), 256);
 	b = alloc_ok(t, 512 * GiB);
-	assert_int_equal(rgaps_tlsf_offset(t, b), 256);
+	assert_int_equal(rgaps__tlsf_offset(t, b), 256);
 	alloc_fails(t, 512 * GiB, -ENOMEM);
 	c = alloc_ok(t, 512 * GiB - 256);
-	assert_int_equal(rgaps_tlsf_offset(t, c), 512 * GiB + 256);
+	assert_int_equal(rgaps__tlsf_offset(t, c), 512 * GiB + 256);
 	assert_int_equal(stats_of(t).used_bytes, TiB);
 	assert_tlsf_ok(t);
 
-	rgaps_tlsf_free(t, b);
+	rgaps__tlsf_free(t, b);
 	assert_int_equal(stats_of(t).largest_free, 512 * GiB);
-	rgaps_tlsf_free(t, a);
-	rgaps_tlsf_free(t, c);
+	rgaps__tlsf_free(t, a);
+	rgaps__tlsf_free(t, c);
 	assert_pristine(t);
 
 	a = alloc_ok(t, TiB);
 	alloc_fails(t, 256, -ENOMEM);
-	rgaps_tlsf_free(t, a);
+	rgaps__tlsf_free(t, a);
 	alloc_fails(t, TiB + 1, -ENOMEM);
 	assert_pristine(t);
 	free(t);
@@ -543,25 +543,25 @@ static void test_largest_supported_pool(void **state)
 	uint32_t a, b;
 
 	a = alloc_ok(t, max8 / 2 + 1);
-	b = alloc_ok(t, max8 - rgaps_tlsf_size(t, a));
-	rgaps_tlsf_free(t, a);
-	rgaps_tlsf_free(t, b);
+	b = alloc_ok(t, max8 - rgaps__tlsf_size(t, a));
+	rgaps__tlsf_free(t, a);
+	rgaps__tlsf_free(t, b);
 	a = alloc_ok(t, max8);
-	rgaps_tlsf_free(t, a);
+	rgaps__tlsf_free(t, a);
 	assert_pristine(t);
-	assert_int_equal(rgaps_tlsf_init(t, max8 + 8, 8, 8), -EINVAL);
+	assert_int_equal(rgaps__tlsf_init(t, max8 + 8, 8, 8), -EINVAL);
 
 	/* With 2 GiB alignment the whole 64-bit range fits. */
-	assert_int_equal(rgaps_tlsf_init(t, UINT64_MAX, 8, 1u << 31), 0);
+	assert_int_equal(rgaps__tlsf_init(t, UINT64_MAX, 8, 1u << 31), 0);
 	assert_int_equal(t->pool_size, UINT64_MAX & ~((1ull << 31) - 1));
 	alloc_fails(t, UINT64_MAX, -ENOMEM);
 	a = alloc_ok(t, t->pool_size);
-	rgaps_tlsf_free(t, a);
+	rgaps__tlsf_free(t, a);
 	a = alloc_ok(t, 1);
 	b = alloc_ok(t, t->pool_size - (1ull << 31));
 	assert_int_equal(stats_of(t).free_bytes, 0);
-	rgaps_tlsf_free(t, b);
-	rgaps_tlsf_free(t, a);
+	rgaps__tlsf_free(t, b);
+	rgaps__tlsf_free(t, a);
 	assert_pristine(t);
 	free(t);
 }
@@ -571,19 +571,19 @@ static void expect_corrupt(const struct rgaps_tlsf *bad, const char *word)
 {
 	char why[256] = "";
 
-	assert_int_equal(rgaps_tlsf_check(bad, why, sizeof(why)), -EUCLEAN);
+	assert_int_equal(rgaps__tlsf_check(bad, why, sizeof(why)), -EUCLEAN);
 	if (!strstr(why, word))
 		fail_msg("reason \"%s\" does not mention \"%s\"", why, word);
 	/* A NULL or tiny reason buffer is fine too. */
-	assert_int_equal(rgaps_tlsf_check(bad, NULL, 0), -EUCLEAN);
-	assert_int_equal(rgaps_tlsf_check(bad, why, 4), -EUCLEAN);
+	assert_int_equal(rgaps__tlsf_check(bad, NULL, 0), -EUCLEAN);
+	assert_int_equal(rgaps__tlsf_check(bad, why, 4), -EUCLEAN);
 	assert_true(strlen(why) < 4);
 }
 
 static void test_check_detects_corruption(void **state)
 {
 	const uint32_t n = 16;
-	size_t sz = rgaps_tlsf_state_size(n);
+	size_t sz = rgaps__tlsf_state_size(n);
 	struct rgaps_tlsf *t = tlsf_new(64 * KiB, n, 64), *bad = malloc(sz);
 	uint32_t a = alloc_ok(t, 1024), b = alloc_ok(t, 2048), c = alloc_ok(t, 4096), tail;
 	char why[64] = "untouched";
@@ -592,9 +592,9 @@ static void test_check_detects_corruption(void **state)
 	assert_non_null(bad);
 	tail = t->blocks[c].next_phys;
 	assert_true(tail < n);
-	assert_int_equal(rgaps_tlsf_check(t, why, sizeof(why)), 0);
+	assert_int_equal(rgaps__tlsf_check(t, why, sizeof(why)), 0);
 	assert_string_equal(why, "untouched"); /* the reason is written only on failure */
-	assert_int_equal(rgaps_tlsf_check(NULL, why, sizeof(why)), -EUCLEAN);
+	assert_int_equal(rgaps__tlsf_check(NULL, why, sizeof(why)), -EUCLEAN);
 
 #define CORRUPT(stmt, word)            \
 	do {                           \
@@ -664,14 +664,14 @@ static void test_free_unused_aborts(void **state)
 			if (fd >= 0)
 				dup2(fd, STDERR_FILENO);
 			if (kinds[i] == 0) { /* double free */
-				rgaps_tlsf_free(t, a);
-				rgaps_tlsf_free(t, a);
+				rgaps__tlsf_free(t, a);
+				rgaps__tlsf_free(t, a);
 			} else if (kinds[i] == 1) { /* the free tail */
-				rgaps_tlsf_free(t, t->blocks[a].next_phys);
+				rgaps__tlsf_free(t, t->blocks[a].next_phys);
 			} else if (kinds[i] == 2) { /* a spare descriptor */
-				rgaps_tlsf_free(t, 7);
+				rgaps__tlsf_free(t, 7);
 			} else { /* out of range */
-				rgaps_tlsf_free(t, RGAPS_TLSF_NIL);
+				rgaps__tlsf_free(t, RGAPS_TLSF_NIL);
 			}
 			_exit(0);
 		}
@@ -775,8 +775,8 @@ static void assert_live_disjoint(const struct rgaps_tlsf *t, const struct live *
 		assert_true(s[i].size > 0 && s[i].size <= t->pool_size - s[i].off);
 		if (i)
 			assert_true(s[i - 1].off + s[i - 1].size <= s[i].off);
-		assert_int_equal(rgaps_tlsf_offset(t, s[i].id), s[i].off);
-		assert_int_equal(rgaps_tlsf_size(t, s[i].id), s[i].size);
+		assert_int_equal(rgaps__tlsf_offset(t, s[i].id), s[i].off);
+		assert_int_equal(rgaps__tlsf_size(t, s[i].id), s[i].size);
 	}
 	free(s);
 }
@@ -804,7 +804,7 @@ static void run_stress(const struct stress_cfg *cfg)
 		if (n == 0 || rng_next(&s) % 100 < 55) {
 			uint64_t req = rng_size(&s, maxsz), sz, off;
 			uint32_t id = SENTINEL;
-			int rc = rgaps_tlsf_alloc(t, req, &id);
+			int rc = rgaps__tlsf_alloc(t, req, &id);
 
 			if (rc == -ENOMEM) {
 				assert_int_equal(id, SENTINEL);
@@ -821,8 +821,8 @@ static void run_stress(const struct stress_cfg *cfg)
 			assert_int_equal(rc, 0);
 			assert_true(id < cfg->nblocks);
 			assert_false(is_live[id]);
-			off = rgaps_tlsf_offset(t, id);
-			sz = rgaps_tlsf_size(t, id);
+			off = rgaps__tlsf_offset(t, id);
+			sz = rgaps__tlsf_size(t, id);
 			assert_int_equal(sz, RGAPS_ALIGN_UP(req, (uint64_t)cfg->align));
 			assert_int_equal(off & (cfg->align - 1), 0);
 			assert_true(off < pool && sz <= pool - off);
@@ -834,8 +834,8 @@ static void run_stress(const struct stress_cfg *cfg)
 		} else {
 			size_t i = rng_next(&s) % n;
 
-			rgaps_tlsf_free(t, lv[i].id);
-			assert_false(rgaps_tlsf_is_used(t, lv[i].id));
+			rgaps__tlsf_free(t, lv[i].id);
+			assert_false(rgaps__tlsf_is_used(t, lv[i].id));
 			is_live[lv[i].id] = 0;
 			lv[i] = lv[--n];
 			n_free++;
@@ -859,7 +859,7 @@ static void run_stress(const struct stress_cfg *cfg)
 	while (n) {
 		size_t i = rng_next(&s) % n;
 
-		rgaps_tlsf_free(t, lv[i].id);
+		rgaps__tlsf_free(t, lv[i].id);
 		lv[i] = lv[--n];
 		if (n % 16 == 0)
 			assert_tlsf_ok(t);
@@ -896,14 +896,14 @@ static void test_stats_consistency(void **state)
 		if (n == 0 || (n < RGAPS_ARRAY_SIZE(lv) && rng_next(&s) % 2)) {
 			uint32_t id;
 
-			if (rgaps_tlsf_alloc(t, rng_size(&s, t->pool_size / 8), &id) == 0)
+			if (rgaps__tlsf_alloc(t, rng_size(&s, t->pool_size / 8), &id) == 0)
 				lv[n++] = (struct live){ .id = id,
-							 .off = rgaps_tlsf_offset(t, id),
-							 .size = rgaps_tlsf_size(t, id) };
+							 .off = rgaps__tlsf_offset(t, id),
+							 .size = rgaps__tlsf_size(t, id) };
 		} else {
 			size_t i = rng_next(&s) % n;
 
-			rgaps_tlsf_free(t, lv[i].id);
+			rgaps__tlsf_free(t, lv[i].id);
 			lv[i] = lv[--n];
 		}
 		/* Every operation, not every N: stats are O(1)-ish and must never drift. */

@@ -67,7 +67,7 @@ static struct fixture *make_max(uint64_t pool, uint64_t max, uint32_t depth, uin
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 
-	rgaps_topic_config_defaults(&f->tc);
+	rgapsd_topic_config_defaults(&f->tc);
 	snprintf(f->tc.name, sizeof(f->tc.name), "unit");
 	f->tc.pool_size = pool;
 	f->tc.max_message_size = max;
@@ -79,9 +79,10 @@ static struct fixture *make_max(uint64_t pool, uint64_t max, uint32_t depth, uin
 	f->tc.max_holds = 4;
 	f->tc.max_loans = 2;
 	f->tc.block_timeout_ms = 50;
-	assert_int_equal(rgaps_topic_limits_from_config(&f->tc, 0, 0, &f->lim), 0);
-	f->hdr = shared(rgaps_topic_hdr_size());
-	assert_int_equal(rgaps_topic_hdr_format(f->hdr, rgaps_topic_hdr_size(), "unit", &f->lim), 0);
+	assert_int_equal(rgaps__topic_limits_from_config(&f->tc, 0, 0, &f->lim), 0);
+	f->hdr = shared(rgaps__topic_hdr_size());
+	assert_int_equal(rgaps__topic_hdr_format(f->hdr, rgaps__topic_hdr_size(), "unit", &f->lim),
+			 0);
 	for (int i = 0; i < MAXP; i++) {
 		f->pubr[i] = shared(f->lim.pub_region_size);
 		f->pool[i] = shared(pool);
@@ -106,7 +107,7 @@ static void destroy(struct fixture *f)
 	for (int i = 0; i < MAXS; i++)
 		munmap(f->subr[i], f->lim.sub_region_size);
 	munmap(f->dir, sizeof(*f->dir));
-	munmap(f->hdr, rgaps_topic_hdr_size());
+	munmap(f->hdr, rgaps__topic_hdr_size());
 	free(f);
 }
 
@@ -116,10 +117,10 @@ static void fx_add_pub(struct fixture *f, uint32_t slot)
 {
 	uint64_t gen = ++f->next_gen;
 
-	rgaps_pub_region_format(f->pubr[slot], &f->lim, slot, gen);
+	rgaps__pub_region_format(f->pubr[slot], &f->lim, slot, gen);
 	f->dir->pub_limit[slot] = UINT64_MAX;
 	__atomic_store_n(&f->dir->pub_gen[slot], gen, __ATOMIC_RELEASE);
-	rgaps_topic_dir_changed(f->hdr);
+	rgaps__topic_dir_changed(f->hdr);
 }
 
 /* A subscriber starts where rgapsd starts it (members.c): the last `history` of each stream. */
@@ -127,39 +128,39 @@ static void fx_add_sub(struct fixture *f, uint32_t slot)
 {
 	uint64_t gen = ++f->next_gen;
 
-	rgaps_sub_region_format(f->subr[slot], &f->lim, slot, gen);
+	rgaps__sub_region_format(f->subr[slot], &f->lim, slot, gen);
 	for (uint32_t k = 0; k < MAXP; k++) {
 		struct rgaps_pub_snapshot s;
 		uint64_t head;
 
 		if (!f->dir->pub_gen[k])
 			continue;
-		rgaps_pub_snapshot(&f->lim, f->pubr[k], &s);
+		rgaps__pub_snapshot(&f->lim, f->pubr[k], &s);
 		head = RGAPS_MIN(s.head, f->dir->pub_limit[k]);
-		rgaps_sub_region_set_cursor(f->subr[slot], &f->lim, k, f->dir->pub_gen[k],
+		rgaps__sub_region_set_cursor(f->subr[slot], &f->lim, k, f->dir->pub_gen[k],
 					    head - RGAPS_MIN((uint64_t)f->lim.history, head - s.tail),
 					    RGAPS_CURSOR_FRESH);
 	}
 	__atomic_store_n(&f->dir->sub_gen[slot], gen, __ATOMIC_RELEASE);
-	rgaps_topic_dir_changed(f->hdr);
+	rgaps__topic_dir_changed(f->hdr);
 }
 
 static void fx_remove_sub(struct fixture *f, uint32_t slot)
 {
 	__atomic_store_n(&f->dir->sub_gen[slot], 0, __ATOMIC_RELEASE);
-	rgaps_topic_dir_changed(f->hdr);
+	rgaps__topic_dir_changed(f->hdr);
 }
 
 static void fx_pub_leaves(struct fixture *f, uint32_t slot)
 {
 	f->dir->pub_limit[slot] = __atomic_load_n(&f->pubr[slot]->head, __ATOMIC_ACQUIRE);
-	rgaps_topic_dir_changed(f->hdr);
+	rgaps__topic_dir_changed(f->hdr);
 }
 
 static void fx_remove_pub(struct fixture *f, uint32_t slot)
 {
 	__atomic_store_n(&f->dir->pub_gen[slot], 0, __ATOMIC_RELEASE);
-	rgaps_topic_dir_changed(f->hdr);
+	rgaps__topic_dir_changed(f->hdr);
 }
 
 /* ---------------------------------------------------------------- clients */
@@ -182,9 +183,9 @@ static int pub_sync(void *arg)
 
 		if (g == c->seen_gen[j])
 			continue;
-		rgaps_pub_clear_sub(c->pub, j);
+		rgaps__pub_clear_sub(c->pub, j);
 		if (g)
-			assert_int_equal(rgaps_pub_set_sub(c->pub, j, g, c->f->subr[j]), 0);
+			assert_int_equal(rgaps__pub_set_sub(c->pub, j, g, c->f->subr[j]), 0);
 		c->seen_gen[j] = g;
 	}
 	return 0;
@@ -200,11 +201,11 @@ static int sub_sync(void *arg)
 
 		if (g != c->seen_gen[k]) {
 			if (c->seen_gen[k])
-				rgaps_sub_clear_stream(c->sub, k);
+				rgaps__sub_clear_stream(c->sub, k);
 			c->seen_gen[k] = 0;
 		}
 		if (g && (g != c->seen_gen[k] || limit != c->seen_limit[k])) {
-			assert_int_equal(rgaps_sub_set_stream(c->sub, k, g, c->f->pubr[k],
+			assert_int_equal(rgaps__sub_set_stream(c->sub, k, g, c->f->pubr[k],
 							      c->f->pool[k], limit),
 					 0);
 			c->seen_gen[k] = g;
@@ -222,7 +223,7 @@ static struct client *pub_open(struct fixture *f, uint32_t slot)
 	c->f = f;
 	c->slot = slot;
 	fx_add_pub(f, slot);
-	assert_int_equal(rgaps_pub_create(f->hdr, &f->lim, f->pubr[slot], f->pool[slot], &cbs,
+	assert_int_equal(rgaps__pub_create(f->hdr, &f->lim, f->pubr[slot], f->pool[slot], &cbs,
 					  &c->pub),
 			 0);
 	pub_sync(c);
@@ -237,15 +238,15 @@ static struct client *sub_open(struct fixture *f, uint32_t slot)
 	c->f = f;
 	c->slot = slot;
 	fx_add_sub(f, slot);
-	assert_int_equal(rgaps_sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &c->sub), 0);
+	assert_int_equal(rgaps__sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &c->sub), 0);
 	sub_sync(c);
 	return c;
 }
 
 static void client_close(struct client *c)
 {
-	rgaps_pub_destroy(c->pub);
-	rgaps_sub_destroy(c->sub);
+	rgaps__pub_destroy(c->pub);
+	rgaps__sub_destroy(c->sub);
 	free(c);
 }
 
@@ -253,7 +254,7 @@ static void check_pub(struct client *c)
 {
 	char why[256] = "";
 
-	if (rgaps_pub_check(c->pub, why, sizeof(why)) != 0)
+	if (rgaps__pub_check(c->pub, why, sizeof(why)) != 0)
 		fail_msg("publisher check: %s", why);
 }
 
@@ -261,7 +262,7 @@ static uint64_t pool_used(struct client *c)
 {
 	struct rgaps_pub_state st;
 
-	rgaps_pub_get_state(c->pub, &st);
+	rgaps__pub_get_state(c->pub, &st);
 	return st.pool.used_bytes;
 }
 
@@ -274,15 +275,15 @@ static int publish_t(struct client *c, uint64_t size, int timeout_ms, uint64_t *
 	uint64_t off;
 	int r;
 
-	r = rgaps_pub_loan(c->pub, size, timeout_ms, &tok, &off);
+	r = rgaps__pub_loan(c->pub, size, timeout_ms, &tok, &off);
 	if (r)
 		return r;
-	rgaps_pub_get_state(c->pub, &st);
+	rgaps__pub_get_state(c->pub, &st);
 	/* The seq this message will get, unless a drop_oldest retire runs first (it does not
 	 * change head). */
 	if (size >= RGAPS_PATTERN_HDR)
 		rgaps_pattern_fill(c->f->pool[c->slot] + off, size, st.head);
-	return rgaps_pub_commit(c->pub, tok, size, &cm, timeout_ms, false, seq_p);
+	return rgaps__pub_commit(c->pub, tok, size, &cm, timeout_ms, false, seq_p);
 }
 
 static int publish(struct client *c, uint64_t size)
@@ -294,7 +295,7 @@ static void take_ok(struct client *c, struct rgaps_sub_msg *m)
 {
 	uint64_t ctr;
 
-	assert_int_equal(rgaps_sub_take(c->sub, 0, 0, m), 0);
+	assert_int_equal(rgaps__sub_take(c->sub, 0, 0, m), 0);
 	if (m->size >= RGAPS_PATTERN_HDR) {
 		assert_true(rgaps_pattern_check(m->data, m->size, &ctr) < 0);
 		assert_int_equal(ctr, m->seq);
@@ -312,9 +313,9 @@ static void test_limits_bounds(void **state)
 	do {                                                      \
 		l = f->lim;                                       \
 		l.field = value;                                  \
-		assert_int_equal(rgaps_topic_limits_check(&l), -EINVAL); \
+		assert_int_equal(rgaps__topic_limits_check(&l), -EINVAL); \
 	} while (0)
-	assert_int_equal(rgaps_topic_limits_check(&f->lim), 0);
+	assert_int_equal(rgaps__topic_limits_check(&f->lim), 0);
 	REJECT(queue_depth, 12);
 	REJECT(queue_depth, 1);
 	REJECT(queue_depth, 1u << 17);
@@ -337,39 +338,40 @@ static void test_limits_bounds(void **state)
 static void test_hdr_validate_rejects(void **state)
 {
 	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
-	size_t size = rgaps_topic_hdr_size();
+	size_t size = rgaps__topic_hdr_size();
 	struct rgaps_topic_hdr *h = malloc(size);
 	struct rgaps_topic_limits l;
 
 	memcpy(h, f->hdr, size);
-	assert_int_equal(rgaps_topic_hdr_validate(h, size, &l), 0);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size, &l), 0);
 	assert_memory_equal(&l, &f->lim, sizeof(l));
-	assert_int_equal(rgaps_topic_hdr_validate(h, sizeof(*h) - 1, &l), -EPROTO);
-	assert_int_equal(rgaps_topic_hdr_validate(h, size + 4096, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, sizeof(*h) - 1, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size + 4096, &l), -EPROTO);
 	h->magic ^= 1;
-	assert_int_equal(rgaps_topic_hdr_validate(h, size, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size, &l), -EPROTO);
 	memcpy(h, f->hdr, size);
 	h->layout_version++;
-	assert_int_equal(rgaps_topic_hdr_validate(h, size, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size, &l), -EPROTO);
 	memcpy(h, f->hdr, size);
 	h->lim.queue_depth = 3;
-	assert_int_equal(rgaps_topic_hdr_validate(h, size, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size, &l), -EPROTO);
 	memcpy(h, f->hdr, size);
 	h->lim.max_holds = 100000;
-	assert_int_equal(rgaps_topic_hdr_validate(h, size, &l), -EPROTO);
+	assert_int_equal(rgaps__topic_hdr_validate(h, size, &l), -EPROTO);
 	/* Regions: magic and size. */
 	fx_add_pub(f, 0);
-	assert_int_equal(rgaps_pub_region_validate(f->pubr[0], f->lim.pub_region_size, &f->lim), 0);
-	assert_int_equal(rgaps_pub_region_validate(f->pubr[0], f->lim.pub_region_size + 4096,
+	assert_int_equal(rgaps__pub_region_validate(f->pubr[0], f->lim.pub_region_size, &f->lim),
+			 0);
+	assert_int_equal(rgaps__pub_region_validate(f->pubr[0], f->lim.pub_region_size + 4096,
 						   &f->lim),
 			 -EPROTO);
-	assert_int_equal(rgaps_sub_region_validate(f->pubr[0], f->lim.sub_region_size, &f->lim),
+	assert_int_equal(rgaps__sub_region_validate(f->pubr[0], f->lim.sub_region_size, &f->lim),
 			 -EPROTO);
 	free(h);
 	destroy(f);
 }
 
-/* Every check of rgaps_entry_read(), one rejection at a time. */
+/* Every check of rgaps__entry_read(), one rejection at a time. */
 static void test_entry_read_rejects(void **state)
 {
 	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
@@ -380,12 +382,12 @@ static void test_entry_read_rejects(void **state)
 	char why[160];
 
 	fx_add_pub(f, 0);
-	e = &rgaps_pub_entries(&f->lim, f->pubr[0])[5 & 7];
+	e = &rgaps__pub_entries(&f->lim, f->pubr[0])[5 & 7];
 #define TRY(expect, ...)                                                                   \
 	do {                                                                               \
 		*e = good;                                                                 \
 		__VA_ARGS__;                                                               \
-		assert_int_equal(rgaps_entry_read(&f->lim, f->pubr[0], 5, &out, why,       \
+		assert_int_equal(rgaps__entry_read(&f->lim, f->pubr[0], 5, &out, why,       \
 						  sizeof(why)),                            \
 				 expect);                                                  \
 	} while (0)
@@ -404,9 +406,9 @@ static void test_entry_read_rejects(void **state)
 	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_GAP_ONLY, e->gap = 3);
 	TRY(0, e->flags = RGAPS_ENTRY_GAP_ONLY, e->gap = 3, e->size = 0);
 	/* Stream order: the fence slot is bounded by the region's slots, never on a gap entry. */
-	TRY(0, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps_topic_nfences(&f->lim) - 1);
-	assert_int_equal(out.fence, rgaps_topic_nfences(&f->lim) - 1);
-	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps_topic_nfences(&f->lim));
+	TRY(0, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps__topic_nfences(&f->lim) - 1);
+	assert_int_equal(out.fence, rgaps__topic_nfences(&f->lim) - 1);
+	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_FENCE, e->fence = rgaps__topic_nfences(&f->lim));
 	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_FENCE, e->fence = UINT32_MAX);
 	TRY(-EBADMSG, e->flags = RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_FENCE, e->gap = 3,
 	    e->size = 0);
@@ -427,33 +429,33 @@ static void test_snapshots_clamp(void **state)
 	fx_add_sub(f, 0);
 	f->pubr[0]->head = 5;
 	f->pubr[0]->tail = 9; /* tail past head */
-	rgaps_pub_snapshot(&f->lim, f->pubr[0], &ps);
+	rgaps__pub_snapshot(&f->lim, f->pubr[0], &ps);
 	assert_true(ps.bad);
 	assert_int_equal(ps.head - ps.tail, 0);
 	f->pubr[0]->head = 1000;
 	f->pubr[0]->tail = 10; /* more kept than the queue holds */
-	rgaps_pub_snapshot(&f->lim, f->pubr[0], &ps);
+	rgaps__pub_snapshot(&f->lim, f->pubr[0], &ps);
 	assert_true(ps.bad);
 	f->pubr[0]->tail = 995;
 	f->pubr[0]->c.pool_used_bytes = UINT64_MAX;
 	f->pubr[0]->c.nloans = 1000;
-	rgaps_pub_snapshot(&f->lim, f->pubr[0], &ps);
+	rgaps__pub_snapshot(&f->lim, f->pubr[0], &ps);
 	assert_false(ps.bad);
 	assert_int_equal(ps.c.pool_used_bytes, f->lim.pool_size);
 	assert_int_equal(ps.c.nloans, f->lim.max_loans);
 
 	f->subr[0]->nholds = 99999;
-	rgaps_sub_snapshot(&f->lim, f->subr[0], &ss);
+	rgaps__sub_snapshot(&f->lim, f->subr[0], &ss);
 	assert_int_equal(ss.nholds, f->lim.max_holds);
 	/* A cursor outside [tail, head] reads as the nearest end; another stream's as tail. */
-	rgaps_sub_region_set_cursor(f->subr[0], &f->lim, 0, f->dir->pub_gen[0], 5, 0);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 995, 1000),
+	rgaps__sub_region_set_cursor(f->subr[0], &f->lim, 0, f->dir->pub_gen[0], 5, 0);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 995, 1000),
 			 995);
-	rgaps_sub_region_set_cursor(f->subr[0], &f->lim, 0, f->dir->pub_gen[0], 1u << 30, 0);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 995, 1000),
+	rgaps__sub_region_set_cursor(f->subr[0], &f->lim, 0, f->dir->pub_gen[0], 1u << 30, 0);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 995, 1000),
 			 1000);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, 777, 995, 1000), 995);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], MAXP + 5, 1, 995, 1000), 995);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], 0, 777, 995, 1000), 995);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], MAXP + 5, 1, 995, 1000), 995);
 	destroy(f);
 }
 
@@ -480,12 +482,12 @@ static void test_fanout_and_reclaim(void **state)
 		}
 		check_pub(p);
 		for (int i = 0; i < 3; i++)
-			assert_int_equal(rgaps_sub_release(s[i]->sub, m[i].token), 0);
+			assert_int_equal(rgaps__sub_release(s[i]->sub, m[i].token), 0);
 	}
-	rgaps_pub_reclaim(p->pub);
+	rgaps__pub_reclaim(p->pub);
 	check_pub(p);
 	assert_int_equal(pool_used(p), 0);
-	assert_int_equal(rgaps_sub_take(s[0]->sub, 0, 0, &m[0]), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s[0]->sub, 0, 0, &m[0]), -EAGAIN);
 	client_close(p);
 	for (int i = 0; i < 3; i++)
 		client_close(s[i]);
@@ -519,7 +521,7 @@ static void test_block_policy_times_out(void **state)
 	assert_int_equal(f->pubr[0]->c.timeouts, 1);
 	/* One take frees one entry. */
 	take_ok(s, &m);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	assert_int_equal(publish(p, 100), 0);
 	/* Pool full: a message as large as the pool waits, then times out. */
 	assert_int_equal(publish_t(p, (1 << 20) - 256, 20, NULL), -ETIMEDOUT);
@@ -539,7 +541,7 @@ static void test_drop_oldest_counts_gaps(void **state)
 		assert_int_equal(publish(p, 100), 0);
 		take_ok(fast, &m);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(fast->sub, m.token);
+		rgaps__sub_release(fast->sub, m.token);
 	}
 	/* The slow one kept only the last 4: 6 dropped, reported with the next message. */
 	take_ok(slow, &m);
@@ -547,11 +549,11 @@ static void test_drop_oldest_counts_gaps(void **state)
 	assert_int_equal(m.gap, 6);
 	assert_int_equal(slow->f->subr[0]->c.drops, 6);
 	assert_true(f->pubr[0]->c.dropped >= 6);
-	rgaps_sub_release(slow->sub, m.token);
+	rgaps__sub_release(slow->sub, m.token);
 	take_ok(slow, &m);
 	assert_int_equal(m.gap, 0);
 	assert_int_equal(m.seq, 7);
-	rgaps_sub_release(slow->sub, m.token);
+	rgaps__sub_release(slow->sub, m.token);
 	check_pub(p);
 	client_close(p);
 	client_close(slow);
@@ -587,9 +589,9 @@ static void test_hold_protects_block(void **state)
 	/* The rest was lapped: the next take reports the gap. */
 	take_ok(s, &m);
 	assert_true(m.gap > 0);
-	rgaps_sub_release(s->sub, m.token);
-	rgaps_sub_release(s->sub, held.token);
-	rgaps_pub_reclaim(p->pub);
+	rgaps__sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, held.token);
+	rgaps__pub_reclaim(p->pub);
 	check_pub(p);
 	client_close(p);
 	client_close(s);
@@ -597,7 +599,7 @@ static void test_hold_protects_block(void **state)
 }
 
 /*
- * A stopped subscriber (rgaps_sub_stop) gives up its place: the publisher no longer
+ * A stopped subscriber (rgaps__sub_stop) gives up its place: the publisher no longer
  * waits for its cursor, rgapsd sees it at the head, its takes fail; what it holds
  * keeps its bytes while the pool is reused, and is freed once released.
  */
@@ -614,20 +616,20 @@ static void test_stopped_subscriber_keeps_holds_only(void **state)
 	for (int n = 0; n < 4; n++)
 		assert_int_equal(publish(p, 100), 0);
 	assert_int_equal(publish(p, 100), -EAGAIN); /* its cursor holds the queue */
-	rgaps_sub_stop(s->sub);
+	rgaps__sub_stop(s->sub);
 	for (int n = 0; n < 200; n++) /* ... no longer */
 		assert_int_equal(publish(p, 4096), 0);
-	rgaps_pub_get_state(p->pub, &st);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, f->pubr[0]->gen, st.tail,
+	rgaps__pub_get_state(p->pub, &st);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], 0, f->pubr[0]->gen, st.tail,
 					    st.head),
 			 st.head);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -ESHUTDOWN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -ESHUTDOWN);
 	assert_memory_equal(held.data, copy, sizeof(copy));
 	assert_true(rgaps_pattern_check(held.data, held.size, &ctr) < 0);
 	assert_int_equal(ctr, 0);
 	check_pub(p);
-	assert_int_equal(rgaps_sub_release(s->sub, held.token), 0);
-	rgaps_pub_reclaim(p->pub);
+	assert_int_equal(rgaps__sub_release(s->sub, held.token), 0);
+	rgaps__pub_reclaim(p->pub);
 	check_pub(p);
 	client_close(p);
 	client_close(s);
@@ -678,37 +680,37 @@ static void test_fenced_blocks_wait_for_their_fence(void **state)
 	memset(&fence_book, 0, sizeof(fence_book));
 	p->f = f;
 	fx_add_pub(f, 0);
-	assert_int_equal(rgaps_pub_create(f->hdr, &f->lim, f->pubr[0], f->pool[0], &cbs, &p->pub),
+	assert_int_equal(rgaps__pub_create(f->hdr, &f->lim, f->pubr[0], f->pool[0], &cbs, &p->pub),
 			 0);
 	/* No subscriber: the message retires at once, but its copy may still run. */
 	fence_book.pending[3] = true;
-	assert_int_equal(rgaps_pub_loan(p->pub, 8192, 0, &tok, &off), 0);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 8192, &cm, 0, false, &seq), 0);
-	assert_int_equal(rgaps_entry_read(&f->lim, f->pubr[0], seq, &e, why, sizeof(why)), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 8192, 0, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 8192, &cm, 0, false, &seq), 0);
+	assert_int_equal(rgaps__entry_read(&f->lim, f->pubr[0], seq, &e, why, sizeof(why)), 0);
 	assert_true(e.flags & RGAPS_ENTRY_FENCE);
 	assert_int_equal(e.fence, 3);
 	assert_int_equal(f->pubr[0]->c.fenced, 1);
-	rgaps_pub_reclaim(p->pub);
+	rgaps__pub_reclaim(p->pub);
 	assert_int_equal(pool_used(p), 8192); /* kept for its fence */
 	assert_int_equal(fence_book.nfreed, 0);
 	check_pub(p);
 	/* The fence completes: the block goes, the slot comes back. */
 	fence_book.pending[3] = false;
-	rgaps_pub_reclaim(p->pub);
+	rgaps__pub_reclaim(p->pub);
 	assert_int_equal(pool_used(p), 0);
 	assert_int_equal(fence_book.nfreed, 1);
 	assert_int_equal(fence_book.freed[0], 3);
 	/* A full pool of fenced blocks: a bounded loan waits (short slices), then times out. */
 	fence_book.pending[5] = true;
 	cm.fence = 5;
-	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 0, &tok, &off), 0);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 60 << 10, &cm, 0, false, NULL), 0);
-	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 20, &tok, &off), -ETIMEDOUT);
+	assert_int_equal(rgaps__pub_loan(p->pub, 60 << 10, 0, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 60 << 10, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 60 << 10, 20, &tok, &off), -ETIMEDOUT);
 	fence_book.pending[5] = false;
-	assert_int_equal(rgaps_pub_loan(p->pub, 60 << 10, 20, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 60 << 10, 20, &tok, &off), 0);
 	/* A fence slot the region does not have: refused, the loan gone. */
-	cm.fence = rgaps_topic_nfences(&f->lim);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 100, &cm, 0, false, NULL), -EINVAL);
+	cm.fence = rgaps__topic_nfences(&f->lim);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 100, &cm, 0, false, NULL), -EINVAL);
 	assert_int_equal(pool_used(p), 0);
 	check_pub(p);
 	client_close(p);
@@ -738,7 +740,7 @@ static struct client *sub_open_fenced(struct fixture *f, uint32_t slot)
 	c->f = f;
 	c->slot = slot;
 	fx_add_sub(f, slot);
-	assert_int_equal(rgaps_sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &c->sub), 0);
+	assert_int_equal(rgaps__sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &c->sub), 0);
 	sub_sync(c);
 	return c;
 }
@@ -751,10 +753,10 @@ static void publish_fenced(struct client *c, uint64_t size)
 	uint32_t tok;
 	uint64_t off;
 
-	assert_int_equal(rgaps_pub_loan(c->pub, size, 0, &tok, &off), 0);
-	rgaps_pub_get_state(c->pub, &st);
+	assert_int_equal(rgaps__pub_loan(c->pub, size, 0, &tok, &off), 0);
+	rgaps__pub_get_state(c->pub, &st);
 	rgaps_pattern_fill(c->f->pool[c->slot] + off, size, st.head);
-	assert_int_equal(rgaps_pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
 }
 
 static uint64_t ms_since(uint64_t t0)
@@ -783,23 +785,23 @@ static void test_unfinished_copy_is_passed_over(void **state)
 		take_ok(s, &m);
 		assert_int_equal(m.slot, 1);
 		assert_int_equal(m.seq, want);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	t0 = rgaps_now_ns(CLOCK_MONOTONIC);
-	assert_int_equal(rgaps_sub_take(s->sub, 150, 0, &m), -ETIMEDOUT);
+	assert_int_equal(rgaps__sub_take(s->sub, 150, 0, &m), -ETIMEDOUT);
 	assert_true(ms_since(t0) >= 150);
 	assert_int_equal(publish(p1, 100), 0); /* still flowing */
 	take_ok(s, &m);
 	assert_int_equal(m.slot, 1);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	stuck_seq[0] = -1; /* the copy is done */
 	for (uint64_t want = 0; want < 2; want++) {
-		assert_int_equal(rgaps_sub_take(s->sub, 1000, 0, &m), 0);
+		assert_int_equal(rgaps__sub_take(s->sub, 1000, 0, &m), 0);
 		assert_int_equal(m.slot, 0);
 		assert_int_equal(m.seq, want);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
 	assert_int_equal(f->subr[0]->c.drops, 0);
 	client_close(p1);
@@ -828,11 +830,11 @@ static void test_copy_that_never_ends_is_lost(void **state)
 	publish_fenced(p[0], 100);
 	publish_fenced(p[0], 100);
 	t0 = rgaps_now_ns(CLOCK_MONOTONIC);
-	assert_int_equal(rgaps_sub_take(s->sub, 5000, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 5000, 0, &m), 0);
 	assert_true(ms_since(t0) >= 100);
 	assert_int_equal(m.seq, 1);
 	assert_int_equal(m.gap, 1);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 
 	broken_seq[0] = 2;
 	publish_fenced(p[0], 100);
@@ -840,21 +842,21 @@ static void test_copy_that_never_ends_is_lost(void **state)
 	take_ok(s, &m);
 	assert_int_equal(m.seq, 3);
 	assert_int_equal(m.gap, 1);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	/* A lost message that carried the gap before it: both told, each counted once. */
 	stuck_seq[0] = 4;
 	broken_seq[0] = 5;
 	publish_fenced(p[0], 100);
 	publish_fenced(p[0], 100);
 	publish_fenced(p[0], 100);
-	assert_int_equal(rgaps_sub_take(s->sub, 5000, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 5000, 0, &m), 0);
 	assert_int_equal(m.seq, 6);
 	assert_int_equal(m.gap, 2);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	assert_int_equal(f->subr[0]->c.drops, 4);
 
 	/* max_holds 4: two may wait; a third makes the first give way. */
-	rgaps_sub_destroy(s->sub);
+	rgaps__sub_destroy(s->sub);
 	free(s);
 	fx_remove_sub(f, 0);
 	f->lim.fence_timeout_ms = 0;
@@ -862,25 +864,25 @@ static void test_copy_that_never_ends_is_lost(void **state)
 	for (int i = 0; i < 3; i++) {
 		struct rgaps_pub_state ps;
 
-		rgaps_pub_get_state(p[i]->pub, &ps);
+		rgaps__pub_get_state(p[i]->pub, &ps);
 		stuck_seq[i] = (int64_t)ps.head; /* the next message of each stream */
 		publish_fenced(p[i], 100);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	for (int i = 0; i < 3; i++)
 		stuck_seq[i] = -1;
 	for (int i = 1; i < 3; i++) {
 		take_ok(s, &m);
 		assert_int_equal(m.slot, (uint32_t)i);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	publish_fenced(p[0], 100);
 	take_ok(s, &m);
 	assert_int_equal(m.slot, 0);
 	assert_int_equal(m.gap, 1);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	for (int i = 0; i < 3; i++)
 		client_close(p[i]);
 	client_close(s);
@@ -900,13 +902,13 @@ static void test_history_for_late_joiner(void **state)
 		take_ok(s, &m);
 		assert_int_equal(m.seq, want);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	assert_int_equal(publish(p, 200), 0);
 	take_ok(s, &m);
 	assert_int_equal(m.seq, 10);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	check_pub(p);
 	client_close(p);
 	client_close(s);
@@ -923,10 +925,10 @@ static void test_hold_limit(void **state)
 		assert_int_equal(publish(p, 100), 0);
 	for (int n = 0; n < 4; n++)
 		take_ok(s, &m[n]);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m[4]), -ENOBUFS);
-	assert_int_equal(rgaps_sub_release(s->sub, m[1].token), 0);
-	assert_int_equal(rgaps_sub_release(s->sub, m[1].token), -EINVAL);
-	assert_int_equal(rgaps_sub_release(s->sub, 99), -EINVAL);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m[4]), -ENOBUFS);
+	assert_int_equal(rgaps__sub_release(s->sub, m[1].token), 0);
+	assert_int_equal(rgaps__sub_release(s->sub, m[1].token), -EINVAL);
+	assert_int_equal(rgaps__sub_release(s->sub, 99), -EINVAL);
 	take_ok(s, &m[4]);
 	assert_int_equal(m[4].seq, 4);
 	check_pub(p);
@@ -937,7 +939,7 @@ static void test_hold_limit(void **state)
 
 /*
  * The bound on what one subscriber's holds pin under drop_oldest
- * (rgaps_holds_fit): the fit size is what TLSF needs, and the rule counts
+ * (rgaps__holds_fit): the fit size is what TLSF needs, and the rule counts
  * where held messages lie, not only their bytes.
  */
 static void test_holds_fit_rule(void **state)
@@ -948,40 +950,40 @@ static void test_holds_fit_rule(void **state)
 
 	/* A pool exactly the fit size of a request takes it, for any request size. */
 	for (uint64_t size = 1; size < (64ull << 20); size = size * 3 + 77) {
-		uint64_t fit = rgaps_tlsf_fit_size(size, RGAPS_POOL_ALIGN);
-		struct rgaps_tlsf *t = malloc(rgaps_tlsf_state_size(8));
+		uint64_t fit = rgaps__tlsf_fit_size(size, RGAPS_POOL_ALIGN);
+		struct rgaps_tlsf *t = malloc(rgaps__tlsf_state_size(8));
 		uint32_t b1, b2;
 
 		assert_true(fit >= RGAPS_ALIGN_UP(size, RGAPS_POOL_ALIGN));
 		assert_true(fit <= RGAPS_ALIGN_UP(size, RGAPS_POOL_ALIGN) * 33 / 32 + 256);
 		/* A block in front that is then freed: the free stretch is not the first block. */
-		assert_int_equal(rgaps_tlsf_init(t, fit + 4096, 8, RGAPS_POOL_ALIGN), 0);
-		assert_int_equal(rgaps_tlsf_alloc(t, 4096, &b1), 0);
-		assert_int_equal(rgaps_tlsf_alloc(t, size, &b2), 0);
+		assert_int_equal(rgaps__tlsf_init(t, fit + 4096, 8, RGAPS_POOL_ALIGN), 0);
+		assert_int_equal(rgaps__tlsf_alloc(t, 4096, &b1), 0);
+		assert_int_equal(rgaps__tlsf_alloc(t, size, &b2), 0);
 		free(t);
 	}
-	assert_int_equal(rgaps_topic_hold_room(&f->lim), 256 * K);
+	assert_int_equal(rgaps__topic_hold_room(&f->lim), 256 * K);
 
 	/* One message is always allowed; three of 256 KiB side by side leave 256 KiB. */
 	x[0] = (struct rgaps_extent){ 0, 1 << 20 };
-	assert_true(rgaps_holds_fit(&f->lim, x, 1));
+	assert_true(rgaps__holds_fit(&f->lim, x, 1));
 	for (int i = 0; i < 4; i++)
 		x[i] = (struct rgaps_extent){ (uint64_t)(3 - i) * 256 * K, 256 * K };
-	assert_true(rgaps_holds_fit(&f->lim, x, 2));
-	assert_true(rgaps_holds_fit(&f->lim, x, 3));
-	assert_false(rgaps_holds_fit(&f->lim, x, 4));
+	assert_true(rgaps__holds_fit(&f->lim, x, 2));
+	assert_true(rgaps__holds_fit(&f->lim, x, 3));
+	assert_false(rgaps__holds_fit(&f->lim, x, 4));
 	/* Four small messages spread over the pool: 1 KiB held, no room left anywhere. */
 	for (int i = 0; i < 4; i++)
 		x[i] = (struct rgaps_extent){ (uint64_t)(200 + 250 * i) * K, 256 };
-	assert_false(rgaps_holds_fit(&f->lim, x, 4));
-	assert_true(rgaps_holds_fit(&f->lim, x, 3)); /* the last 300 KiB are free */
+	assert_false(rgaps__holds_fit(&f->lim, x, 4));
+	assert_true(rgaps__holds_fit(&f->lim, x, 3)); /* the last 300 KiB are free */
 	/* Overlapping or out-of-pool extents (a liar's) never make room. */
 	x[0] = (struct rgaps_extent){ 0, 2 << 20 };
 	x[1] = (struct rgaps_extent){ 4 << 20, 256 };
-	assert_false(rgaps_holds_fit(&f->lim, x, 2));
+	assert_false(rgaps__holds_fit(&f->lim, x, 2));
 	/* "block" bounds nothing here: its publishers wait, as they wait for a cursor. */
 	f->lim.overflow = RGAPS_OVERFLOW_BLOCK;
-	assert_true(rgaps_holds_fit(&f->lim, x, 2));
+	assert_true(rgaps__holds_fit(&f->lim, x, 2));
 	destroy(f);
 }
 
@@ -1008,12 +1010,12 @@ static void test_holds_leave_room_under_drop_oldest(void **state)
 	for (int n = 0; n < 3; n++)
 		take_ok(s, &m[n]);
 	/* Held at 0, 256 and 512 KiB: the fourth would leave no room. */
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m[3]), -ENOBUFS);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m[3]), -ENOBUFS);
 	p2 = pub_open(f, 1);
 	publish_now(p2, 100);
 	take_ok(s, &m2);
 	assert_int_equal(m2.slot, 1);
-	rgaps_sub_release(s->sub, m2.token);
+	rgaps__sub_release(s->sub, m2.token);
 	/* The publisher of the largest messages goes on: it never waits for us. */
 	for (int n = 0; n < 20; n++)
 		publish_now(p, 256 << 10);
@@ -1024,11 +1026,11 @@ static void test_holds_leave_room_under_drop_oldest(void **state)
 		assert_int_equal(ctr, m[n].seq);
 	}
 	check_pub(p);
-	assert_int_equal(rgaps_sub_release(s->sub, m[0].token), 0);
+	assert_int_equal(rgaps__sub_release(s->sub, m[0].token), 0);
 	take_ok(s, &m[3]); /* lapped meanwhile: the gap says what went */
 	assert_true(m[3].gap > 0);
 	for (int n = 1; n < 4; n++)
-		rgaps_sub_release(s->sub, m[n].token);
+		rgaps__sub_release(s->sub, m[n].token);
 	check_pub(p);
 	client_close(p2);
 	client_close(p);
@@ -1039,7 +1041,7 @@ static void test_holds_leave_room_under_drop_oldest(void **state)
 /* A subscriber that writes holds of its own on messages it never took. */
 static void forge_holds(struct fixture *f, uint32_t sub_slot, uint32_t pub_slot, uint64_t first)
 {
-	struct rgaps_sub_hold *h = rgaps_sub_holds(&f->lim, f->subr[sub_slot]);
+	struct rgaps_sub_hold *h = rgaps__sub_holds(&f->lim, f->subr[sub_slot]);
 
 	for (uint32_t k = 0; k < f->lim.max_holds; k++) {
 		h[k].seq = first + k;
@@ -1067,7 +1069,7 @@ static void test_forged_holds_are_ignored(void **state)
 
 		publish_now(p, 100);
 		take_ok(honest, &m);
-		rgaps_sub_release(honest->sub, m.token);
+		rgaps__sub_release(honest->sub, m.token);
 		forge_holds(f, 1, 0, 1);
 		for (int n = 0; n < 20 && !r; n++) {
 			r = publish_t(p, 256 << 10, 50, NULL);
@@ -1075,7 +1077,7 @@ static void test_forged_holds_are_ignored(void **state)
 				break;
 			take_ok(honest, &m);
 			assert_int_equal(m.gap, 0);
-			rgaps_sub_release(honest->sub, m.token);
+			rgaps__sub_release(honest->sub, m.token);
 		}
 		if (policy == RGAPS_OVERFLOW_DROP_OLDEST) {
 			assert_int_equal(r, 0);
@@ -1116,20 +1118,20 @@ static void test_honest_holds_are_never_ignored(void **state)
 		struct rgaps_sub_msg held[4];
 		uint32_t nheld = 0;
 
-		if (rgaps_sub_create(f->hdr, &f->lim, f->subr[0], &cbs, &c.sub))
+		if (rgaps__sub_create(f->hdr, &f->lim, f->subr[0], &cbs, &c.sub))
 			_exit(3);
 		sub_sync(&c);
 		for (;;) {
 			struct rgaps_sub_msg m;
 			uint64_t ctr;
-			int e = rgaps_sub_take(c.sub, 10, 0, &m);
+			int e = rgaps__sub_take(c.sub, 10, 0, &m);
 
 			if (e == -ENOBUFS) { /* max_holds (4), or no more room: the oldest goes */
 				if (held[0].size >= RGAPS_PATTERN_HDR &&
 				    (rgaps_pattern_check(held[0].data, held[0].size, &ctr) >= 0 ||
 				     ctr != held[0].seq))
 					_exit(4);
-				rgaps_sub_release(c.sub, held[0].token);
+				rgaps__sub_release(c.sub, held[0].token);
 				memmove(held, held + 1, --nheld * sizeof(*held));
 				continue;
 			}
@@ -1152,7 +1154,7 @@ static void test_honest_holds_are_never_ignored(void **state)
 	assert_int_equal(f->pubr[0]->c.holds_ignored, 0);
 	assert_int_equal(f->pubr[0]->c.full_waits, 0);
 	fx_remove_sub(f, 0);
-	rgaps_pub_reclaim(p->pub);
+	rgaps__pub_reclaim(p->pub);
 	check_pub(p);
 	client_close(p);
 	destroy(f);
@@ -1166,16 +1168,16 @@ static void test_loans(void **state)
 	uint32_t t1, t2, t3;
 	uint64_t off;
 
-	assert_int_equal(rgaps_pub_loan(p->pub, 0, 0, &t1, &off), -EINVAL);
-	assert_int_equal(rgaps_pub_loan(p->pub, (1 << 20) + 1, 0, &t1, &off), -EMSGSIZE);
-	assert_int_equal(rgaps_pub_loan(p->pub, 100, 0, &t1, &off), 0);
-	assert_int_equal(rgaps_pub_loan(p->pub, 100, 0, &t2, &off), 0);
-	assert_int_equal(rgaps_pub_loan(p->pub, 100, 0, &t3, &off), -ENOBUFS);
-	assert_int_equal(rgaps_pub_cancel(p->pub, t2), 0);
-	assert_int_equal(rgaps_pub_cancel(p->pub, t2), -EINVAL);
+	assert_int_equal(rgaps__pub_loan(p->pub, 0, 0, &t1, &off), -EINVAL);
+	assert_int_equal(rgaps__pub_loan(p->pub, (1 << 20) + 1, 0, &t1, &off), -EMSGSIZE);
+	assert_int_equal(rgaps__pub_loan(p->pub, 100, 0, &t1, &off), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 100, 0, &t2, &off), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 100, 0, &t3, &off), -ENOBUFS);
+	assert_int_equal(rgaps__pub_cancel(p->pub, t2), 0);
+	assert_int_equal(rgaps__pub_cancel(p->pub, t2), -EINVAL);
 	/* Larger than loaned: refused, and the loan is gone. */
-	assert_int_equal(rgaps_pub_commit(p->pub, t1, 1000, &cm, 0, false, NULL), -EINVAL);
-	assert_int_equal(rgaps_pub_commit(p->pub, t1, 100, &cm, 0, false, NULL), -EINVAL);
+	assert_int_equal(rgaps__pub_commit(p->pub, t1, 1000, &cm, 0, false, NULL), -EINVAL);
+	assert_int_equal(rgaps__pub_commit(p->pub, t1, 100, &cm, 0, false, NULL), -EINVAL);
 	check_pub(p);
 	assert_int_equal(pool_used(p), 0);
 	client_close(p);
@@ -1194,32 +1196,32 @@ static void test_attributes_and_origin(void **state)
 
 	for (size_t i = 0; i < sizeof(attrs); i++)
 		attrs[i] = (uint8_t)(i * 31);
-	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
 	cm.attr_len = 3;
 	cm.origin_stream = 99;
 	cm.origin_seq = 12345;
 	cm.flags = RGAPS_ENTRY_REMOTE;
-	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
 	cm.attr_len = RGAPS_ATTR_MAX + 1;
-	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), -EINVAL);
+	assert_int_equal(rgaps__pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), -EINVAL);
 
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_int_equal(m.attr_len, RGAPS_ATTR_MAX);
 	assert_memory_equal(m.attrs, attrs, RGAPS_ATTR_MAX);
 	assert_int_equal(m.origin_stream, m.stream);
 	assert_int_equal(m.origin_seq, 0);
 	assert_int_equal(m.ts_ns, 7);
-	rgaps_sub_release(s->sub, m.token);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	rgaps__sub_release(s->sub, m.token);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_int_equal(m.attr_len, 3);
 	assert_memory_equal(m.attrs, attrs, 3);
 	assert_int_equal(m.origin_stream, 99);
 	assert_int_equal(m.origin_seq, 12345);
 	assert_true(m.flags & RGAPS_ENTRY_REMOTE);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	check_pub(p);
 	client_close(p);
 	client_close(s);
@@ -1233,10 +1235,10 @@ static void test_gap_only_messages(void **state)
 	struct client *s = sub_open(f, 0), *p = pub_open(f, 0);
 	struct rgaps_sub_msg m;
 
-	assert_int_equal(rgaps_pub_gap(p->pub, 0, 1), -EINVAL);
-	assert_int_equal(rgaps_pub_gap(p->pub, 5, 1), 0);
-	assert_int_equal(rgaps_pub_gap_flags(p->pub, 3, 1, RGAPS_ENTRY_FENCE), -EINVAL);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__pub_gap(p->pub, 0, 1), -EINVAL);
+	assert_int_equal(rgaps__pub_gap(p->pub, 5, 1), 0);
+	assert_int_equal(rgaps__pub_gap_flags(p->pub, 3, 1, RGAPS_ENTRY_FENCE), -EINVAL);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
 	assert_int_equal(m.gap, 5);
 	assert_null(m.data);
@@ -1244,8 +1246,8 @@ static void test_gap_only_messages(void **state)
 	assert_int_equal(m.token, UINT32_MAX);
 	assert_false(m.flags & RGAPS_ENTRY_REMOTE);
 	/* A loss on the way from a peer says so: a forwarder never sends it on. */
-	assert_int_equal(rgaps_pub_gap_flags(p->pub, 4, 1, RGAPS_ENTRY_REMOTE), 0);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__pub_gap_flags(p->pub, 4, 1, RGAPS_ENTRY_REMOTE), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_int_equal(m.flags, RGAPS_ENTRY_GAP_ONLY | RGAPS_ENTRY_REMOTE);
 	assert_int_equal(m.gap, 4);
 	check_pub(p);
@@ -1254,10 +1256,10 @@ static void test_gap_only_messages(void **state)
 	for (int n = 0; n < 3; n++)
 		assert_int_equal(publish(p, 100), 0);
 	fx_remove_pub(f, 0);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
 	assert_int_equal(m.gap, 3);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	client_close(p);
 	client_close(s);
 	destroy(f);
@@ -1271,10 +1273,10 @@ static void publish_after_loss(struct client *c, uint64_t size, uint32_t gap)
 	uint32_t tok;
 	uint64_t off;
 
-	assert_int_equal(rgaps_pub_loan(c->pub, size, 0, &tok, &off), 0);
-	rgaps_pub_get_state(c->pub, &st);
+	assert_int_equal(rgaps__pub_loan(c->pub, size, 0, &tok, &off), 0);
+	rgaps__pub_get_state(c->pub, &st);
 	rgaps_pattern_fill(c->f->pool[c->slot] + off, size, st.head); /* take_ok checks it */
-	assert_int_equal(rgaps_pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_commit(c->pub, tok, size, &cm, 0, false, NULL), 0);
 }
 
 /*
@@ -1295,39 +1297,39 @@ static void test_lapped_reader_counts_what_it_skipped(void **state)
 	publish_after_loss(p, 100, 0);
 	take_ok(s, &m);
 	assert_int_equal(m.gap, 0);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	got++;
 	/* 1 (after 2 lost), a notice of 5 lost, 2, 3 (after 1), 4, 5 (after 3), 6, 7: the
 	 * queue keeps the last 4, so the subscriber skips 1, the notice, 2 and 3. */
 	publish_after_loss(p, 100, gaps[0]);
-	assert_int_equal(rgaps_pub_gap(p->pub, 5, 1), 0);
+	assert_int_equal(rgaps__pub_gap(p->pub, 5, 1), 0);
 	for (int k = 1; k < 7; k++)
 		publish_after_loss(p, 100, gaps[k]);
 	take_ok(s, &m);
 	assert_int_equal(m.seq, 5); /* message 4 */
 	assert_int_equal(m.gap, (1 + 2) + 5 + 1 + (1 + 1));
 	got++, told += m.gap;
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	for (uint32_t want = 3; want != UINT32_MAX; want = want ? 0 : UINT32_MAX) {
 		for (int k = 0; k < (want ? 1 : 2); k++) {
 			take_ok(s, &m);
 			assert_int_equal(m.gap, want);
 			got++, told += m.gap;
-			rgaps_sub_release(s->sub, m.token);
+			rgaps__sub_release(s->sub, m.token);
 		}
 	}
 	assert_int_equal(got + told, 8 + 2 + 5 + 1 + 3);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 
 	/* Untaken when the stream goes: 8 (after 4 lost), a notice of 2, 9. */
 	publish_after_loss(p, 100, 4);
-	assert_int_equal(rgaps_pub_gap(p->pub, 2, 1), 0);
+	assert_int_equal(rgaps__pub_gap(p->pub, 2, 1), 0);
 	publish_after_loss(p, 100, 0);
 	fx_remove_pub(f, 0);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
 	assert_int_equal(m.gap, (1 + 4) + 2 + 1);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	client_close(p);
 	client_close(s);
 	destroy(f);
@@ -1349,17 +1351,17 @@ static void test_lapped_reader_lands_on_a_notice(void **state)
 
 	publish_after_loss(p, 100, 0); /* 0: taken, so the reader knows the running count */
 	take_ok(s, &m);
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	got++;
 	/* 1 (after 2 lost), 2, 3 (after 1), a notice of 6 lost, 5, 6, 7: the queue keeps
 	 * the last 4, so the reader skips 1..3 and lands exactly on the notice. */
 	publish_after_loss(p, 100, 2);
 	publish_after_loss(p, 100, 0);
 	publish_after_loss(p, 100, 1);
-	assert_int_equal(rgaps_pub_gap(p->pub, 6, 1), 0);
+	assert_int_equal(rgaps__pub_gap(p->pub, 6, 1), 0);
 	for (int k = 0; k < 3; k++)
 		publish_after_loss(p, 100, 0);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), 0);
 	assert_int_equal(m.seq, 4);
 	assert_true(m.flags & RGAPS_ENTRY_GAP_ONLY);
 	assert_int_equal(m.token, UINT32_MAX);
@@ -1370,10 +1372,10 @@ static void test_lapped_reader_lands_on_a_notice(void **state)
 		take_ok(s, &m);
 		assert_int_equal(m.seq, want);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 		got++;
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	/* What the stream stood for: 7 messages, 2 + 1 lost before them, 6 in the notice. */
 	assert_int_equal(got + told, 7 + (2 + 1) + 6);
 	client_close(p);
@@ -1382,20 +1384,20 @@ static void test_lapped_reader_lands_on_a_notice(void **state)
 }
 
 /*
- * The linker sends every rgaps_entry_read here (-Wl,--wrap, tests/unit/meson.build):
+ * The linker sends every rgaps__entry_read here (-Wl,--wrap, tests/unit/meson.build):
  * a test may run something just before the next one, that is between a subscriber's
  * read of a stream's head and its read of the entry there, where a loaded machine
  * may deschedule it for as long as it likes.
  */
-int __real_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+int __real_rgaps__entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
-int __wrap_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+int __wrap_rgaps__entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen);
 
 static void (*before_entry_read)(struct client *);
 static struct client *before_entry_read_arg;
 
-int __wrap_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
+int __wrap_rgaps__entry_read(const struct rgaps_topic_limits *lim, const struct rgaps_pub_region *r,
 			    uint64_t seq, struct rgaps_topic_entry *e_p, char *why, size_t whylen)
 {
 	void (*fn)(struct client *) = before_entry_read;
@@ -1404,7 +1406,7 @@ int __wrap_rgaps_entry_read(const struct rgaps_topic_limits *lim, const struct r
 		before_entry_read = NULL;
 		fn(before_entry_read_arg);
 	}
-	return __real_rgaps_entry_read(lim, r, seq, e_p, why, whylen);
+	return __real_rgaps__entry_read(lim, r, seq, e_p, why, whylen);
 }
 
 static void publish_ten(struct client *p)
@@ -1433,20 +1435,20 @@ static void test_stale_head_is_no_lie(void **state)
 	assert_null(before_entry_read);
 	assert_int_equal(m.seq, 7);
 	assert_int_equal(m.gap, 7); /* 0..6, lapped */
-	rgaps_sub_release(s->sub, m.token);
+	rgaps__sub_release(s->sub, m.token);
 	for (uint64_t want = 8; want <= 10; want++) {
 		take_ok(s, &m);
 		assert_int_equal(m.seq, want);
 		assert_int_equal(m.gap, 0);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	assert_int_equal(f->subr[0]->c.errors, 0);
 
 	/* The liar: message 11, then a tail past its head. */
 	assert_int_equal(publish(p, 100), 0);
 	__atomic_store_n(&f->pubr[0]->tail, 20, __ATOMIC_SEQ_CST);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	assert_int_equal(f->subr[0]->c.errors, 1);
 	client_close(p);
 	client_close(s);
@@ -1468,10 +1470,10 @@ static void test_departed_stream_drains(void **state)
 	for (uint64_t want = 0; want < 3; want++) {
 		take_ok(s, &m);
 		assert_int_equal(m.seq, want);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
-	assert_int_equal(rgaps_sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 0, 3), 3);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_position(&f->lim, f->subr[0], 0, f->dir->pub_gen[0], 0, 3), 3);
 	client_close(p);
 	client_close(s);
 	destroy(f);
@@ -1500,7 +1502,7 @@ static void test_publishers_round_robin(void **state)
 		assert_true(i < 3);
 		assert_int_equal(m.slot, (uint32_t)i);
 		assert_int_equal(m.seq, next[i]++);
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(next[i], 5);
@@ -1518,7 +1520,7 @@ static void test_spoiled_stream_is_poisoned(void **state)
 {
 	struct fixture *f = make(1 << 20, 8, 0, RGAPS_OVERFLOW_BLOCK);
 	struct client *s = sub_open(f, 0), *bad = pub_open(f, 0), *good = pub_open(f, 1);
-	struct rgaps_topic_entry *e = rgaps_pub_entries(&f->lim, f->pubr[0]);
+	struct rgaps_topic_entry *e = rgaps__pub_entries(&f->lim, f->pubr[0]);
 	struct rgaps_sub_msg m;
 	int got_good = 0;
 
@@ -1526,20 +1528,20 @@ static void test_spoiled_stream_is_poisoned(void **state)
 	assert_int_equal(publish(good, 100), 0);
 	e[0].off = UINT64_MAX - 64; /* the liar moves its message outside its pool */
 	for (int n = 0; n < 4; n++) {
-		int r = rgaps_sub_take(s->sub, 0, 0, &m);
+		int r = rgaps__sub_take(s->sub, 0, 0, &m);
 
 		if (r == -EAGAIN)
 			break;
 		assert_int_equal(r, 0);
 		assert_int_equal(m.stream, f->dir->pub_gen[1]);
 		got_good++;
-		rgaps_sub_release(s->sub, m.token);
+		rgaps__sub_release(s->sub, m.token);
 	}
 	assert_int_equal(got_good, 1);
 	assert_int_equal(f->subr[0]->c.errors, 1);
 	/* Poisoned for good, even once the entry looks sane again. */
 	assert_int_equal(publish(bad, 100), 0);
-	assert_int_equal(rgaps_sub_take(s->sub, 0, 0, &m), -EAGAIN);
+	assert_int_equal(rgaps__sub_take(s->sub, 0, 0, &m), -EAGAIN);
 	/* A head that lies about the number of messages: lapped, then poisoned by tail. */
 	client_close(bad);
 	client_close(good);
@@ -1564,17 +1566,17 @@ static void test_random_regions(void **state)
 			target[i] = (uint8_t)(round % 5 == 0 ? 0 : rand());
 		/* The other side keeps working, within bounds. */
 		for (int i = 0; i < 10; i++) {
-			if (rgaps_sub_take(s->sub, 0, 0, &m) == 0) {
+			if (rgaps__sub_take(s->sub, 0, 0, &m) == 0) {
 				assert_true(m.data == NULL ||
 					    (m.data >= f->pool[0] &&
 					     m.data + m.size <= f->pool[0] + f->lim.pool_size));
-				rgaps_sub_release(s->sub, m.token);
+				rgaps__sub_release(s->sub, m.token);
 			}
 		}
 		if (target == (uint8_t *)f->subr[0]) {
 			for (int i = 0; i < 20; i++)
 				publish_t(p, 100, 0, NULL);
-			rgaps_pub_reclaim(p->pub);
+			rgaps__pub_reclaim(p->pub);
 			check_pub(p);
 		}
 		client_close(p);
@@ -1608,7 +1610,7 @@ static void test_blocked_subscriber_wakes(void **state)
 		_exit(publish(p, 128) == 0 ? 0 : 1);
 	}
 	/* No spin: this must be the futex wake-up. */
-	assert_int_equal(rgaps_sub_take(s->sub, 2000, 0, &m), 0);
+	assert_int_equal(rgaps__sub_take(s->sub, 2000, 0, &m), 0);
 	assert_int_equal(m.size, 128);
 	child_ok(child);
 	client_close(p);
@@ -1631,9 +1633,9 @@ static void test_blocked_publisher_wakes(void **state)
 		struct client *cs = s;
 
 		usleep(50 * 1000);
-		if (rgaps_sub_take(cs->sub, 0, 0, &m))
+		if (rgaps__sub_take(cs->sub, 0, 0, &m))
 			_exit(2);
-		_exit(rgaps_sub_release(cs->sub, m.token) == 0 ? 0 : 1);
+		_exit(rgaps__sub_release(cs->sub, m.token) == 0 ? 0 : 1);
 	}
 	t0 = rgaps_now_ns(CLOCK_MONOTONIC);
 	f->tc.block_timeout_ms = 5000;
@@ -1676,7 +1678,7 @@ static void test_only_the_target_take_wakes_the_publisher(void **state)
 	for (uint64_t seq = 0; seq < 5; seq++) {
 		take_ok(s, &m);
 		assert_int_equal(m.seq, seq);
-		assert_int_equal(rgaps_sub_release(s->sub, m.token), 0);
+		assert_int_equal(rgaps__sub_release(s->sub, m.token), 0);
 		assert_int_equal(__atomic_load_n(&f->subr[0]->progress, __ATOMIC_SEQ_CST),
 				 progress + (seq + 1 >= 3 ? 1 : 0));
 	}
@@ -1705,7 +1707,7 @@ static void test_subscriber_stopping_inside_a_batch(void **state)
 		_exit(publish_t(p, 64, 5000, NULL) == 0 ? 0 : 1);
 	wait_nonzero(&f->pubr[0]->space_waiting);
 	take_ok(s, &m); /* one of the four it waits for */
-	assert_int_equal(rgaps_sub_release(s->sub, m.token), 0);
+	assert_int_equal(rgaps__sub_release(s->sub, m.token), 0);
 	child_ok(child);
 	client_close(p);
 	client_close(s);
@@ -1713,7 +1715,7 @@ static void test_subscriber_stopping_inside_a_batch(void **state)
 }
 
 /*
- * rgaps_pub_announce() marks the region while a message's copy runs and
+ * rgaps__pub_announce() marks the region while a message's copy runs and
  * wakes a sleeping subscriber early; the subscriber finds nothing yet, waits
  * on, and takes the message once it is committed. A cancel withdraws it.
  */
@@ -1727,23 +1729,23 @@ static void test_announced_message_is_taken(void **state)
 	uint64_t off;
 	pid_t child;
 
-	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
-	rgaps_pub_announce(p->pub);
+	assert_int_equal(rgaps__pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	rgaps__pub_announce(p->pub);
 	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 1);
-	assert_int_equal(rgaps_pub_cancel(p->pub, tok), 0);
+	assert_int_equal(rgaps__pub_cancel(p->pub, tok), 0);
 	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 0);
 
 	child = fork();
 	if (child == 0) {
-		if (rgaps_sub_take(s->sub, 5000, 20, &m) || m.size != 64 || m.seq != 0)
+		if (rgaps__sub_take(s->sub, 5000, 20, &m) || m.size != 64 || m.seq != 0)
 			_exit(1);
 		_exit(0);
 	}
 	wait_nonzero(&f->subr[0]->sleeping);
-	assert_int_equal(rgaps_pub_loan(p->pub, 64, 0, &tok, &off), 0);
-	rgaps_pub_announce(p->pub);
+	assert_int_equal(rgaps__pub_loan(p->pub, 64, 0, &tok, &off), 0);
+	rgaps__pub_announce(p->pub);
 	usleep(1000); /* the subscriber wakes to nothing, then waits on */
-	assert_int_equal(rgaps_pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
+	assert_int_equal(rgaps__pub_commit(p->pub, tok, 64, &cm, 0, false, NULL), 0);
 	assert_int_equal(__atomic_load_n(&f->pubr[0]->copying, __ATOMIC_SEQ_CST), 0);
 	child_ok(child);
 	check_pub(p);
@@ -1762,10 +1764,10 @@ static void test_close_ends_waits(void **state)
 
 	if (child == 0) {
 		usleep(50 * 1000);
-		rgaps_topic_close(f->hdr);
+		rgaps__topic_close(f->hdr);
 		_exit(0);
 	}
-	assert_int_equal(rgaps_sub_take(s->sub, 5000, 0, &m), -ENOTCONN);
+	assert_int_equal(rgaps__sub_take(s->sub, 5000, 0, &m), -ENOTCONN);
 	waitpid(child, &status, 0);
 	assert_int_equal(publish(p, 10), -ENOTCONN);
 	client_close(p);
@@ -1785,19 +1787,19 @@ static void subscriber_loop(struct fixture *f, uint32_t slot)
 	s->f = f;
 	s->slot = slot;
 	cbs.arg = s;
-	if (rgaps_sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &s->sub))
+	if (rgaps__sub_create(f->hdr, &f->lim, f->subr[slot], &cbs, &s->sub))
 		_exit(3);
 	sub_sync(s);
 	for (;;) {
 		struct rgaps_sub_msg m;
 		uint64_t ctr;
 
-		if (rgaps_sub_take(s->sub, 10, 0, &m))
+		if (rgaps__sub_take(s->sub, 10, 0, &m))
 			continue;
 		if (m.data && (rgaps_pattern_check(m.data, m.size, &ctr) >= 0 || ctr != m.seq))
 			_exit(4); /* wrong bytes: the parent sees exit status 4 */
 		if (rand() % 4)
-			rgaps_sub_release(s->sub, m.token);
+			rgaps__sub_release(s->sub, m.token);
 	}
 }
 
@@ -1894,7 +1896,7 @@ static void test_sigkill_publishers_anywhere(void **state)
 				publish_t(p, 64 + (uint64_t)(rand() % 4096), 5, NULL);
 		}
 		for (int i = 0; i < 50; i++) {
-			if (rgaps_sub_take(s->sub, 1, 0, &m) == 0) {
+			if (rgaps__sub_take(s->sub, 1, 0, &m) == 0) {
 				uint64_t ctr;
 
 				if (m.data) {
@@ -1902,14 +1904,14 @@ static void test_sigkill_publishers_anywhere(void **state)
 					assert_int_equal(ctr, m.seq);
 					taken++;
 				}
-				rgaps_sub_release(s->sub, m.token);
+				rgaps__sub_release(s->sub, m.token);
 			}
 		}
 		kill(kid, SIGKILL);
 		assert_int_equal(waitpid(kid, &status, 0), kid);
 		fx_pub_leaves(f, slot);
 		/* Drain what it published, every byte checked, then it is gone. */
-		while (rgaps_sub_take(s->sub, 0, 0, &m) == 0) {
+		while (rgaps__sub_take(s->sub, 0, 0, &m) == 0) {
 			uint64_t ctr;
 
 			if (m.data) {
@@ -1917,7 +1919,7 @@ static void test_sigkill_publishers_anywhere(void **state)
 				assert_int_equal(ctr, m.seq);
 				taken++;
 			}
-			rgaps_sub_release(s->sub, m.token);
+			rgaps__sub_release(s->sub, m.token);
 		}
 		fx_remove_pub(f, slot);
 		client_close(p);

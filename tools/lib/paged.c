@@ -24,7 +24,7 @@ static void query_error(const char *reply, int r, char *err, size_t errlen)
 	cJSON_Delete(j);
 }
 
-int rgaps_tool_query(const char *type, const char *topic, cJSON **reply_p, char *err,
+int tool_query(const char *type, const char *topic, cJSON **reply_p, char *err,
 		     size_t errlen)
 {
 	cJSON *acc = cJSON_CreateObject();

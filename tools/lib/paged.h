@@ -17,7 +17,7 @@
  * type "topics" or "stats", topic NULL or a filter. 0 and *reply_p (the caller frees it),
  * or a negative errno with the daemon's message (or rgaps_strerror's words) in err.
  */
-int rgaps_tool_query(const char *type, const char *topic, cJSON **reply_p, char *err,
+int tool_query(const char *type, const char *topic, cJSON **reply_p, char *err,
 		     size_t errlen);
 
 #endif

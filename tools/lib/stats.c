@@ -8,12 +8,12 @@
 
 #include "../../src/common/prometheus.h"
 
-double stats_num(const cJSON *o, const char *path)
+double tool_stats_num(const cJSON *o, const char *path)
 {
 	return rgaps__json_num(o, path);
 }
 
-const char *stats_str(const cJSON *o, const char *key)
+const char *tool_stats_str(const cJSON *o, const char *key)
 {
 	return rgaps__json_str(o, key);
 }
@@ -23,12 +23,12 @@ int tool_stats_prometheus(const cJSON *reply, FILE *out)
 	return rgaps__stats_prometheus(reply, out);
 }
 
-const cJSON *stats_get(const cJSON *o, const char *key)
+const cJSON *tool_stats_get(const cJSON *o, const char *key)
 {
 	return o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
 }
 
-const cJSON *stats_find(const cJSON *arr, const char *key, const char *val)
+const cJSON *tool_stats_find(const cJSON *arr, const char *key, const char *val)
 {
 	const cJSON *e;
 
@@ -36,7 +36,7 @@ const cJSON *stats_find(const cJSON *arr, const char *key, const char *val)
 		return NULL;
 	cJSON_ArrayForEach(e, arr)
 	{
-		const char *s = stats_str(e, key);
+		const char *s = tool_stats_str(e, key);
 
 		if (s && strcmp(s, val) == 0)
 			return e;

@@ -24,17 +24,17 @@
 #include <cjson/cJSON.h>
 
 /* The number at a dotted path below o (booleans read 0 or 1); NAN when absent. */
-double stats_num(const cJSON *o, const char *path);
+double tool_stats_num(const cJSON *o, const char *path);
 /* The string member key of o, or NULL. */
-const char *stats_str(const cJSON *o, const char *key);
+const char *tool_stats_str(const cJSON *o, const char *key);
 /* The member key of o, or NULL (o may be NULL). */
-const cJSON *stats_get(const cJSON *o, const char *key);
+const cJSON *tool_stats_get(const cJSON *o, const char *key);
 /*
  * The reply in the Prometheus text format, as rgapsd serves it at /metrics
  * (metrics_listen). 0, or -1 (not a stats reply, or a write error).
  */
 int tool_stats_prometheus(const cJSON *reply, FILE *out);
 /* The element of array arr whose string member key equals val, or NULL. */
-const cJSON *stats_find(const cJSON *arr, const char *key, const char *val);
+const cJSON *tool_stats_find(const cJSON *arr, const char *key, const char *val);
 
 #endif

@@ -53,12 +53,12 @@ void tool_sleep_ms(int ms)
 
 int tool_parse_size(const char *s, uint64_t *v_p)
 {
-	return rgaps_parse_size(s, v_p);
+	return rgaps__parse_size(s, v_p);
 }
 
 void tool_format_size(uint64_t v, char *buf, size_t len)
 {
-	rgaps_format_size(v, buf, len);
+	rgaps__format_size(v, buf, len);
 }
 
 int tool_futex_wait(uint32_t *word, uint32_t val, int64_t timeout_ns)

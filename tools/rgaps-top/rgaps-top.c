@@ -76,7 +76,7 @@ static int poll_stats(struct top *t)
 	int r;
 
 	/* Every page of the reply, merged: any number of topics (paged.h). */
-	r = rgaps_tool_query("stats", NULL, &j, err, sizeof(err));
+	r = tool_query("stats", NULL, &j, err, sizeof(err));
 	if (r) {
 		snprintf(t->error, sizeof(t->error), "stats: %s", err);
 		t->reachable = false;

@@ -115,14 +115,14 @@ static void test_values(void **state)
 {
 	cJSON *o = cJSON_Parse("{\"a\":{\"b\":3,\"s\":\"x\",\"t\":true},\"n\":null}");
 
-	assert_true(stats_num(o, "a.b") == 3);
-	assert_true(stats_num(o, "a.t") == 1);
-	assert_true(isnan(stats_num(o, "a.s")));
-	assert_true(isnan(stats_num(o, "a.missing")));
-	assert_true(isnan(stats_num(o, "n.x")));
-	assert_true(isnan(stats_num(NULL, "a")));
-	assert_string_equal(stats_str(cJSON_GetObjectItem(o, "a"), "s"), "x");
-	assert_null(stats_str(o, "a"));
+	assert_true(tool_stats_num(o, "a.b") == 3);
+	assert_true(tool_stats_num(o, "a.t") == 1);
+	assert_true(isnan(tool_stats_num(o, "a.s")));
+	assert_true(isnan(tool_stats_num(o, "a.missing")));
+	assert_true(isnan(tool_stats_num(o, "n.x")));
+	assert_true(isnan(tool_stats_num(NULL, "a")));
+	assert_string_equal(tool_stats_str(cJSON_GetObjectItem(o, "a"), "s"), "x");
+	assert_null(tool_stats_str(o, "a"));
 	assert_true(top_rate(30, 10, 2) == 10);
 	assert_true(isnan(top_rate(5, 10, 2))); /* counter went back: restarted */
 	assert_true(isnan(top_rate(5, 1, 0)));

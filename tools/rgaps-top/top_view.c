@@ -213,12 +213,12 @@ bool top_sample_restarted(const struct top_sample *prev, const struct top_sample
 		return true;
 	pd = cJSON_GetObjectItemCaseSensitive(prev->stats, "daemon");
 	cd = cJSON_GetObjectItemCaseSensitive(cur->stats, "daemon");
-	pi = stats_str(pd, "instance");
-	ci = stats_str(cd, "instance");
+	pi = tool_stats_str(pd, "instance");
+	ci = tool_stats_str(cd, "instance");
 	if ((pi || ci) && (!pi || !ci || strcmp(pi, ci) != 0))
 		return true;
-	pu = stats_num(pd, "uptime_s");
-	cu = stats_num(cd, "uptime_s");
+	pu = tool_stats_num(pd, "uptime_s");
+	cu = tool_stats_num(cd, "uptime_s");
 	return !isnan(pu) && !isnan(cu) && cu < pu;
 }
 
@@ -452,8 +452,8 @@ static const char *name_index_key;
 
 static int name_index_cmp(const void *a, const void *b)
 {
-	const char *x = stats_str(*(const cJSON *const *)a, name_index_key);
-	const char *y = stats_str(*(const cJSON *const *)b, name_index_key);
+	const char *x = tool_stats_str(*(const cJSON *const *)a, name_index_key);
+	const char *y = tool_stats_str(*(const cJSON *const *)b, name_index_key);
 
 	return strcmp(x ? x : "", y ? y : "");
 }
@@ -481,7 +481,7 @@ static const cJSON *name_index_find(const struct name_index *ix, const char *val
 
 	while (val && lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		const char *s = stats_str(ix->e[mid], ix->key);
+		const char *s = tool_stats_str(ix->e[mid], ix->key);
 		int c = strcmp(s ? s : "", val);
 
 		if (c == 0)
@@ -497,14 +497,14 @@ static const cJSON *name_index_find(const struct name_index *ix, const char *val
 /* A subscriber or publisher slot of the previous poll: same slot, same pid. */
 static const cJSON *find_slot(const cJSON *arr, const cJSON *slot)
 {
-	double s = stats_num(slot, "slot"), pid = stats_num(slot, "pid");
+	double s = tool_stats_num(slot, "slot"), pid = tool_stats_num(slot, "pid");
 	const cJSON *e;
 
 	if (isnan(s))
 		return NULL;
 	cJSON_ArrayForEach(e, arr)
 	{
-		if (stats_num(e, "slot") == s && stats_num(e, "pid") == pid)
+		if (tool_stats_num(e, "slot") == s && tool_stats_num(e, "pid") == pid)
 			return e;
 	}
 	return NULL;
@@ -518,7 +518,7 @@ static double dt_of(const struct top_sample *prev, const struct top_sample *cur)
 /* Rate of @p path between two objects (either may be NULL). */
 static double rate_of(const cJSON *cur, const cJSON *prev, const char *path, double dt)
 {
-	return prev ? top_rate(stats_num(cur, path), stats_num(prev, path), dt) : NAN;
+	return prev ? top_rate(tool_stats_num(cur, path), tool_stats_num(prev, path), dt) : NAN;
 }
 
 /* ---------------------------------------------------------------- header */
@@ -547,7 +547,7 @@ static void top_render_limits(struct top_frame *f, const cJSON *d)
 
 	line[0] = '\0';
 	for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]) && off < sizeof(line); i++) {
-		double v = stats_num(d, lim[i].key);
+		double v = tool_stats_num(d, lim[i].key);
 
 		if (isnan(v) || v <= 0)
 			continue;
@@ -561,35 +561,36 @@ static void top_render_limits(struct top_frame *f, const cJSON *d)
 /* How late the loop runs (daemon.loop): one line, an alert once it stalled. */
 static void top_render_loop(struct top_frame *f, const cJSON *l)
 {
-	double stalls = stats_num(l, "stalls");
+	double stalls = tool_stats_num(l, "stalls");
 
 	if (!l)
 		return; /* an older rgapsd */
 	top_frame_printf(f, stalls > 0 ? TOP_ATTR_ALERT : TOP_ATTR_NONE,
 			 "loop lag %.1f ms (p99 %.1f, max %.1f)  stalls %.0f (%.1f s)  longest "
 			 "turn %.1f ms of CPU",
-			 stats_num(l, "lag_ms"), stats_num(l, "lag_p99_ms"),
-			 stats_num(l, "lag_max_ms"), stalls, stats_num(l, "stalled_ms") / 1e3,
-			 stats_num(l, "turn_cpu_max_ms"));
+			 tool_stats_num(l, "lag_ms"), tool_stats_num(l, "lag_p99_ms"),
+			 tool_stats_num(l, "lag_max_ms"), stalls,
+			 tool_stats_num(l, "stalled_ms") / 1e3,
+			 tool_stats_num(l, "turn_cpu_max_ms"));
 }
 
 void top_render_header(struct top_frame *f, const cJSON *stats)
 {
-	const cJSON *d = stats_get(stats, "daemon");
+	const cJSON *d = tool_stats_get(stats, "daemon");
 	char up[24], c[24], ct[24], rq[24], re[24], nt[24];
-	const char *v = stats_str(d, "version"), *in = stats_str(d, "instance");
+	const char *v = tool_stats_str(d, "version"), *in = tool_stats_str(d, "instance");
 
 	top_frame_printf(f, TOP_ATTR_HEADING,
 			 "rgapsd %s  instance %s  up %s  connections %s (%s total)  requests %s "
 			 "(%s refused)  topics %s",
 			 v ? v : "-", in ? in : "-",
-			 top_fmt_duration(up, sizeof(up), stats_num(d, "uptime_s")),
-			 top_fmt_count(c, sizeof(c), stats_num(d, "connections")),
-			 top_fmt_count(ct, sizeof(ct), stats_num(d, "connections_total")),
-			 top_fmt_count(rq, sizeof(rq), stats_num(d, "requests")),
-			 top_fmt_count(re, sizeof(re), stats_num(d, "request_errors")),
-			 top_fmt_count(nt, sizeof(nt), stats_num(d, "topics")));
-	top_render_loop(f, stats_get(d, "loop"));
+			 top_fmt_duration(up, sizeof(up), tool_stats_num(d, "uptime_s")),
+			 top_fmt_count(c, sizeof(c), tool_stats_num(d, "connections")),
+			 top_fmt_count(ct, sizeof(ct), tool_stats_num(d, "connections_total")),
+			 top_fmt_count(rq, sizeof(rq), tool_stats_num(d, "requests")),
+			 top_fmt_count(re, sizeof(re), tool_stats_num(d, "request_errors")),
+			 top_fmt_count(nt, sizeof(nt), tool_stats_num(d, "topics")));
+	top_render_loop(f, tool_stats_get(d, "loop"));
 	top_render_limits(f, d);
 }
 
@@ -603,16 +604,16 @@ struct topic_row {
 
 static double published(const cJSON *t)
 {
-	double v = stats_num(t, "counters.published");
+	double v = tool_stats_num(t, "counters.published");
 
-	return isnan(v) ? stats_num(t, "published") : v;
+	return isnan(v) ? tool_stats_num(t, "published") : v;
 }
 
 static double published_bytes(const cJSON *t)
 {
-	double v = stats_num(t, "counters.published_bytes");
+	double v = tool_stats_num(t, "counters.published_bytes");
 
-	return isnan(v) ? stats_num(t, "published_bytes") : v;
+	return isnan(v) ? tool_stats_num(t, "published_bytes") : v;
 }
 
 /* Largest lag of the topic's subscribers; NAN without any. */
@@ -621,9 +622,9 @@ static double max_lag(const cJSON *t)
 	double m = NAN;
 	const cJSON *s;
 
-	cJSON_ArrayForEach(s, stats_get(t, "subscriber_slots"))
+	cJSON_ArrayForEach(s, tool_stats_get(t, "subscriber_slots"))
 	{
-		double l = stats_num(s, "lag");
+		double l = tool_stats_num(s, "lag");
 
 		if (!isnan(l) && (isnan(m) || l > m))
 			m = l;
@@ -634,15 +635,15 @@ static double max_lag(const cJSON *t)
 /* Messages lost upstream on the topic's incoming rings; NAN without a peers section. */
 static double topic_gaps(const cJSON *stats, const char *name)
 {
-	const cJSON *peers = stats_get(stats, "peers"), *r;
+	const cJSON *peers = tool_stats_get(stats, "peers"), *r;
 	double g = 0;
 
 	if (!peers || !name)
 		return NAN;
-	cJSON_ArrayForEach(r, stats_get(peers, "rings"))
+	cJSON_ArrayForEach(r, tool_stats_get(peers, "rings"))
 	{
-		const char *t = stats_str(r, "topic"), *dir = stats_str(r, "direction");
-		double v = stats_num(r, "upstream_gaps");
+		const char *t = tool_stats_str(r, "topic"), *dir = tool_stats_str(r, "direction");
+		double v = tool_stats_num(r, "upstream_gaps");
 
 		if (t && strcmp(t, name) == 0 && dir && strcmp(dir, "in") == 0 && !isnan(v))
 			g += v;
@@ -720,7 +721,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		{ "RECL_LOANS" },      { "FRAG" },	  { "FROM_PEERS" },	{ "PEER_B/S" },
 		{ "PEER_REFUSED" },    { "BAD_REGIONS" },
 	};
-	const cJSON *topics = stats_get(cur->stats, "topics"), *ptopics = NULL, *t;
+	const cJSON *topics = tool_stats_get(cur->stats, "topics"), *ptopics = NULL, *t;
 	double dt = dt_of(prev, cur);
 	struct topic_row *rows;
 	size_t n = 0, cap = (size_t)cJSON_GetArraySize(topics);
@@ -728,7 +729,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	struct table tb;
 
 	if (prev && prev->stats)
-		ptopics = stats_get(prev->stats, "topics");
+		ptopics = tool_stats_get(prev->stats, "topics");
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
 	/* Thousands of topics: the previous poll's by name, not a scan per topic. */
 	if (!rows || !name_index_init(&pix, ptopics, "name")) {
@@ -744,16 +745,16 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 			break;
 		r = &rows[n++];
 		r->t = t;
-		r->name = stats_str(t, "name");
+		r->name = tool_stats_str(t, "name");
 		if (!r->name)
 			r->name = "?";
 		r->p = name_index_find(&pix, r->name);
 		r->msg_rate = r->p ? top_rate(published(t), published(r->p), dt) : NAN;
 		r->byte_rate = r->p ? top_rate(published_bytes(t), published_bytes(r->p), dt) : NAN;
-		r->drops = stats_num(t, "counters.drops_total");
+		r->drops = tool_stats_num(t, "counters.drops_total");
 		r->lag = max_lag(t);
 		/* rgapsd 0.1 after 2026-11-26 counts them per topic; older ones per live ring. */
-		r->gaps = stats_num(t, "from_peers.gaps");
+		r->gaps = tool_stats_num(t, "from_peers.gaps");
 		if (isnan(r->gaps))
 			r->gaps = topic_gaps(cur->stats, r->name);
 		r->key = sort_key(sort, r);
@@ -766,21 +767,23 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	table_init(&tb, main_cols, (int)(sizeof(main_cols) / sizeof(main_cols[0])));
 	for (size_t i = 0; i < n; i++) {
 		const struct topic_row *r = &rows[i];
-		double qu = stats_num(r->t, "queue.used"), qd = stats_num(r->t, "queue.depth");
-		double pu = stats_num(r->t, "pool.used_bytes"), ps = stats_num(r->t, "pool.size");
+		double qu = tool_stats_num(r->t, "queue.used"),
+		       qd = tool_stats_num(r->t, "queue.depth");
+		double pu = tool_stats_num(r->t, "pool.used_bytes"),
+		       ps = tool_stats_num(r->t, "pool.size");
 		bool alert = (!isnan(r->drops) && r->drops > 0) || (!isnan(r->gaps) && r->gaps > 0);
 		char(*c)[CELL] = table_row(&tb, alert ? TOP_ATTR_ALERT : TOP_ATTR_NONE);
 
 		if (!c)
 			break;
 		if (isnan(pu))
-			pu = stats_num(r->t, "pool_used");
+			pu = tool_stats_num(r->t, "pool_used");
 		if (isnan(ps))
-			ps = stats_num(r->t, "pool_size");
+			ps = tool_stats_num(r->t, "pool_size");
 		fmt_str(c[0], CELL, r->name);
-		fmt_str(c[1], CELL, stats_str(r->t, "memory"));
-		top_fmt_count(c[2], CELL, stats_num(r->t, "publishers"));
-		top_fmt_count(c[3], CELL, stats_num(r->t, "subscribers"));
+		fmt_str(c[1], CELL, tool_stats_str(r->t, "memory"));
+		top_fmt_count(c[2], CELL, tool_stats_num(r->t, "publishers"));
+		top_fmt_count(c[3], CELL, tool_stats_num(r->t, "subscribers"));
 		top_fmt_rate(c[4], CELL, r->msg_rate);
 		top_fmt_bytes(c[5], CELL, r->byte_rate);
 		top_fmt_count(c[6], CELL, published(r->t));
@@ -796,8 +799,8 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		top_fmt_count(c[11], CELL, r->drops);
 		top_fmt_count(c[12], CELL, r->gaps);
 		top_fmt_count(c[13], CELL, r->lag);
-		fmt_us(c[14], CELL, stats_num(r->t, "latency_us.p50"));
-		fmt_us(c[15], CELL, stats_num(r->t, "latency_us.p99"));
+		fmt_us(c[14], CELL, tool_stats_num(r->t, "latency_us.p50"));
+		fmt_us(c[15], CELL, tool_stats_num(r->t, "latency_us.p99"));
 	}
 	table_emit(f, &tb);
 
@@ -805,26 +808,26 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	top_frame_printf(f, TOP_ATTR_HEADING, "SUBSCRIBERS (lag: messages published, not yet taken)");
 	table_init(&tb, sub_cols, (int)(sizeof(sub_cols) / sizeof(sub_cols[0])));
 	for (size_t i = 0; i < n; i++) {
-		const cJSON *s, *pslots = stats_get(rows[i].p, "subscriber_slots");
+		const cJSON *s, *pslots = tool_stats_get(rows[i].p, "subscriber_slots");
 
-		cJSON_ArrayForEach(s, stats_get(rows[i].t, "subscriber_slots"))
+		cJSON_ArrayForEach(s, tool_stats_get(rows[i].t, "subscriber_slots"))
 		{
-			double drops = stats_num(s, "drops");
+			double drops = tool_stats_num(s, "drops");
 			char(*c)[CELL] = table_row(&tb, !isnan(drops) && drops > 0 ? TOP_ATTR_ALERT :
 										    TOP_ATTR_NONE);
 
 			if (!c)
 				break;
 			fmt_str(c[0], CELL, rows[i].name);
-			top_fmt_count(c[1], CELL, stats_num(s, "slot"));
-			top_fmt_count(c[2], CELL, stats_num(s, "pid"));
-			top_fmt_count(c[3], CELL, stats_num(s, "taken"));
+			top_fmt_count(c[1], CELL, tool_stats_num(s, "slot"));
+			top_fmt_count(c[2], CELL, tool_stats_num(s, "pid"));
+			top_fmt_count(c[3], CELL, tool_stats_num(s, "taken"));
 			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "taken", dt));
-			top_fmt_count(c[5], CELL, stats_num(s, "lag"));
+			top_fmt_count(c[5], CELL, tool_stats_num(s, "lag"));
 			top_fmt_count(c[6], CELL, drops);
-			top_fmt_count(c[7], CELL, stats_num(s, "holds"));
-			fmt_us(c[8], CELL, stats_num(s, "latency_us.p50"));
-			fmt_us(c[9], CELL, stats_num(s, "latency_us.p99"));
+			top_fmt_count(c[7], CELL, tool_stats_num(s, "holds"));
+			fmt_us(c[8], CELL, tool_stats_num(s, "latency_us.p50"));
+			fmt_us(c[9], CELL, tool_stats_num(s, "latency_us.p99"));
 		}
 	}
 	table_emit(f, &tb);
@@ -833,20 +836,20 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	top_frame_printf(f, TOP_ATTR_HEADING, "PUBLISHERS");
 	table_init(&tb, pub_cols, (int)(sizeof(pub_cols) / sizeof(pub_cols[0])));
 	for (size_t i = 0; i < n; i++) {
-		const cJSON *s, *pslots = stats_get(rows[i].p, "publisher_slots");
+		const cJSON *s, *pslots = tool_stats_get(rows[i].p, "publisher_slots");
 
-		cJSON_ArrayForEach(s, stats_get(rows[i].t, "publisher_slots"))
+		cJSON_ArrayForEach(s, tool_stats_get(rows[i].t, "publisher_slots"))
 		{
 			char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
 
 			if (!c)
 				break;
 			fmt_str(c[0], CELL, rows[i].name);
-			top_fmt_count(c[1], CELL, stats_num(s, "slot"));
-			top_fmt_count(c[2], CELL, stats_num(s, "pid"));
-			top_fmt_count(c[3], CELL, stats_num(s, "published"));
+			top_fmt_count(c[1], CELL, tool_stats_num(s, "slot"));
+			top_fmt_count(c[2], CELL, tool_stats_num(s, "pid"));
+			top_fmt_count(c[3], CELL, tool_stats_num(s, "published"));
 			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "published", dt));
-			top_fmt_count(c[5], CELL, stats_num(s, "loans"));
+			top_fmt_count(c[5], CELL, tool_stats_num(s, "loans"));
 		}
 	}
 	table_emit(f, &tb);
@@ -856,7 +859,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		bool any = false;
 
 		for (size_t i = 0; i < n && !any; i++)
-			any = cJSON_GetArraySize(stats_get(rows[i].t, "gpus")) > 0;
+			any = cJSON_GetArraySize(tool_stats_get(rows[i].t, "gpus")) > 0;
 		if (any) {
 			top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
 			top_frame_printf(f, TOP_ATTR_HEADING,
@@ -864,11 +867,11 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 					 "replica: rgapsd copies once per message)");
 			table_init(&tb, gpu_cols, (int)(sizeof(gpu_cols) / sizeof(gpu_cols[0])));
 			for (size_t i = 0; i < n; i++) {
-				const cJSON *g, *pg = stats_get(rows[i].p, "gpus");
+				const cJSON *g, *pg = tool_stats_get(rows[i].p, "gpus");
 
-				cJSON_ArrayForEach(g, stats_get(rows[i].t, "gpus"))
+				cJSON_ArrayForEach(g, tool_stats_get(rows[i].t, "gpus"))
 				{
-					double lost = stats_num(g, "lost");
+					double lost = tool_stats_num(g, "lost");
 					const cJSON *before = NULL, *e;
 					char(*c)[CELL] = table_row(&tb, !isnan(lost) && lost > 0 ?
 										 TOP_ATTR_ALERT :
@@ -876,18 +879,18 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 
 					if (!c)
 						break;
-					cJSON_ArrayForEach(e, pg)
-						if (stats_num(e, "device") == stats_num(g, "device"))
-							before = e;
+					cJSON_ArrayForEach(e, pg) if (tool_stats_num(e, "device") ==
+								      tool_stats_num(g, "device"))
+						before = e;
 					fmt_str(c[0], CELL, rows[i].name);
-					top_fmt_count(c[1], CELL, stats_num(g, "device"));
-					fmt_str(c[2], CELL, stats_str(g, "role"));
-					fmt_str(c[3], CELL, stats_str(g, "link"));
-					top_fmt_count(c[4], CELL, stats_num(g, "sub_count"));
-					top_fmt_count(c[5], CELL, stats_num(g, "pub_count"));
-					top_fmt_count(c[6], CELL, stats_num(g, "copies"));
+					top_fmt_count(c[1], CELL, tool_stats_num(g, "device"));
+					fmt_str(c[2], CELL, tool_stats_str(g, "role"));
+					fmt_str(c[3], CELL, tool_stats_str(g, "link"));
+					top_fmt_count(c[4], CELL, tool_stats_num(g, "sub_count"));
+					top_fmt_count(c[5], CELL, tool_stats_num(g, "pub_count"));
+					top_fmt_count(c[6], CELL, tool_stats_num(g, "copies"));
 					top_fmt_rate(c[7], CELL, rate_of(g, before, "copies", dt));
-					top_fmt_bytes(c[8], CELL, stats_num(g, "bytes"));
+					top_fmt_bytes(c[8], CELL, tool_stats_num(g, "bytes"));
 					top_fmt_count(c[9], CELL, lost);
 				}
 			}
@@ -912,24 +915,24 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 
 		if (!c)
 			break;
-		if (stats_get(t1, "subscriber_slots"))
+		if (tool_stats_get(t1, "subscriber_slots"))
 			held = 0;
-		cJSON_ArrayForEach(s, stats_get(t1, "subscriber_slots"))
-		held = add(held, stats_num(s, "holds"));
-		if (stats_get(t1, "publisher_slots"))
+		cJSON_ArrayForEach(s, tool_stats_get(t1, "subscriber_slots"))
+		held = add(held, tool_stats_num(s, "holds"));
+		if (tool_stats_get(t1, "publisher_slots"))
 			loaned = 0;
-		cJSON_ArrayForEach(s, stats_get(t1, "publisher_slots"))
-		loaned = add(loaned, stats_num(s, "loans"));
+		cJSON_ArrayForEach(s, tool_stats_get(t1, "publisher_slots"))
+		loaned = add(loaned, tool_stats_num(s, "loans"));
 		fmt_str(c[0], CELL, rows[i].name);
-		top_fmt_count(c[1], CELL, stats_num(t1, "counters.loans"));
+		top_fmt_count(c[1], CELL, tool_stats_num(t1, "counters.loans"));
 		top_fmt_count(c[2], CELL, published(t1));
-		top_fmt_count(c[3], CELL, stats_num(t1, "counters.taken"));
-		top_fmt_count(c[4], CELL, stats_num(t1, "counters.released"));
-		top_fmt_count(c[5], CELL, stats_num(t1, "counters.retired"));
-		top_fmt_count(c[6], CELL, stats_num(t1, "counters.cancelled"));
-		top_fmt_count(c[7], CELL, stats_num(t1, "counters.dropped"));
-		top_fmt_count(c[8], CELL, stats_num(t1, "counters.unrouted"));
-		top_fmt_count(c[9], CELL, stats_num(t1, "queue.used"));
+		top_fmt_count(c[3], CELL, tool_stats_num(t1, "counters.taken"));
+		top_fmt_count(c[4], CELL, tool_stats_num(t1, "counters.released"));
+		top_fmt_count(c[5], CELL, tool_stats_num(t1, "counters.retired"));
+		top_fmt_count(c[6], CELL, tool_stats_num(t1, "counters.cancelled"));
+		top_fmt_count(c[7], CELL, tool_stats_num(t1, "counters.dropped"));
+		top_fmt_count(c[8], CELL, tool_stats_num(t1, "counters.unrouted"));
+		top_fmt_count(c[9], CELL, tool_stats_num(t1, "queue.used"));
 		top_fmt_count(c[10], CELL, held);
 		top_fmt_count(c[11], CELL, loaned);
 	}
@@ -940,22 +943,22 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	table_init(&tb, flow_cols, (int)(sizeof(flow_cols) / sizeof(flow_cols[0])));
 	for (size_t i = 0; i < n; i++) {
 		const cJSON *t1 = rows[i].t;
-		double frag = stats_num(t1, "pool.fragmentation");
+		double frag = tool_stats_num(t1, "pool.fragmentation");
 		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
 
 		if (!c)
 			break;
 		fmt_str(c[0], CELL, rows[i].name);
-		top_fmt_count(c[1], CELL, stats_num(t1, "counters.full_waits"));
-		top_fmt_count(c[2], CELL, stats_num(t1, "counters.timeouts"));
-		top_fmt_count(c[3], CELL, stats_num(t1, "counters.reclaimed_holds"));
-		top_fmt_count(c[4], CELL, stats_num(t1, "counters.reclaimed_loans"));
+		top_fmt_count(c[1], CELL, tool_stats_num(t1, "counters.full_waits"));
+		top_fmt_count(c[2], CELL, tool_stats_num(t1, "counters.timeouts"));
+		top_fmt_count(c[3], CELL, tool_stats_num(t1, "counters.reclaimed_holds"));
+		top_fmt_count(c[4], CELL, tool_stats_num(t1, "counters.reclaimed_loans"));
 		if (!isnan(frag))
 			snprintf(c[5], CELL, "%.2f", frag);
-		top_fmt_count(c[6], CELL, stats_num(t1, "from_peers.messages"));
+		top_fmt_count(c[6], CELL, tool_stats_num(t1, "from_peers.messages"));
 		top_fmt_bytes(c[7], CELL, rate_of(t1, rows[i].p, "from_peers.bytes", dt));
-		top_fmt_count(c[8], CELL, stats_num(t1, "from_peers.refused"));
-		top_fmt_count(c[9], CELL, stats_num(t1, "counters.bad_regions"));
+		top_fmt_count(c[8], CELL, tool_stats_num(t1, "from_peers.refused"));
+		top_fmt_count(c[9], CELL, tool_stats_num(t1, "counters.bad_regions"));
 	}
 	table_emit(f, &tb);
 	free(pix.e);
@@ -970,9 +973,9 @@ static double peer_bytes_rate(const cJSON *p, const cJSON *pp, double dt)
 	const cJSON *l;
 	double sum = NAN;
 
-	cJSON_ArrayForEach(l, stats_get(p, "links"))
+	cJSON_ArrayForEach(l, tool_stats_get(p, "links"))
 	{
-		const cJSON *pl = stats_get(stats_get(pp, "links"), l->string);
+		const cJSON *pl = tool_stats_get(tool_stats_get(pp, "links"), l->string);
 		double tx = rate_of(l, pl, "bytes_sent", dt), rx = rate_of(l, pl, "bytes_landed", dt);
 
 		if (!isnan(tx))
@@ -1087,7 +1090,7 @@ static void render_machine(struct top_frame *f, const cJSON *m, const cJSON *pm,
 	cJSON_ArrayForEach(tr, m)
 	{
 		const char *k = tr->string;
-		const cJSON *ptr = k ? stats_get(pm, k) : NULL;
+		const cJSON *ptr = k ? tool_stats_get(pm, k) : NULL;
 		char(*c)[CELL];
 
 		if (!k || !cJSON_IsNumber(tr))
@@ -1113,42 +1116,43 @@ static void render_machine(struct top_frame *f, const cJSON *m, const cJSON *pm,
  */
 static void render_membership(struct top_frame *f, const cJSON *m)
 {
-	const char *src = stats_str(m, "source"), *state = stats_str(m, "state");
-	const char *err = stats_str(m, "last_error");
+	const char *src = tool_stats_str(m, "source"), *state = tool_stats_str(m, "state");
+	const char *err = tool_stats_str(m, "last_error");
 	char h[24], mi[24], j[24], l[24], rq[24], fl[24], ev[24], dur[24];
 
 	if (!m)
 		return;
 	if (!src || strcmp(src, "etcd") != 0) {
 		top_frame_printf(f, TOP_ATTR_NONE, "MEMBERSHIP  %s  hosts %s", src ? src : "-",
-				 top_fmt_count(h, sizeof(h), stats_num(m, "hosts")));
+				 top_fmt_count(h, sizeof(h), tool_stats_num(m, "hosts")));
 		return;
 	}
 	top_frame_printf(f, TOP_ATTR_NONE,
 			 "MEMBERSHIP  etcd %s  %s  prefix %s  lease %s (%s s)  hosts %s (%s "
 			 "missing)  joined %s  left %s",
 			 state ? state : "-",
-			 stats_str(m, "endpoint") ? stats_str(m, "endpoint") : "-",
-			 stats_str(m, "prefix") ? stats_str(m, "prefix") : "-",
-			 stats_str(m, "lease") ? stats_str(m, "lease") : "-",
-			 top_fmt_count(dur, sizeof(dur), stats_num(m, "lease_ttl_s")),
-			 top_fmt_count(h, sizeof(h), stats_num(m, "hosts")),
-			 top_fmt_count(mi, sizeof(mi), stats_num(m, "hosts_missing")),
-			 top_fmt_count(j, sizeof(j), stats_num(m, "joined")),
-			 top_fmt_count(l, sizeof(l), stats_num(m, "left")));
+			 tool_stats_str(m, "endpoint") ? tool_stats_str(m, "endpoint") : "-",
+			 tool_stats_str(m, "prefix") ? tool_stats_str(m, "prefix") : "-",
+			 tool_stats_str(m, "lease") ? tool_stats_str(m, "lease") : "-",
+			 top_fmt_count(dur, sizeof(dur), tool_stats_num(m, "lease_ttl_s")),
+			 top_fmt_count(h, sizeof(h), tool_stats_num(m, "hosts")),
+			 top_fmt_count(mi, sizeof(mi), tool_stats_num(m, "hosts_missing")),
+			 top_fmt_count(j, sizeof(j), tool_stats_num(m, "joined")),
+			 top_fmt_count(l, sizeof(l), tool_stats_num(m, "left")));
 	top_frame_printf(f, TOP_ATTR_NONE,
 			 "etcd: rtt %.3f ms (avg %.3f, max %.3f)  requests %s  failures "
 			 "%s  watch events %s",
-			 stats_num(m, "etcd.rtt_ms"), stats_num(m, "etcd.rtt_ms_avg"),
-			 stats_num(m, "etcd.rtt_ms_max"),
-			 top_fmt_count(rq, sizeof(rq), stats_num(m, "etcd.requests")),
-			 top_fmt_count(fl, sizeof(fl), stats_num(m, "etcd.failures")),
-			 top_fmt_count(ev, sizeof(ev), stats_num(m, "etcd.watch_events")));
+			 tool_stats_num(m, "etcd.rtt_ms"), tool_stats_num(m, "etcd.rtt_ms_avg"),
+			 tool_stats_num(m, "etcd.rtt_ms_max"),
+			 top_fmt_count(rq, sizeof(rq), tool_stats_num(m, "etcd.requests")),
+			 top_fmt_count(fl, sizeof(fl), tool_stats_num(m, "etcd.failures")),
+			 top_fmt_count(ev, sizeof(ev), tool_stats_num(m, "etcd.watch_events")));
 	if (state && strcmp(state, "unreachable") == 0)
-		top_frame_printf(f, TOP_ATTR_ALERT,
-				 "etcd UNREACHABLE for %s: every session and topic is kept; %s",
-				 top_fmt_duration(dur, sizeof(dur), stats_num(m, "unreachable_s")),
-				 err && err[0] ? err : "no reason given");
+		top_frame_printf(
+			f, TOP_ATTR_ALERT,
+			"etcd UNREACHABLE for %s: every session and topic is kept; %s",
+			top_fmt_duration(dur, sizeof(dur), tool_stats_num(m, "unreachable_s")),
+			err && err[0] ? err : "no reason given");
 }
 
 static void render_peers(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
@@ -1174,7 +1178,7 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 		{ "TOPIC", true },    { "FORWARDED" },	{ "FWD/S" },	     { "NO_PEER" },
 		{ "REMOTE_ORIGIN" },  { "TOO_LARGE" },	{ "STAGED", true },  { "STAGED_CHUNKS" },
 	};
-	const cJSON *peers = stats_get(cur->stats, "peers"), *pprev = NULL, *p, *x;
+	const cJSON *peers = tool_stats_get(cur->stats, "peers"), *pprev = NULL, *p, *x;
 	double dt = dt_of(prev, cur);
 	struct peer_row *rows;
 	size_t n = 0, cap;
@@ -1182,7 +1186,7 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 	char a[24], b[24], c1[24], d[24], e[24];
 
 	if (prev && prev->stats)
-		pprev = stats_get(prev->stats, "peers");
+		pprev = tool_stats_get(prev->stats, "peers");
 	if (!peers) {
 		top_frame_printf(f, TOP_ATTR_HEADING, "PEERS");
 		top_frame_printf(f, TOP_ATTR_NONE,
@@ -1193,21 +1197,21 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 	top_frame_printf(f, TOP_ATTR_HEADING,
 			 "PEERS  listen %s  accepted %s  auth failures %s  unknown peers %s  "
 			 "protocol errors %s  unknown link tokens %s",
-			 stats_str(peers, "listen") ? stats_str(peers, "listen") : "-",
-			 top_fmt_count(a, sizeof(a), stats_num(peers, "accepted")),
-			 top_fmt_count(b, sizeof(b), stats_num(peers, "auth_failures")),
-			 top_fmt_count(c1, sizeof(c1), stats_num(peers, "unknown_peers")),
-			 top_fmt_count(d, sizeof(d), stats_num(peers, "protocol_errors")),
-			 top_fmt_count(e, sizeof(e), stats_num(peers, "unknown_link_tokens")));
-	render_membership(f, stats_get(peers, "membership"));
+			 tool_stats_str(peers, "listen") ? tool_stats_str(peers, "listen") : "-",
+			 top_fmt_count(a, sizeof(a), tool_stats_num(peers, "accepted")),
+			 top_fmt_count(b, sizeof(b), tool_stats_num(peers, "auth_failures")),
+			 top_fmt_count(c1, sizeof(c1), tool_stats_num(peers, "unknown_peers")),
+			 top_fmt_count(d, sizeof(d), tool_stats_num(peers, "protocol_errors")),
+			 top_fmt_count(e, sizeof(e), tool_stats_num(peers, "unknown_link_tokens")));
+	render_membership(f, tool_stats_get(peers, "membership"));
 
-	cap = (size_t)cJSON_GetArraySize(stats_get(peers, "sessions"));
+	cap = (size_t)cJSON_GetArraySize(tool_stats_get(peers, "sessions"));
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
 	if (!rows) {
 		f->oom = true;
 		return;
 	}
-	cJSON_ArrayForEach(p, stats_get(peers, "sessions"))
+	cJSON_ArrayForEach(p, tool_stats_get(peers, "sessions"))
 	{
 		struct peer_row *r;
 
@@ -1215,8 +1219,8 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 			break;
 		r = &rows[n++];
 		r->p = p;
-		r->name = stats_str(p, "name") ? stats_str(p, "name") : "?";
-		r->pp = stats_find(stats_get(pprev, "sessions"), "name", r->name);
+		r->name = tool_stats_str(p, "name") ? tool_stats_str(p, "name") : "?";
+		r->pp = tool_stats_find(tool_stats_get(pprev, "sessions"), "name", r->name);
 		r->key = sort == TOP_SORT_NAME ? 0 : peer_bytes_rate(p, r->pp, dt);
 	}
 	qsort(rows, n, sizeof(*rows), cmp_peer_rows);
@@ -1226,24 +1230,24 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 		const char *state = fmt_bool(rows[i].p, "up", "up", "down");
 		char(*c)[CELL] = table_row(&tb, strcmp(state, "down") == 0 ? TOP_ATTR_ALERT :
 									      TOP_ATTR_NONE);
-		double rtt = stats_num(rows[i].p, "rtt_ms");
+		double rtt = tool_stats_num(rows[i].p, "rtt_ms");
 		size_t o = 0;
 
 		if (!c)
 			break;
 		fmt_str(c[0], CELL, rows[i].name);
 		fmt_str(c[1], CELL, state);
-		top_fmt_count(c[2], CELL, stats_num(rows[i].p, "sessions"));
-		top_fmt_count(c[3], CELL, stats_num(rows[i].p, "reconnects"));
+		top_fmt_count(c[2], CELL, tool_stats_num(rows[i].p, "sessions"));
+		top_fmt_count(c[3], CELL, tool_stats_num(rows[i].p, "reconnects"));
 		if (!isnan(rtt))
 			snprintf(c[4], CELL, "%.3f", rtt);
-		top_fmt_count(c[5], CELL, stats_num(rows[i].p, "link_downs"));
-		top_fmt_count(c[6], CELL, stats_num(rows[i].p, "setup_refusals"));
-		top_fmt_count(c[7], CELL, stats_num(rows[i].p, "setups_deferred"));
-		top_fmt_count(c[8], CELL, stats_num(rows[i].p, "hostile"));
-		if (cJSON_IsArray(stats_get(rows[i].p, "subscribes")))
+		top_fmt_count(c[5], CELL, tool_stats_num(rows[i].p, "link_downs"));
+		top_fmt_count(c[6], CELL, tool_stats_num(rows[i].p, "setup_refusals"));
+		top_fmt_count(c[7], CELL, tool_stats_num(rows[i].p, "setups_deferred"));
+		top_fmt_count(c[8], CELL, tool_stats_num(rows[i].p, "hostile"));
+		if (cJSON_IsArray(tool_stats_get(rows[i].p, "subscribes")))
 			c[9][0] = 0;
-		cJSON_ArrayForEach(x, stats_get(rows[i].p, "subscribes"))
+		cJSON_ArrayForEach(x, tool_stats_get(rows[i].p, "subscribes"))
 		{
 			if (!cJSON_IsString(x) || o >= CELL)
 				continue;
@@ -1251,7 +1255,7 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 		}
 		if (o >= CELL)
 			memcpy(c[9] + CELL - 4, "...", 4);
-		if (cJSON_IsArray(stats_get(rows[i].p, "subscribes")) && !o)
+		if (cJSON_IsArray(tool_stats_get(rows[i].p, "subscribes")) && !o)
 			strcpy(c[9], "(none)");
 	}
 	table_emit(f, &tb);
@@ -1260,13 +1264,14 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 	top_frame_printf(f, TOP_ATTR_HEADING, "LINKS (data connections; links never set up are left out)");
 	table_init(&tb, link_cols, (int)(sizeof(link_cols) / sizeof(link_cols[0])));
 	for (size_t i = 0; i < n; i++) {
-		const cJSON *l, *plinks = stats_get(rows[i].pp, "links");
+		const cJSON *l, *plinks = tool_stats_get(rows[i].pp, "links");
 
-		cJSON_ArrayForEach(l, stats_get(rows[i].p, "links"))
+		cJSON_ArrayForEach(l, tool_stats_get(rows[i].p, "links"))
 		{
-			const char *state = stats_str(l, "state");
-			const cJSON *pl = l->string ? stats_get(plinks, l->string) : NULL;
-			double cs = stats_num(l, "send_credit_stalls"), ov = stats_num(l, "cq_overflows");
+			const char *state = tool_stats_str(l, "state");
+			const cJSON *pl = l->string ? tool_stats_get(plinks, l->string) : NULL;
+			double cs = tool_stats_num(l, "send_credit_stalls"),
+			       ov = tool_stats_num(l, "cq_overflows");
 			double rs, rl;
 			char(*c)[CELL];
 
@@ -1278,8 +1283,8 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 			fmt_str(c[0], CELL, rows[i].name);
 			fmt_str(c[1], CELL, l->string);
 			fmt_str(c[2], CELL, state);
-			top_fmt_count(c[3], CELL, stats_num(l, "records_sent"));
-			top_fmt_count(c[4], CELL, stats_num(l, "records_landed"));
+			top_fmt_count(c[3], CELL, tool_stats_num(l, "records_sent"));
+			top_fmt_count(c[4], CELL, tool_stats_num(l, "records_landed"));
 			rs = rate_of(l, pl, "records_sent", dt);
 			rl = rate_of(l, pl, "records_landed", dt);
 			top_fmt_rate(c[5], CELL, isnan(rs) ? rl : isnan(rl) ? rs : rs + rl);
@@ -1287,7 +1292,7 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 			top_fmt_bytes(c[7], CELL, rate_of(l, pl, "bytes_landed", dt));
 			top_fmt_count(c[8], CELL, cs);
 			top_fmt_count(c[9], CELL, ov);
-			top_fmt_count(c[10], CELL, stats_num(l, "records_late"));
+			top_fmt_count(c[10], CELL, tool_stats_num(l, "records_late"));
 		}
 	}
 	table_emit(f, &tb);
@@ -1295,20 +1300,22 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
 	top_frame_printf(f, TOP_ATTR_HEADING, "RINGS (out: this host sends; in: this host lands)");
 	table_init(&tb, ring_cols, (int)(sizeof(ring_cols) / sizeof(ring_cols[0])));
-	cJSON_ArrayForEach(x, stats_get(peers, "rings"))
+	cJSON_ArrayForEach(x, tool_stats_get(peers, "rings"))
 	{
 		const cJSON *pr = NULL, *r2;
-		double gaps = stats_num(x, "upstream_gaps"), dropped = stats_num(x, "dropped_messages");
+		double gaps = tool_stats_num(x, "upstream_gaps"),
+		       dropped = tool_stats_num(x, "dropped_messages");
 		char(*c)[CELL];
 
 		/* The same ring in the previous poll: topic, direction, peer and id. */
-		cJSON_ArrayForEach(r2, stats_get(pprev, "rings"))
+		cJSON_ArrayForEach(r2, tool_stats_get(pprev, "rings"))
 		{
 			const char *k[] = { "topic", "direction", "peer" };
-			bool same = stats_num(r2, "ring_id") == stats_num(x, "ring_id");
+			bool same = tool_stats_num(r2, "ring_id") == tool_stats_num(x, "ring_id");
 
 			for (int i = 0; same && i < 3; i++) {
-				const char *s1 = stats_str(x, k[i]), *s2 = stats_str(r2, k[i]);
+				const char *s1 = tool_stats_str(x, k[i]),
+					   *s2 = tool_stats_str(r2, k[i]);
 
 				same = s1 && s2 && strcmp(s1, s2) == 0;
 			}
@@ -1322,42 +1329,43 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 					   TOP_ATTR_NONE);
 		if (!c)
 			break;
-		fmt_str(c[0], CELL, stats_str(x, "topic"));
-		fmt_str(c[1], CELL, stats_str(x, "direction"));
-		fmt_str(c[2], CELL, stats_str(x, "peer"));
-		fmt_str(c[3], CELL, stats_str(x, "transport"));
+		fmt_str(c[0], CELL, tool_stats_str(x, "topic"));
+		fmt_str(c[1], CELL, tool_stats_str(x, "direction"));
+		fmt_str(c[2], CELL, tool_stats_str(x, "peer"));
+		fmt_str(c[3], CELL, tool_stats_str(x, "transport"));
 		fmt_str(c[4], CELL, fmt_bool(x, "ready", "yes", "no"));
-		top_fmt_count(c[5], CELL, stats_num(x, "records"));
+		top_fmt_count(c[5], CELL, tool_stats_num(x, "records"));
 		top_fmt_rate(c[6], CELL, rate_of(x, pr, "records", dt));
 		top_fmt_bytes(c[7], CELL, rate_of(x, pr, "bytes", dt));
-		top_fmt_bytes(c[8], CELL, stats_num(x, "ring_used"));
-		top_fmt_count(c[9], CELL, stats_num(x, "credit_stalls"));
-		top_fmt_count(c[10], CELL, stats_num(x, "ring_stalls"));
+		top_fmt_bytes(c[8], CELL, tool_stats_num(x, "ring_used"));
+		top_fmt_count(c[9], CELL, tool_stats_num(x, "credit_stalls"));
+		top_fmt_count(c[10], CELL, tool_stats_num(x, "ring_stalls"));
 		top_fmt_count(c[11], CELL, dropped);
 		top_fmt_count(c[12], CELL, gaps);
-		top_fmt_count(c[13], CELL, stats_num(x, "refused"));
-		top_fmt_count(c[14], CELL, stats_num(x, "blocked_retries"));
+		top_fmt_count(c[13], CELL, tool_stats_num(x, "refused"));
+		top_fmt_count(c[14], CELL, tool_stats_num(x, "blocked_retries"));
 	}
 	table_emit(f, &tb);
 
 	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
 	top_frame_printf(f, TOP_ATTR_HEADING, "FORWARDERS (local topics sent to peers)");
 	table_init(&tb, fw_cols, (int)(sizeof(fw_cols) / sizeof(fw_cols[0])));
-	cJSON_ArrayForEach(x, stats_get(peers, "forwarders"))
+	cJSON_ArrayForEach(x, tool_stats_get(peers, "forwarders"))
 	{
-		const cJSON *pf = stats_find(stats_get(pprev, "forwarders"), "topic", stats_str(x, "topic"));
+		const cJSON *pf = tool_stats_find(tool_stats_get(pprev, "forwarders"), "topic",
+						  tool_stats_str(x, "topic"));
 		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
 
 		if (!c)
 			break;
-		fmt_str(c[0], CELL, stats_str(x, "topic"));
-		top_fmt_count(c[1], CELL, stats_num(x, "forwarded"));
+		fmt_str(c[0], CELL, tool_stats_str(x, "topic"));
+		top_fmt_count(c[1], CELL, tool_stats_num(x, "forwarded"));
 		top_fmt_rate(c[2], CELL, rate_of(x, pf, "forwarded", dt));
-		top_fmt_count(c[3], CELL, stats_num(x, "no_interested_peer"));
-		top_fmt_count(c[4], CELL, stats_num(x, "skipped_remote_origin"));
-		top_fmt_count(c[5], CELL, stats_num(x, "too_large_for_ring"));
+		top_fmt_count(c[3], CELL, tool_stats_num(x, "no_interested_peer"));
+		top_fmt_count(c[4], CELL, tool_stats_num(x, "skipped_remote_origin"));
+		top_fmt_count(c[5], CELL, tool_stats_num(x, "too_large_for_ring"));
 		fmt_str(c[6], CELL, fmt_bool(x, "staged", "yes", "no"));
-		top_fmt_count(c[7], CELL, stats_num(x, "staged_chunks"));
+		top_fmt_count(c[7], CELL, tool_stats_num(x, "staged_chunks"));
 	}
 	table_emit(f, &tb);
 
@@ -1365,16 +1373,16 @@ static void render_peers(struct top_frame *f, enum top_sort sort, const struct t
 	top_frame_printf(f, TOP_ATTR_HEADING,
 			 "STATE MACHINES (remote path, all topics: messages in each state now; "
 			 "transitions)");
-	if (!stats_get(peers, "state_machine"))
+	if (!tool_stats_get(peers, "state_machine"))
 		top_frame_printf(f, TOP_ATTR_NONE, "(not in stats)");
-	cJSON_ArrayForEach(x, stats_get(peers, "state_machine"))
+	cJSON_ArrayForEach(x, tool_stats_get(peers, "state_machine"))
 	{
 		const cJSON *pm = NULL;
 
 		if (!cJSON_IsObject(x))
 			continue;
 		if (pprev && x->string)
-			pm = stats_get(stats_get(pprev, "state_machine"), x->string);
+			pm = tool_stats_get(tool_stats_get(pprev, "state_machine"), x->string);
 		render_machine(f, x, pm, dt);
 	}
 	free(rows);

@@ -150,7 +150,7 @@ static int bad_option(const char *cmd, char **argv)
 static int query(const char *type, const char *topic, cJSON **reply_p)
 {
 	char err[512];
-	int r = rgaps_tool_query(type, topic, reply_p, err, sizeof(err));
+	int r = tool_query(type, topic, reply_p, err, sizeof(err));
 
 	if (r)
 		fprintf(stderr, "rgaps: %s: %s\n", type, err);

@@ -420,7 +420,7 @@ int rgapsd_membership_key_name(const char *dir, const char *key, size_t key_len,
 			return -EINVAL;
 	memcpy(name, key + dl, nl);
 	name[nl] = '\0';
-	return rgaps_hostport_parse(name, NULL, 0, NULL, NULL, 0) == 0 ? 0 : -EINVAL;
+	return rgapsd_hostport_parse(name, NULL, 0, NULL, NULL, 0) == 0 ? 0 : -EINVAL;
 }
 
 /* ---- the host record ------------------------------------------------------------------------ */
@@ -564,7 +564,7 @@ static int rec_topics(const cJSON *a, struct rgapsd_host_record *r, char *why, s
 		return -ENOMEM;
 	cJSON_ArrayForEach(t, a)
 	{
-		if (!cJSON_IsString(t) || !rgaps_topic_name_valid(t->valuestring))
+		if (!cJSON_IsString(t) || !rgaps__topic_name_valid(t->valuestring))
 			return fail(why, whylen, "'subscribes' holds an invalid topic name");
 		snprintf(r->topics[r->ntopics++], sizeof(r->topics[0]), "%s", t->valuestring);
 	}
@@ -596,7 +596,7 @@ int rgapsd_host_record_decode(const char *text, size_t len, struct rgapsd_host_r
 	    rec_string(o, "version", false, r->version, MS_VERSION_MAX, why, whylen) ||
 	    rec_string(o, "hostname", false, r->hostname, MS_HOSTNAME_MAX, why, whylen))
 		goto out;
-	if (rgaps_hostport_parse(r->name, NULL, 0, NULL, NULL, 0) != 0) {
+	if (rgapsd_hostport_parse(r->name, NULL, 0, NULL, NULL, 0) != 0) {
 		fail(why, whylen, "its name is not HOST:PORT");
 		goto out;
 	}

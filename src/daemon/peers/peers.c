@@ -277,7 +277,7 @@ static void auth_mac(const struct rgapsd_peers *pm, uint8_t role, const char *fr
 		     const uint8_t from_nonce[PEERS_NONCE], const uint8_t to_nonce[PEERS_NONCE],
 		     uint8_t mac[PEERS_MAC])
 {
-	peer_auth_mac(pm->key, pm->keylen, role, from, to, from_nonce, to_nonce, mac);
+	rgapsd_peer_auth_mac(pm->key, pm->keylen, role, from, to, from_nonce, to_nonce, mac);
 }
 
 /* ---- connections: writing -------------------------------------------------------------------- */
@@ -347,7 +347,7 @@ static int conn_send(struct peer_conn *conn, uint8_t type, const void *a, size_t
 static int conn_send_hello(struct peer_conn *conn)
 {
 	uint8_t h[PEERS_HELLO_MAX];
-	size_t n = peer_hello_encode(h, conn->nonce, conn->pm->name);
+	size_t n = rgapsd_peer_hello_encode(h, conn->nonce, conn->pm->name);
 
 	return n ? conn_send(conn, PF_HELLO, h, n, NULL, 0) : -EINVAL;
 }
@@ -739,7 +739,7 @@ static void on_hello(struct peer_conn *conn, const uint8_t *b, uint32_t len)
 	const char *name = h.name;
 	int rc;
 
-	rc = peer_hello_decode(b, len, &h, why, sizeof(why));
+	rc = rgapsd_peer_hello_decode(b, len, &h, why, sizeof(why));
 	if (rc) {
 		conn_refuse(conn, (uint16_t)-rc, &pm->st.protocol_errors, "%s", why);
 		return;
@@ -819,7 +819,7 @@ static void on_error_frame(struct peer_conn *conn, const uint8_t *b, uint32_t le
 {
 	struct rgapsd_peers *pm = conn->pm;
 	char reason[PEERS_REASON_MAX + 1], why[PEERS_REASON_MAX + 64];
-	uint16_t code = peer_error_decode(b, len, reason, sizeof(reason));
+	uint16_t code = rgapsd_peer_error_decode(b, len, reason, sizeof(reason));
 	uint64_t *counter;
 
 	switch (code) {
@@ -904,7 +904,7 @@ static void on_session_frame(struct peer_conn *conn, uint8_t type, const uint8_t
 		return;
 	}
 	case PF_BYE:
-		peer_text(reason, sizeof(reason), b, len);
+		rgapsd_peer_text(reason, sizeof(reason), b, len);
 		snprintf(why, sizeof(why), "closed by the peer: %s", reason[0] ? reason : "bye");
 		conn_end(conn, 0, 0, true, why);
 		return;
@@ -913,7 +913,8 @@ static void on_session_frame(struct peer_conn *conn, uint8_t type, const uint8_t
 		return;
 	default:
 		conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-			    "unexpected %s frame (type %u) in the session", peer_frame_name(type), type);
+			    "unexpected %s frame (type %u) in the session",
+			    rgapsd_peer_frame_name(type), type);
 		return;
 	}
 }
@@ -936,15 +937,16 @@ static void conn_dispatch(struct peer_conn *conn, uint8_t type, const uint8_t *b
 			on_hello(conn, b, len);
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-				    "%s frame (type %u) before HELLO", peer_frame_name(type), type);
+				    "%s frame (type %u) before HELLO", rgapsd_peer_frame_name(type),
+				    type);
 		break;
 	case CONN_AUTH:
 		if (type == PF_AUTH)
 			on_auth(conn, b, len);
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
-				    "%s frame (type %u) before authentication", peer_frame_name(type),
-				    type);
+				    "%s frame (type %u) before authentication",
+				    rgapsd_peer_frame_name(type), type);
 		break;
 	case CONN_AUTH_OK:
 		if (type == PF_AUTH_OK && len == 0)
@@ -952,7 +954,7 @@ static void conn_dispatch(struct peer_conn *conn, uint8_t type, const uint8_t *b
 		else
 			conn_refuse(conn, PE_PROTOCOL, &pm->st.protocol_errors,
 				    "%s frame (type %u, %u bytes) instead of AUTH_OK",
-				    peer_frame_name(type), type, len);
+				    rgapsd_peer_frame_name(type), type, len);
 		break;
 	case CONN_UP:
 		on_session_frame(conn, type, b, len);
@@ -993,7 +995,8 @@ static void conn_feed(struct peer_conn *conn, const uint8_t *d, size_t n)
 			if (conn->len > limit) {
 				conn_refuse(conn, PE_PROTOCOL, &conn->pm->st.protocol_errors,
 					    "%s frame (type %u) of %u bytes over the limit of %u",
-					    peer_frame_name(conn->type), conn->type, conn->len, limit);
+					    rgapsd_peer_frame_name(conn->type), conn->type,
+					    conn->len, limit);
 				return;
 			}
 			if (n >= conn->len) {
@@ -1445,7 +1448,7 @@ static struct rgapsd_peer *peer_new(struct rgapsd_peers *pm, const char *name, u
 		return NULL;
 	p->pm = pm;
 	snprintf(p->name, sizeof(p->name), "%s", name);
-	rgaps_require(rgaps_hostport_parse(p->name, p->host, sizeof(p->host), &p->port, NULL, 0) ==
+	rgaps_require(rgapsd_hostport_parse(p->name, p->host, sizeof(p->host), &p->port, NULL, 0) ==
 		      0);
 	p->numeric = addr_numeric(p->host, p->port, &p->addr);
 	p->backoff_ms = PEERS_BACKOFF_MIN_MS;
@@ -1513,7 +1516,7 @@ int rgapsd_peers_add(struct rgapsd_peers *pm, const char *name, unsigned source,
 	if (pm->stopping)
 		return -ECANCELED;
 	if (strlen(name) > PEERS_NAME_MAX ||
-	    rgaps_hostport_parse(name, NULL, 0, NULL, why, sizeof(why)) != 0)
+	    rgapsd_hostport_parse(name, NULL, 0, NULL, why, sizeof(why)) != 0)
 		return -EINVAL;
 	if (strcmp(name, pm->name) == 0)
 		return -EEXIST;
@@ -1627,7 +1630,7 @@ static int pm_check_config(const struct rgapsd_peers_config *cfg,
 	if (!cfg || !ops || !ops->peer_up || !ops->peer_down || !ops->peer_msg)
 		return -EINVAL;
 	if (!cfg->listen || strlen(cfg->listen) > PEERS_NAME_MAX ||
-	    rgaps_hostport_parse(cfg->listen, host, sizeof(host), &port, NULL, 0)) {
+	    rgapsd_hostport_parse(cfg->listen, host, sizeof(host), &port, NULL, 0)) {
 		rgaps_error("peers: listen address \"%s\" is not HOST:PORT",
 			    cfg->listen ? cfg->listen : "");
 		return -EINVAL;
@@ -1641,7 +1644,7 @@ static int pm_check_config(const struct rgapsd_peers_config *cfg,
 		return -EINVAL;
 	for (uint32_t i = 0; i < cfg->npeers; i++) {
 		if (!cfg->peers[i] || strlen(cfg->peers[i]) > PEERS_NAME_MAX ||
-		    rgaps_hostport_parse(cfg->peers[i], host, sizeof(host), &port, NULL, 0)) {
+		    rgapsd_hostport_parse(cfg->peers[i], host, sizeof(host), &port, NULL, 0)) {
 			rgaps_error("peers: peer \"%s\" is not HOST:PORT",
 				    cfg->peers[i] ? cfg->peers[i] : "(null)");
 			return -EINVAL;
@@ -1709,7 +1712,7 @@ int rgapsd_peers_start(uv_loop_t *loop, const struct rgapsd_peers_config *cfg,
 		}
 	}
 
-	rgaps_require(rgaps_hostport_parse(pm->name, host, sizeof(host), &port, NULL, 0) == 0);
+	rgaps_require(rgapsd_hostport_parse(pm->name, host, sizeof(host), &port, NULL, 0) == 0);
 	fd = pm_bind(pm, host, port);
 	if (fd < 0) {
 		err = fd;

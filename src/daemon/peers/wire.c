@@ -16,7 +16,7 @@ _Static_assert(PEERS_MAC == crypto_auth_hmacsha256_BYTES, "the AUTH proof is an 
 
 #define refuse(code, why, whylen, ...) rgaps__fail(-(code), why, whylen, __VA_ARGS__)
 
-size_t peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const char *name)
+size_t rgapsd_peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const char *name)
 {
 	size_t nl = strlen(name);
 
@@ -31,7 +31,7 @@ size_t peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const c
 	return PEERS_HELLO_FIXED + nl;
 }
 
-int peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char *why,
+int rgapsd_peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char *why,
 		      size_t whylen)
 {
 	uint16_t nl;
@@ -61,7 +61,7 @@ int peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char
 	return 0;
 }
 
-void peer_auth_mac(const uint8_t *key, size_t keylen, uint8_t role, const char *from,
+void rgapsd_peer_auth_mac(const uint8_t *key, size_t keylen, uint8_t role, const char *from,
 		   const char *to, const uint8_t from_nonce[PEERS_NONCE],
 		   const uint8_t to_nonce[PEERS_NONCE], uint8_t mac[PEERS_MAC])
 {
@@ -87,7 +87,7 @@ void peer_auth_mac(const uint8_t *key, size_t keylen, uint8_t role, const char *
 	sodium_memzero(&st, sizeof(st));
 }
 
-void peer_text(char *dst, size_t cap, const uint8_t *src, size_t len)
+void rgapsd_peer_text(char *dst, size_t cap, const uint8_t *src, size_t len)
 {
 	size_t n = RGAPS_MIN(len, cap - 1);
 
@@ -96,13 +96,13 @@ void peer_text(char *dst, size_t cap, const uint8_t *src, size_t len)
 	dst[n] = '\0';
 }
 
-uint16_t peer_error_decode(const uint8_t *b, uint32_t len, char *reason, size_t cap)
+uint16_t rgapsd_peer_error_decode(const uint8_t *b, uint32_t len, char *reason, size_t cap)
 {
-	peer_text(reason, cap, b + RGAPS_MIN(len, 2u), len > 2 ? len - 2 : 0);
+	rgapsd_peer_text(reason, cap, b + RGAPS_MIN(len, 2u), len > 2 ? len - 2 : 0);
 	return len >= 2 ? peer_get16(b) : 0;
 }
 
-const char *peer_frame_name(uint8_t type)
+const char *rgapsd_peer_frame_name(uint8_t type)
 {
 	static const char *const names[] = { "?",   "HELLO", "AUTH", "AUTH_OK", "ERROR",
 					     "MSG", "PING",  "PONG", "BYE" };

@@ -92,14 +92,14 @@ struct peer_hello {
 };
 
 /* HELLO payload for nonce and name (1..255 bytes) into out (PEERS_HELLO_MAX). Its length, or 0. */
-size_t peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const char *name);
+size_t rgapsd_peer_hello_encode(uint8_t *out, const uint8_t nonce[PEERS_NONCE], const char *name);
 
 /*
  * Decode a HELLO payload of len bytes. 0 and *h; or -PE_VERSION (bad magic, a
  * version this daemon does not speak) or -PE_PROTOCOL (truncated, a bad name),
  * with why.
  */
-int peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char *why,
+int rgapsd_peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char *why,
 		      size_t whylen);
 
 /*
@@ -108,17 +108,17 @@ int peer_hello_decode(const uint8_t *b, uint32_t len, struct peer_hello *h, char
  * The role and the order of the names make a proof useless anywhere but in the
  * direction and session it was made for.
  */
-void peer_auth_mac(const uint8_t *key, size_t keylen, uint8_t role, const char *from,
+void rgapsd_peer_auth_mac(const uint8_t *key, size_t keylen, uint8_t role, const char *from,
 		   const char *to, const uint8_t from_nonce[PEERS_NONCE],
 		   const uint8_t to_nonce[PEERS_NONCE], uint8_t mac[PEERS_MAC]);
 
 /* Text from the wire made safe to log: printable ASCII, the rest as '?'; cut to cap - 1. */
-void peer_text(char *dst, size_t cap, const uint8_t *src, size_t len);
+void rgapsd_peer_text(char *dst, size_t cap, const uint8_t *src, size_t len);
 
 /* An ERROR payload: its code (0 when too short) and its reason, made safe to log. */
-uint16_t peer_error_decode(const uint8_t *b, uint32_t len, char *reason, size_t cap);
+uint16_t rgapsd_peer_error_decode(const uint8_t *b, uint32_t len, char *reason, size_t cap);
 
 /* The name of a frame type, for the log. */
-const char *peer_frame_name(uint8_t type);
+const char *rgapsd_peer_frame_name(uint8_t type);
 
 #endif

@@ -126,7 +126,7 @@ void rt_place_near_device(struct rgapsd_topic *t, void *addr, size_t len, const 
 			t->cfg.name, what, t->cfg.device);
 		return;
 	}
-	e = rgaps_numa_place(addr, len, node, &on, &n);
+	e = rt_numa_place(addr, len, node, &on, &n);
 	if (e)
 		rgaps_warn("topic '%s': %s could not be placed on NUMA node %d (GPU %d's): %s",
 			   t->cfg.name, what, node, t->cfg.device, strerror(-e));

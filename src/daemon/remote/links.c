@@ -143,7 +143,7 @@ void rt_on_link_accept(struct rt_peer *p, const struct rt_wire_msg *m)
 		rt_hostile(p, "link_accept for %s, which we did not offer", m->transport);
 		return;
 	}
-	if (rgaps_hostport_parse(rgapsd_peer_name(p->peer), host, sizeof(host), &port, NULL, 0) !=
+	if (rgapsd_hostport_parse(rgapsd_peer_name(p->peer), host, sizeof(host), &port, NULL, 0) !=
 	    0)
 		return;
 	e = rt->tr[i].lp->ops.transport.connect(rt->tr[i].ctx, host,

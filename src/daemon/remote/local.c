@@ -56,7 +56,7 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 		int r;
 
 		pthread_mutex_lock(&s->lock);
-		r = rgaps_sub_take(s->own.sub, 0, 0, &msg);
+		r = rgaps__sub_take(s->own.sub, 0, 0, &msg);
 		if (!r) {
 			*m_p = (struct rt_local_msg){
 				.seq = msg.seq,
@@ -82,12 +82,12 @@ int rt_local_sub_take(struct rt_local_sub *s, int timeout_ms, struct rt_local_ms
 			return -ETIMEDOUT;
 		/* Outside the lock, so the loop's releases never wait behind our sleep; no
 		 * longer than messages parked for their fences allow (they ring nothing). */
-		slice = RGAPS_MIN(rgaps_sub_fence_slice(s->own.sub), WAIT_SLICE_NS);
+		slice = RGAPS_MIN(rgaps__sub_fence_slice(s->own.sub), WAIT_SLICE_NS);
 		if (slice == 0) {
 			sched_yield();
 			continue;
 		}
-		r = rgaps_sub_sleep(s->own.sub, &s->lock, NULL, 0, NULL, NULL,
+		r = rgaps__sub_sleep(s->own.sub, &s->lock, NULL, 0, NULL, NULL,
 				    (int64_t)RGAPS_MIN(deadline - now, (uint64_t)slice));
 		if (r < 0)
 			return r;
@@ -135,7 +135,7 @@ int rt_local_pub_loan(struct rt_local_pub *p, uint64_t size, uint32_t *token_p, 
 {
 	uint64_t off;
 	uint32_t tok;
-	int r = rgaps_pub_loan(p->own.pub, size, 0, &tok, &off);
+	int r = rgaps__pub_loan(p->own.pub, size, 0, &tok, &off);
 
 	if (r)
 		return r;
@@ -156,23 +156,23 @@ int rt_local_pub_commit(struct rt_local_pub *p, uint32_t token, uint64_t size, u
 	};
 
 	/* The loop never waits: a full queue under "block" keeps the loan, to retry. */
-	return rgaps_pub_commit(p->own.pub, token, size, &c, 0, true, NULL);
+	return rgaps__pub_commit(p->own.pub, token, size, &c, 0, true, NULL);
 }
 
 void rt_local_pub_cancel(struct rt_local_pub *p, uint32_t token)
 {
-	rgaps_pub_cancel(p->own.pub, token);
+	rgaps__pub_cancel(p->own.pub, token);
 }
 
 int rt_local_pub_gap(struct rt_local_pub *p, uint32_t gap, uint64_t ts_ns)
 {
-	return rgaps_pub_gap_flags(p->own.pub, gap, ts_ns, RGAPS_ENTRY_REMOTE);
+	return rgaps__pub_gap_flags(p->own.pub, gap, ts_ns, RGAPS_ENTRY_REMOTE);
 }
 
 void rt_local_pub_reclaim(struct rt_local_pub *p)
 {
 	if (p->open)
-		rgaps_pub_reclaim(p->own.pub);
+		rgaps__pub_reclaim(p->own.pub);
 }
 
 void rt_local_pub_close(struct rt_local_pub *p)

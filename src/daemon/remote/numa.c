@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int rgaps_numa_place(void *addr, size_t len, int node, unsigned *on_p, unsigned *sampled_p)
+int rt_numa_place(void *addr, size_t len, int node, unsigned *on_p, unsigned *sampled_p)
 {
 	unsigned long mask[16] = { 0 };
 	long page = sysconf(_SC_PAGESIZE);

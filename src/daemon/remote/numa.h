@@ -14,6 +14,6 @@
  * sampled pages are on node (*on_p) out of *sampled_p, or a negative errno
  * (-ENOSYS: no NUMA support in this kernel).
  */
-int rgaps_numa_place(void *addr, size_t len, int node, unsigned *on_p, unsigned *sampled_p);
+int rt_numa_place(void *addr, size_t len, int node, unsigned *on_p, unsigned *sampled_p);
 
 #endif

@@ -485,7 +485,7 @@ static void head_release(struct rt_in *in, struct rt_rec *r)
 {
 	if (r->state == IN_DROPPED && (r->lost || (r->h.flags & RGAPS_RECORD_LOSS)))
 		loss_note(in, r->lost, r->h.msg_seq);
-	rgaps_ring_receiver_consume(&in->ring, &r->slot);
+	rt_ring_receiver_consume(&in->ring, &r->slot);
 	in_set(in->p->rt, r, IN_RELEASED);
 	STAILQ_REMOVE_HEAD(&in->recs, link);
 	rec_free(in, r);
@@ -520,10 +520,10 @@ static void head_report(struct rt_in *in)
 	struct rt_link *l = &in->p->links[in->tr];
 	uint64_t head;
 
-	if (!l->link || !rgaps_ring_receiver_should_report(&in->ring, &head))
+	if (!l->link || !rt_ring_receiver_should_report(&in->ring, &head))
 		return;
 	if (tr->lp->ops.transport.post_head(tr->ctx, l->link, in->id, head) == 0) {
-		rgaps_ring_receiver_reported(&in->ring, head);
+		rt_ring_receiver_reported(&in->ring, head);
 		tr->lp->ops.transport.flush(tr->ctx, l->link);
 	}
 }
@@ -706,14 +706,14 @@ static struct rt_rec *rec_arrive(struct rt_in *in, uint32_t ring_id, uint64_t of
 	int e;
 
 	if (off != UINT64_MAX) {
-		e = rgaps_ring_receiver_verify(&in->ring, off, len);
+		e = rt_ring_receiver_verify(&in->ring, off, len);
 		if (e) {
 			rt_hostile(p, "ring %u: record of %llu bytes at %llu, expected elsewhere",
 				   ring_id, (unsigned long long)len, (unsigned long long)off);
 			return NULL;
 		}
 	}
-	e = rgaps_ring_receiver_land(&in->ring, len, &slot);
+	e = rt_ring_receiver_land(&in->ring, len, &slot);
 	if (e) {
 		rt_hostile(p, "ring %u: a %llu-byte record cannot be where the sender put it (%s)",
 			   ring_id, (unsigned long long)len, strerror(-e));
@@ -1011,10 +1011,10 @@ static struct rt_in *in_create(struct rt_peer *p, struct rgapsd_topic *t, struct
 		rt_setup_refuse(p, m->ring_id, false, "topic '%s': %s", m->topic, err);
 		return NULL;
 	}
-	e = rgaps_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
+	e = rt_ring_geom_init(in->size, in->size / 2 - RGAPS_RING_ALIGN, RGAPS_RING_ALIGN,
 				 &in->geom);
 	if (!e)
-		e = rgaps_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
+		e = rt_ring_receiver_init(&in->ring, &in->geom, t->cfg.watermark);
 	if (e) {
 		free(in);
 		rt_setup_refuse(p, m->ring_id, false, "topic '%s': ring of %llu bytes refused",
@@ -1124,7 +1124,7 @@ void rt_on_topic_setup(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (p->in[m->ring_id])
 		rt_in_teardown(p->in[m->ring_id]); /* the sender re-uses an id it gave up */
 	/* First arrival: the topic is created here if nobody used it yet. */
-	e = rgapsd__topic_get(p->rt->d, m->topic, &t, err, sizeof(err));
+	e = rgapsd_topic_get(p->rt->d, m->topic, &t, err, sizeof(err));
 	if (e) {
 		rt_setup_refuse(p, m->ring_id, false, "topic '%s': %s", m->topic, err);
 		return;

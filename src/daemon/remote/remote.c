@@ -35,7 +35,7 @@ static int self_record(struct rgapsd_remote *rt, struct rgapsd_host_record *r)
 	if (gethostname(r->hostname, sizeof(r->hostname) - 1) != 0)
 		r->hostname[0] = '\0';
 	r->pid = (uint32_t)getpid();
-	rgaps_hostport_parse(d->cfg.listen, NULL, 0, &port, NULL, 0);
+	rgapsd_hostport_parse(d->cfg.listen, NULL, 0, &port, NULL, 0);
 	for (int i = 0; i < rt->ntr && r->ntransports < MS_TRANSPORTS_MAX; i++) {
 		struct rgapsd_host_transport *t = &r->transports[r->ntransports];
 

@@ -2,7 +2,7 @@
  * Receive-ring arithmetic shared by the verbs and TCP transports (see ring.h;
  * the picture, the rules and the proofs are in docs/RING.md). Everything here
  * is integer arithmetic on monotonic cursors: both sides run the same
- * rgaps_ring_place() on the same (cursor, len) sequence, so they agree on every
+ * rt_ring_place() on the same (cursor, len) sequence, so they agree on every
  * offset without ever sending one. Values from a peer are refused with an
  * errno; in debug builds (no NDEBUG) every state change re-checks the side's
  * own invariants, which inputs cannot break unless this file is wrong.
@@ -40,7 +40,7 @@ static bool geom_valid(const struct rgaps_ring_geom *g)
 	       g->max_stride <= g->size / 2;
 }
 
-int rgaps_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
+int rt_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
 			 struct rgaps_ring_geom *geom_p)
 {
 	struct rgaps_ring_geom g;
@@ -65,7 +65,7 @@ int rgaps_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
 	return 0;
 }
 
-int rgaps_ring_place(const struct rgaps_ring_geom *g, uint64_t cursor, uint64_t len,
+int rt_ring_place(const struct rgaps_ring_geom *g, uint64_t cursor, uint64_t len,
 		     struct rgaps_ring_slot *slot_p)
 {
 	uint64_t stride, off, pad, start, end;
@@ -93,19 +93,19 @@ int rgaps_ring_place(const struct rgaps_ring_geom *g, uint64_t cursor, uint64_t 
 	return 0;
 }
 
-void rgaps_ring_sender_init(struct rgaps_ring_sender *s, const struct rgaps_ring_geom *g)
+void rt_ring_sender_init(struct rgaps_ring_sender *s, const struct rgaps_ring_geom *g)
 {
 	rgaps_require(geom_valid(g));
 	*s = (struct rgaps_ring_sender){ .geom = *g };
 }
 
-int rgaps_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
+int rt_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
 			      struct rgaps_ring_slot *slot_p)
 {
 	struct rgaps_ring_slot slot;
 	int err;
 
-	err = rgaps_ring_place(&s->geom, s->tail, len, &slot);
+	err = rt_ring_place(&s->geom, s->tail, len, &slot);
 	if (err)
 		return err;
 	/*
@@ -123,12 +123,12 @@ int rgaps_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
 	s->tail = slot.end;
 	s->records++;
 	s->pad_bytes += slot.pad;
-	RING_DEBUG_CHECK(rgaps_ring_sender_check, "sender", s);
+	RING_DEBUG_CHECK(rt_ring_sender_check, "sender", s);
 	*slot_p = slot;
 	return 0;
 }
 
-int rgaps_ring_sender_update_dhead(struct rgaps_ring_sender *s, uint64_t head)
+int rt_ring_sender_update_dhead(struct rgaps_ring_sender *s, uint64_t head)
 {
 	/*
 	 * Head only moves forward, never past what was written, and always to a
@@ -138,16 +138,16 @@ int rgaps_ring_sender_update_dhead(struct rgaps_ring_sender *s, uint64_t head)
 	if (head < s->dhead || head > s->tail || head % s->geom.align)
 		return -EINVAL;
 	s->dhead = head;
-	RING_DEBUG_CHECK(rgaps_ring_sender_check, "sender", s);
+	RING_DEBUG_CHECK(rt_ring_sender_check, "sender", s);
 	return 0;
 }
 
-uint64_t rgaps_ring_sender_used(const struct rgaps_ring_sender *s)
+uint64_t rt_ring_sender_used(const struct rgaps_ring_sender *s)
 {
 	return s->tail - s->dhead;
 }
 
-uint64_t rgaps_ring_sender_free(const struct rgaps_ring_sender *s)
+uint64_t rt_ring_sender_free(const struct rgaps_ring_sender *s)
 {
 	return s->geom.size - (s->tail - s->dhead);
 }
@@ -165,7 +165,7 @@ static uint64_t report_cap(const struct rgaps_ring_geom *g)
 	return g->size - 2 * g->max_stride + 2 * (uint64_t)g->align;
 }
 
-int rgaps_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_ring_geom *g,
+int rt_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_ring_geom *g,
 			     double watermark)
 {
 	double want;
@@ -190,13 +190,13 @@ int rgaps_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_r
 	return 0;
 }
 
-int rgaps_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len,
+int rt_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len,
 			       struct rgaps_ring_slot *slot_p)
 {
 	struct rgaps_ring_slot slot;
 	int err;
 
-	err = rgaps_ring_place(&r->geom, r->tail, len, &slot);
+	err = rt_ring_place(&r->geom, r->tail, len, &slot);
 	if (err)
 		return err;
 	/*
@@ -209,45 +209,45 @@ int rgaps_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len
 	return 0;
 }
 
-int rgaps_ring_receiver_verify(const struct rgaps_ring_receiver *r, uint64_t off, uint64_t len)
+int rt_ring_receiver_verify(const struct rgaps_ring_receiver *r, uint64_t off, uint64_t len)
 {
 	struct rgaps_ring_slot slot;
 	int err;
 
-	err = rgaps_ring_receiver_expect(r, len, &slot);
+	err = rt_ring_receiver_expect(r, len, &slot);
 	if (err)
 		return err;
 	/* Compare only: no arithmetic on the peer's offset, so no overflow games. */
 	return off == slot.off ? 0 : -EPROTO;
 }
 
-int rgaps_ring_receiver_land(struct rgaps_ring_receiver *r, uint64_t len,
+int rt_ring_receiver_land(struct rgaps_ring_receiver *r, uint64_t len,
 			     struct rgaps_ring_slot *slot_p)
 {
 	struct rgaps_ring_slot slot;
 	int err;
 
-	err = rgaps_ring_receiver_expect(r, len, &slot);
+	err = rt_ring_receiver_expect(r, len, &slot);
 	if (err)
 		return err;
 	r->tail = slot.end;
 	r->records++;
 	r->pad_bytes += slot.pad;
-	RING_DEBUG_CHECK(rgaps_ring_receiver_check, "receiver", r);
+	RING_DEBUG_CHECK(rt_ring_receiver_check, "receiver", r);
 	*slot_p = slot;
 	return 0;
 }
 
-void rgaps_ring_receiver_consume(struct rgaps_ring_receiver *r, const struct rgaps_ring_slot *last)
+void rt_ring_receiver_consume(struct rgaps_ring_receiver *r, const struct rgaps_ring_slot *last)
 {
 	/* `last` is a landed, unconsumed slot: the caller's own bookkeeping. */
 	rgaps_require(last->end > r->head && last->end <= r->tail);
 	rgaps_require(last->start >= r->head + last->pad && last->end % r->geom.align == 0);
 	r->head = last->end;
-	RING_DEBUG_CHECK(rgaps_ring_receiver_check, "receiver", r);
+	RING_DEBUG_CHECK(rt_ring_receiver_check, "receiver", r);
 }
 
-bool rgaps_ring_receiver_should_report(const struct rgaps_ring_receiver *r, uint64_t *head_p)
+bool rt_ring_receiver_should_report(const struct rgaps_ring_receiver *r, uint64_t *head_p)
 {
 	uint64_t done = r->head - r->reported;
 
@@ -257,20 +257,20 @@ bool rgaps_ring_receiver_should_report(const struct rgaps_ring_receiver *r, uint
 	return true;
 }
 
-void rgaps_ring_receiver_reported(struct rgaps_ring_receiver *r, uint64_t head)
+void rt_ring_receiver_reported(struct rgaps_ring_receiver *r, uint64_t head)
 {
 	rgaps_require(head >= r->reported && head <= r->head);
 	r->reported = head;
 	r->reports++;
-	RING_DEBUG_CHECK(rgaps_ring_receiver_check, "receiver", r);
+	RING_DEBUG_CHECK(rt_ring_receiver_check, "receiver", r);
 }
 
-uint64_t rgaps_ring_receiver_used(const struct rgaps_ring_receiver *r)
+uint64_t rt_ring_receiver_used(const struct rgaps_ring_receiver *r)
 {
 	return r->tail - r->head;
 }
 
-uint64_t rgaps_ring_receiver_free(const struct rgaps_ring_receiver *r)
+uint64_t rt_ring_receiver_free(const struct rgaps_ring_receiver *r)
 {
 	return r->geom.size - (r->tail - r->head);
 }
@@ -281,7 +281,7 @@ uint64_t rgaps_ring_receiver_free(const struct rgaps_ring_receiver *r)
 		return -EUCLEAN;    \
 	} while (0)
 
-int rgaps_ring_sender_check(const struct rgaps_ring_sender *s, const char **reason_p)
+int rt_ring_sender_check(const struct rgaps_ring_sender *s, const char **reason_p)
 {
 	if (!geom_valid(&s->geom))
 		RING_FAIL("sender geometry is invalid");
@@ -296,7 +296,7 @@ int rgaps_ring_sender_check(const struct rgaps_ring_sender *s, const char **reas
 	return 0;
 }
 
-int rgaps_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **reason_p)
+int rt_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **reason_p)
 {
 	if (!geom_valid(&r->geom))
 		RING_FAIL("receiver geometry is invalid");
@@ -315,15 +315,15 @@ int rgaps_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **
 	return 0;
 }
 
-int rgaps_ring_check(const struct rgaps_ring_sender *s, const struct rgaps_ring_receiver *r,
+int rt_ring_check(const struct rgaps_ring_sender *s, const struct rgaps_ring_receiver *r,
 		     const char **reason_p)
 {
 	int err;
 
-	err = rgaps_ring_sender_check(s, reason_p);
+	err = rt_ring_sender_check(s, reason_p);
 	if (err)
 		return err;
-	err = rgaps_ring_receiver_check(r, reason_p);
+	err = rt_ring_receiver_check(r, reason_p);
 	if (err)
 		return err;
 	if (s->geom.size != r->geom.size || s->geom.max_record != r->geom.max_record ||

@@ -81,7 +81,7 @@ struct rgaps_ring_receiver {
  * @param geom_p      filled on success only
  * @return 0, or -EINVAL for any value outside the bounds above
  */
-int rgaps_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
+int rt_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
 			 struct rgaps_ring_geom *geom_p);
 
 /**
@@ -93,11 +93,11 @@ int rgaps_ring_geom_init(uint64_t size, uint64_t max_record, uint32_t align,
  * @return 0; -EINVAL if len is 0 or > max_record; -EOVERFLOW if the record would
  *         end past RGAPS_RING_CURSOR_LIMIT
  */
-int rgaps_ring_place(const struct rgaps_ring_geom *g, uint64_t cursor, uint64_t len,
+int rt_ring_place(const struct rgaps_ring_geom *g, uint64_t cursor, uint64_t len,
 		     struct rgaps_ring_slot *slot_p);
 
-/** Start a sender at cursor 0 with an empty ring. g must come from rgaps_ring_geom_init(). */
-void rgaps_ring_sender_init(struct rgaps_ring_sender *s, const struct rgaps_ring_geom *g);
+/** Start a sender at cursor 0 with an empty ring. g must come from rt_ring_geom_init(). */
+void rt_ring_sender_init(struct rgaps_ring_sender *s, const struct rgaps_ring_geom *g);
 
 /**
  * Reserve the next record and advance Tail past it (and its padding). Uses
@@ -107,7 +107,7 @@ void rgaps_ring_sender_init(struct rgaps_ring_sender *s, const struct rgaps_ring
  *         the record does not fit until a newer Head arrives (nothing changes);
  *         -EOVERFLOW at the cursor limit
  */
-int rgaps_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
+int rt_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
 			      struct rgaps_ring_slot *slot_p);
 
 /**
@@ -117,12 +117,12 @@ int rgaps_ring_sender_reserve(struct rgaps_ring_sender *s, uint64_t len,
  *
  * @return 0, or -EINVAL for a hostile or corrupt value (nothing changes)
  */
-int rgaps_ring_sender_update_dhead(struct rgaps_ring_sender *s, uint64_t head);
+int rt_ring_sender_update_dhead(struct rgaps_ring_sender *s, uint64_t head);
 
 /** Bytes in flight as far as the sender knows: Tail - Delayed Head (padding included). */
-uint64_t rgaps_ring_sender_used(const struct rgaps_ring_sender *s);
+uint64_t rt_ring_sender_used(const struct rgaps_ring_sender *s);
 /** size - used: reserve() succeeds iff the record's footprint (padding included) <= this. */
-uint64_t rgaps_ring_sender_free(const struct rgaps_ring_sender *s);
+uint64_t rt_ring_sender_free(const struct rgaps_ring_sender *s);
 
 /**
  * Start a receiver at cursor 0 with an empty ring.
@@ -133,7 +133,7 @@ uint64_t rgaps_ring_sender_free(const struct rgaps_ring_sender *s);
  *                   docs/RING.md, "Watermark"), so 1.0 means "as late as is safe".
  * @return 0, or -EINVAL for a watermark outside [0, 1] or NaN
  */
-int rgaps_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_ring_geom *g,
+int rt_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_ring_geom *g,
 			     double watermark);
 
 /**
@@ -143,7 +143,7 @@ int rgaps_ring_receiver_init(struct rgaps_ring_receiver *r, const struct rgaps_r
  *         the record would overwrite unconsumed bytes (the peer ignored the
  *         Exceed check); -EOVERFLOW at the cursor limit
  */
-int rgaps_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len,
+int rt_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len,
 			       struct rgaps_ring_slot *slot_p);
 
 /**
@@ -152,14 +152,14 @@ int rgaps_ring_receiver_expect(const struct rgaps_ring_receiver *r, uint64_t len
  * @return 0 if (off, len) is exactly where the next record goes; the errors of
  *         expect(); -EPROTO for any other offset
  */
-int rgaps_ring_receiver_verify(const struct rgaps_ring_receiver *r, uint64_t off, uint64_t len);
+int rt_ring_receiver_verify(const struct rgaps_ring_receiver *r, uint64_t off, uint64_t len);
 
 /**
  * A record of len bytes arrived (in order): find it and advance the receiver's
  * Tail past it. Errors as expect(); on error nothing changes and the peer
  * should be disconnected.
  */
-int rgaps_ring_receiver_land(struct rgaps_ring_receiver *r, uint64_t len,
+int rt_ring_receiver_land(struct rgaps_ring_receiver *r, uint64_t len,
 			     struct rgaps_ring_slot *slot_p);
 
 /**
@@ -167,30 +167,30 @@ int rgaps_ring_receiver_land(struct rgaps_ring_receiver *r, uint64_t len,
  * order): Head moves to last->end. `last` must be a slot returned by land()
  * and not yet consumed; anything else is a caller bug (rgaps_require).
  */
-void rgaps_ring_receiver_consume(struct rgaps_ring_receiver *r, const struct rgaps_ring_slot *last);
+void rt_ring_receiver_consume(struct rgaps_ring_receiver *r, const struct rgaps_ring_slot *last);
 
 /**
  * Whether Head should be written back now: something was consumed since the
  * last report and at least the watermark's bytes. On true, *head_p is the value
  * to write; call reported() once the write is posted.
  */
-bool rgaps_ring_receiver_should_report(const struct rgaps_ring_receiver *r, uint64_t *head_p);
+bool rt_ring_receiver_should_report(const struct rgaps_ring_receiver *r, uint64_t *head_p);
 
 /** The write of `head` (a value should_report() gave) is posted. */
-void rgaps_ring_receiver_reported(struct rgaps_ring_receiver *r, uint64_t head);
+void rt_ring_receiver_reported(struct rgaps_ring_receiver *r, uint64_t head);
 
 /** Landed, unconsumed bytes: Tail - Head (padding included). */
-uint64_t rgaps_ring_receiver_used(const struct rgaps_ring_receiver *r);
+uint64_t rt_ring_receiver_used(const struct rgaps_ring_receiver *r);
 /** size - used. */
-uint64_t rgaps_ring_receiver_free(const struct rgaps_ring_receiver *r);
+uint64_t rt_ring_receiver_free(const struct rgaps_ring_receiver *r);
 
 /**
  * Invariants of one side alone (what a debug build can see on one host).
  *
  * @return 0, or -EUCLEAN with *reason_p set to a static sentence
  */
-int rgaps_ring_sender_check(const struct rgaps_ring_sender *s, const char **reason_p);
-int rgaps_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **reason_p);
+int rt_ring_sender_check(const struct rgaps_ring_sender *s, const char **reason_p);
+int rt_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **reason_p);
 
 /**
  * Invariants of a sender and its receiver together (tests, loopback): each side
@@ -200,7 +200,7 @@ int rgaps_ring_receiver_check(const struct rgaps_ring_receiver *r, const char **
  *
  * @return 0, or -EUCLEAN with *reason_p set to a static sentence
  */
-int rgaps_ring_check(const struct rgaps_ring_sender *s, const struct rgaps_ring_receiver *r,
+int rt_ring_check(const struct rgaps_ring_sender *s, const struct rgaps_ring_receiver *r,
 		     const char **reason_p);
 
 #endif

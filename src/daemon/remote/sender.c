@@ -256,7 +256,7 @@ static int chunk_reserve(struct rt_out *o, struct rt_chunk *c)
 
 	if (o->hdr_used == RT_HDR_SLOTS)
 		return -EAGAIN; /* resumes on the next record_sent */
-	r = rgaps_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len + tag, &c->slot);
+	r = rt_ring_sender_reserve(&o->ring, RGAPS_RECORD_HDR + c->len + tag, &c->slot);
 	if (r == -EAGAIN) {
 		o->ring_stalls++; /* resumes on the next head_update */
 		return r;
@@ -1195,7 +1195,7 @@ void rt_on_head_update(void *arg, struct rgaps_link *link, uint32_t ring_id, uin
 		rt_hostile(p, "Head update for ring %u, which is not ours", ring_id);
 		return;
 	}
-	if (rgaps_ring_sender_update_dhead(&o->ring, head) != 0) {
+	if (rt_ring_sender_update_dhead(&o->ring, head) != 0) {
 		rt_hostile(p, "ring %u: Head %llu goes backwards or past Tail", ring_id,
 			   (unsigned long long)head);
 		return;
@@ -1213,7 +1213,7 @@ void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 	if (!o || o->state != OUT_RING_PREPARING)
 		return; /* torn down meanwhile */
 	tr = &rt->tr[o->tr];
-	e = rgaps_ring_geom_init(m->ring_size, m->ring_size / 2 - RGAPS_RING_ALIGN,
+	e = rt_ring_geom_init(m->ring_size, m->ring_size / 2 - RGAPS_RING_ALIGN,
 				 RGAPS_RING_ALIGN, &o->geom);
 	if (!e)
 		e = tr->lp->ops.transport.sender_ring_connect(tr->ctx, p->links[o->tr].link, o->id,
@@ -1224,7 +1224,7 @@ void rt_on_topic_ready(struct rt_peer *p, const struct rt_wire_msg *m)
 		rt_out_free(o, true, false);
 		return;
 	}
-	rgaps_ring_sender_init(&o->ring, &o->geom);
+	rt_ring_sender_init(&o->ring, &o->geom);
 	o->state = OUT_RING_READY;
 	if (o->src)
 		relay_ready(o, m);

@@ -295,7 +295,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)o->loss_notices);
 				cJSON_AddNumberToObject(ro, "resent", (double)o->resent);
 				cJSON_AddNumberToObject(ro, "ring_used",
-							(double)rgaps_ring_sender_used(&o->ring));
+							(double)rt_ring_sender_used(&o->ring));
 			}
 			if (in &&
 			    (!topic_filter || strcmp(topic_filter, in->topic->cfg.name) == 0)) {
@@ -319,7 +319,7 @@ void rgapsd_remote_stats(struct rgapsd *d, cJSON *reply, const char *topic_filte
 							(double)in->direct_bytes);
 				cJSON_AddNumberToObject(
 					ro, "ring_used",
-					(double)rgaps_ring_receiver_used(&in->ring));
+					(double)rt_ring_receiver_used(&in->ring));
 			}
 		}
 	}

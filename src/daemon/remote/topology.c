@@ -157,8 +157,8 @@ void rt_relay_auto(uint32_t n, uint64_t size, uint64_t chunk, struct rt_relay_mo
 			others + off, sizeof(others) - off, "%s%s %.2f", off ? ", " : "",
 			rt_relay_mode_name(&candidates[i], name, sizeof(name)), t[i]);
 	}
-	rgaps_format_size(size, msz, sizeof(msz));
-	rgaps_format_size(chunk, csz, sizeof(csz));
+	rgaps__format_size(size, msz, sizeof(msz));
+	rgaps__format_size(chunk, csz, sizeof(csz));
 	snprintf(why, whylen,
 		 "%s for %u host%s and %s messages in %s chunks: predicted %.2f message times on "
 		 "one link (%s)",

@@ -166,7 +166,7 @@ static int load_transport(struct rgapsd_remote *rt, int i, bool *fatal)
 		rgaps_info("transport %s not usable here: %s", name, why[0] ? why : strerror(-e));
 		goto err;
 	}
-	rgaps_hostport_parse(rt->d->cfg.listen, host, sizeof(host), &port, NULL, 0);
+	rgapsd_hostport_parse(rt->d->cfg.listen, host, sizeof(host), &port, NULL, 0);
 	e = tr->lp->ops.transport.listen(tr->ctx, host, (uint16_t)(port + tr->port_offset));
 	if (e) {
 		rgaps_error("transport %s cannot listen on %s:%u: %s", name, host,

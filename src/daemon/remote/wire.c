@@ -226,7 +226,7 @@ static int decode_subs(struct dec *d, struct rt_wire_msg *m)
 		return -ENOMEM;
 	cJSON_ArrayForEach(it, arr)
 	{
-		if (!cJSON_IsString(it) || !rgaps_topic_name_valid(it->valuestring)) {
+		if (!cJSON_IsString(it) || !rgaps__topic_name_valid(it->valuestring)) {
 			free(m->subs);
 			m->subs = NULL;
 			return bad(d->why, d->whylen, "bad subs: topic %u is not a topic name",
@@ -329,7 +329,7 @@ int rt_wire_decode(const char *json, size_t len, struct rt_wire_msg *m, char *wh
 		break;
 	case RT_MSG_TOPIC_SETUP:
 		s = get_str(&d, "topic", &e);
-		if (s && !rgaps_topic_name_valid(s))
+		if (s && !rgaps__topic_name_valid(s))
 			e = bad(why, whylen, "bad topic_setup: 'topic' is not a topic name");
 		else if (s)
 			snprintf(m->topic, sizeof(m->topic), "%s", s);
