@@ -901,16 +901,11 @@ out:
 	return r;
 }
 
-int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
-		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
-		       struct rgaps__attach *a)
+/* A fresh attach of @role to @topic, its options checked; *want_p: the GPU they ask for. */
+static int attach_begin(struct rgaps__attach *a, const char *topic, enum rgaps__role role,
+			const rgaps_attach_opts_t *opts, int32_t *want_p)
 {
-	cJSON *req, *reply = NULL;
-	int fds[MAX_FDS], nfds = MAX_FDS, r;
-	int32_t want = -1;
-	const char *pci;
 	char err[256];
-	bool grant_rw = false;
 
 	memset(a, 0, sizeof(*a));
 	a->fd = -1;
@@ -926,20 +921,20 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 			    offsetof(rgaps_attach_opts_t, device) + sizeof(opts->device) ||
 		    opts->struct_size > 4096 || opts->device < -1 || opts->device > 1023)
 			return -EINVAL;
-		want = opts->device;
+		*want_p = opts->device;
 	}
-	/* No CUDA here, or no current context: rgapsd serves us as on the pools' GPU. */
-	rgaps__caller_gpus(&want, &a->gpus);
-	pci = rgaps__gpu_pci(&a->gpus, want);
-	r = rgaps__connect();
-	if (r < 0)
-		return r;
-	a->fd = r;
+	return 0;
+}
 
-	req = cJSON_CreateObject();
+/* The "attach" request: the topic, our role, the GPU we want and the GPUs we see. */
+static cJSON *attach_request_make(const struct rgaps__attach *a, const char *topic, int32_t want,
+				  const char *pci)
+{
+	cJSON *req = cJSON_CreateObject();
+
 	cJSON_AddStringToObject(req, "type", "attach");
 	cJSON_AddStringToObject(req, "topic", topic);
-	cJSON_AddStringToObject(req, "role", role == RGAPS__ROLE_PUB ? "pub" : "sub");
+	cJSON_AddStringToObject(req, "role", a->role == RGAPS__ROLE_PUB ? "pub" : "sub");
 	if (want >= 0) {
 		cJSON_AddNumberToObject(req, "device", want);
 		if (pci[0])
@@ -951,23 +946,54 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		for (uint32_t i = 0; seen && i < a->gpus.n; i++)
 			cJSON_AddItemToArray(seen, cJSON_CreateString(a->gpus.pci[i]));
 	}
+	return req;
+}
+
+/* Over the connected a->fd: ask to attach, map our memory, then say "mapped". */
+static int attach_exchange(struct rgaps__attach *a, const char *topic, int32_t want,
+			   const char *pci,
+			   int (*fence_done)(void *attach, const struct rgaps_sub_msg *m))
+{
+	cJSON *req, *reply = NULL;
+	int fds[MAX_FDS], nfds = MAX_FDS, r;
+	bool grant_rw = false;
+
+	req = attach_request_make(a, topic, want, pci);
 	r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
 	cJSON_Delete(req);
 	if (r)
-		goto err_close;
+		return r;
 	r = map_own(a, reply, fds, nfds, &grant_rw);
 	close_unused(fds, nfds);
 	cJSON_Delete(reply);
-	if (!r && role == RGAPS__ROLE_PUB)
+	if (!r && a->role == RGAPS__ROLE_PUB)
 		r = grant_own_pool(a, topic, grant_rw);
 	if (!r)
 		r = attach_mapped(a, fence_done);
-	if (r)
-		goto err_close;
-	return 0;
+	return r;
+}
 
-err_close:
-	rgaps__attach_close(a);
+int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_attach_opts_t *opts,
+		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
+		       struct rgaps__attach *a)
+{
+	int32_t want = -1;
+	const char *pci;
+	int r;
+
+	r = attach_begin(a, topic, role, opts, &want);
+	if (r)
+		return r;
+	/* No CUDA here, or no current context: rgapsd serves us as on the pools' GPU. */
+	rgaps__caller_gpus(&want, &a->gpus);
+	pci = rgaps__gpu_pci(&a->gpus, want);
+	r = rgaps__connect();
+	if (r < 0)
+		return r;
+	a->fd = r;
+	r = attach_exchange(a, topic, want, pci, fence_done);
+	if (r)
+		rgaps__attach_close(a);
 	return r;
 }
 
