@@ -691,42 +691,14 @@ static void fmt_us(char *buf, size_t len, double us)
 		snprintf(buf, len, "%.0f", us);
 }
 
-static void render_topics(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
-			  const struct top_sample *cur)
+/* One row per topic, with its rates since the previous poll; NULL when out of memory. */
+static struct topic_row *topic_rows(enum top_sort sort, const struct top_sample *prev,
+				    const struct top_sample *cur, double dt, size_t *n_p)
 {
-	static const struct col main_cols[] = {
-		{ "TOPIC", true }, { "MEM", true },   { "PUBS" },   { "SUBS" },	  { "MSG/S" },
-		{ "BYTES/S" },	   { "MSGS" },	      { "BYTES" },  { "POOL" },	  { "POOL%" },
-		{ "QUEUE" },	   { "DROPS" },	      { "GAPS" },   { "MAX_LAG" },   { "P50_US" },
-		{ "P99_US" },
-	};
-	static const struct col sub_cols[] = {
-		{ "TOPIC", true }, { "SLOT" }, { "PID" },   { "TAKEN" },
-		{ "TAKEN/S" },	   { "LAG" },  { "DROPS" }, { "HOLDS" }, { "P50_US" }, { "P99_US" },
-	};
-	static const struct col pub_cols[] = {
-		{ "TOPIC", true }, { "SLOT" }, { "PID" }, { "PUBLISHED" }, { "PUB/S" }, { "LOANS" },
-	};
-	static const struct col gpu_cols[] = {
-		{ "TOPIC", true }, { "GPU" },	   { "ROLE", true }, { "LINK", true }, { "SUBS" },
-		{ "PUBS" },	   { "COPIES" },   { "COPIES/S" },   { "BYTES" },	  { "LOST" },
-	};
-	static const struct col life_cols[] = {
-		{ "TOPIC", true }, { "LOANS" },	    { "PUBLISHED" }, { "TAKEN" },
-		{ "RELEASED" },	   { "RETIRED" },   { "CANCELLED" }, { "DROPPED" },
-		{ "UNROUTED" },	   { "IN_QUEUE" },  { "HELD" },	     { "LOANED" },
-	};
-	static const struct col flow_cols[] = {
-		{ "TOPIC", true },     { "FULL_WAITS" },  { "TIMEOUTS" },	{ "RECL_HOLDS" },
-		{ "RECL_LOANS" },      { "FRAG" },	  { "FROM_PEERS" },	{ "PEER_B/S" },
-		{ "PEER_REFUSED" },    { "BAD_REGIONS" },
-	};
 	const cJSON *topics = tool_stats_get(cur->stats, "topics"), *ptopics = NULL, *t;
-	double dt = dt_of(prev, cur);
 	struct topic_row *rows;
 	size_t n = 0, cap = (size_t)cJSON_GetArraySize(topics);
 	struct name_index pix;
-	struct table tb;
 
 	if (prev && prev->stats)
 		ptopics = tool_stats_get(prev->stats, "topics");
@@ -734,8 +706,7 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 	/* Thousands of topics: the previous poll's by name, not a scan per topic. */
 	if (!rows || !name_index_init(&pix, ptopics, "name")) {
 		free(rows);
-		f->oom = true;
-		return;
+		return NULL;
 	}
 	cJSON_ArrayForEach(t, topics)
 	{
@@ -759,188 +730,275 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 			r->gaps = topic_gaps(cur->stats, r->name);
 		r->key = sort_key(sort, r);
 	}
+	free(pix.e);
 	qsort(rows, n, sizeof(*rows), cmp_rows);
+	*n_p = n;
+	return rows;
+}
 
-	top_frame_printf(f, TOP_ATTR_HEADING, "TOPICS (%zu)  sorted by %s", n, top_sort_name(sort));
-	if (!topics)
-		top_frame_printf(f, TOP_ATTR_ALERT, "stats has no topic list");
-	table_init(&tb, main_cols, (int)(sizeof(main_cols) / sizeof(main_cols[0])));
+/* The main table's cells of one topic. */
+static void topic_cells(char (*c)[CELL], const struct topic_row *r)
+{
+	double qu = tool_stats_num(r->t, "queue.used"), qd = tool_stats_num(r->t, "queue.depth");
+	double pu = tool_stats_num(r->t, "pool.used_bytes"), ps = tool_stats_num(r->t, "pool.size");
+
+	if (isnan(pu))
+		pu = tool_stats_num(r->t, "pool_used");
+	if (isnan(ps))
+		ps = tool_stats_num(r->t, "pool_size");
+	fmt_str(c[0], CELL, r->name);
+	fmt_str(c[1], CELL, tool_stats_str(r->t, "memory"));
+	top_fmt_count(c[2], CELL, tool_stats_num(r->t, "publishers"));
+	top_fmt_count(c[3], CELL, tool_stats_num(r->t, "subscribers"));
+	top_fmt_rate(c[4], CELL, r->msg_rate);
+	top_fmt_bytes(c[5], CELL, r->byte_rate);
+	top_fmt_count(c[6], CELL, published(r->t));
+	top_fmt_bytes(c[7], CELL, published_bytes(r->t));
+	top_fmt_bytes(c[8], CELL, pu);
+	top_fmt_pct(c[9], CELL, pu, ps);
+	if (!isnan(qu) || !isnan(qd)) {
+		char a[24], b[24];
+
+		snprintf(c[10], CELL, "%s/%s", top_fmt_count(a, sizeof(a), qu),
+			 top_fmt_count(b, sizeof(b), qd));
+	}
+	top_fmt_count(c[11], CELL, r->drops);
+	top_fmt_count(c[12], CELL, r->gaps);
+	top_fmt_count(c[13], CELL, r->lag);
+	fmt_us(c[14], CELL, tool_stats_num(r->t, "latency_us.p50"));
+	fmt_us(c[15], CELL, tool_stats_num(r->t, "latency_us.p99"));
+}
+
+static void render_topic_table(struct top_frame *f, const struct topic_row *rows, size_t n)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true }, { "MEM", true }, { "PUBS" },	  { "SUBS" },
+		{ "MSG/S" },	   { "BYTES/S" },   { "MSGS" },	  { "BYTES" },
+		{ "POOL" },	   { "POOL%" },	    { "QUEUE" },  { "DROPS" },
+		{ "GAPS" },	   { "MAX_LAG" },   { "P50_US" }, { "P99_US" },
+	};
+	struct table tb;
+
+	table_init(&tb, cols, (int)(sizeof(cols) / sizeof(cols[0])));
 	for (size_t i = 0; i < n; i++) {
 		const struct topic_row *r = &rows[i];
-		double qu = tool_stats_num(r->t, "queue.used"),
-		       qd = tool_stats_num(r->t, "queue.depth");
-		double pu = tool_stats_num(r->t, "pool.used_bytes"),
-		       ps = tool_stats_num(r->t, "pool.size");
 		bool alert = (!isnan(r->drops) && r->drops > 0) || (!isnan(r->gaps) && r->gaps > 0);
 		char(*c)[CELL] = table_row(&tb, alert ? TOP_ATTR_ALERT : TOP_ATTR_NONE);
 
 		if (!c)
 			break;
-		if (isnan(pu))
-			pu = tool_stats_num(r->t, "pool_used");
-		if (isnan(ps))
-			ps = tool_stats_num(r->t, "pool_size");
-		fmt_str(c[0], CELL, r->name);
-		fmt_str(c[1], CELL, tool_stats_str(r->t, "memory"));
-		top_fmt_count(c[2], CELL, tool_stats_num(r->t, "publishers"));
-		top_fmt_count(c[3], CELL, tool_stats_num(r->t, "subscribers"));
-		top_fmt_rate(c[4], CELL, r->msg_rate);
-		top_fmt_bytes(c[5], CELL, r->byte_rate);
-		top_fmt_count(c[6], CELL, published(r->t));
-		top_fmt_bytes(c[7], CELL, published_bytes(r->t));
-		top_fmt_bytes(c[8], CELL, pu);
-		top_fmt_pct(c[9], CELL, pu, ps);
-		if (!isnan(qu) || !isnan(qd)) {
-			char a[24], b[24];
-
-			snprintf(c[10], CELL, "%s/%s", top_fmt_count(a, sizeof(a), qu),
-				 top_fmt_count(b, sizeof(b), qd));
-		}
-		top_fmt_count(c[11], CELL, r->drops);
-		top_fmt_count(c[12], CELL, r->gaps);
-		top_fmt_count(c[13], CELL, r->lag);
-		fmt_us(c[14], CELL, tool_stats_num(r->t, "latency_us.p50"));
-		fmt_us(c[15], CELL, tool_stats_num(r->t, "latency_us.p99"));
+		topic_cells(c, r);
 	}
 	table_emit(f, &tb);
+}
 
+/* A blank line, the table's heading, then an empty table of @cols. */
+static void table_start(struct top_frame *f, struct table *t, const char *heading,
+			const struct col *cols, int ncols)
+{
 	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
-	top_frame_printf(f, TOP_ATTR_HEADING, "SUBSCRIBERS (lag: messages published, not yet taken)");
-	table_init(&tb, sub_cols, (int)(sizeof(sub_cols) / sizeof(sub_cols[0])));
-	for (size_t i = 0; i < n; i++) {
-		const cJSON *s, *pslots = tool_stats_get(rows[i].p, "subscriber_slots");
+	top_frame_printf(f, TOP_ATTR_HEADING, "%s", heading);
+	table_init(t, cols, ncols);
+}
 
-		cJSON_ArrayForEach(s, tool_stats_get(rows[i].t, "subscriber_slots"))
+/* Fills the cells of one item @s of topic @name; @before: the previous poll's items. */
+typedef void item_cells_fn(char (*c)[CELL], const char *name, const cJSON *s, const cJSON *before,
+			   double dt);
+
+/*
+ * One row per item of each topic's array @key (its subscribers, publishers, GPUs),
+ * in alert where the item's number @alert_key is above zero.
+ */
+static void table_items(struct table *tb, const struct topic_row *rows, size_t n, const char *key,
+			const char *alert_key, item_cells_fn *fill, double dt)
+{
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *s, *before = tool_stats_get(rows[i].p, key);
+
+		cJSON_ArrayForEach(s, tool_stats_get(rows[i].t, key))
 		{
-			double drops = tool_stats_num(s, "drops");
-			char(*c)[CELL] = table_row(&tb, !isnan(drops) && drops > 0 ? TOP_ATTR_ALERT :
-										    TOP_ATTR_NONE);
+			double bad = alert_key ? tool_stats_num(s, alert_key) : NAN;
+			char(*c)[CELL] = table_row(tb, !isnan(bad) && bad > 0 ? TOP_ATTR_ALERT
+									      : TOP_ATTR_NONE);
 
 			if (!c)
 				break;
-			fmt_str(c[0], CELL, rows[i].name);
-			top_fmt_count(c[1], CELL, tool_stats_num(s, "slot"));
-			top_fmt_count(c[2], CELL, tool_stats_num(s, "pid"));
-			top_fmt_count(c[3], CELL, tool_stats_num(s, "taken"));
-			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "taken", dt));
-			top_fmt_count(c[5], CELL, tool_stats_num(s, "lag"));
-			top_fmt_count(c[6], CELL, drops);
-			top_fmt_count(c[7], CELL, tool_stats_num(s, "holds"));
-			fmt_us(c[8], CELL, tool_stats_num(s, "latency_us.p50"));
-			fmt_us(c[9], CELL, tool_stats_num(s, "latency_us.p99"));
+			fill(c, rows[i].name, s, before, dt);
 		}
 	}
+}
+
+/* A member's first cells: its topic, slot, pid, its @counter and that counter's rate. */
+static void slot_cells(char (*c)[CELL], const char *name, const cJSON *s, const cJSON *pslots,
+		       const char *counter, double dt)
+{
+	fmt_str(c[0], CELL, name);
+	top_fmt_count(c[1], CELL, tool_stats_num(s, "slot"));
+	top_fmt_count(c[2], CELL, tool_stats_num(s, "pid"));
+	top_fmt_count(c[3], CELL, tool_stats_num(s, counter));
+	top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), counter, dt));
+}
+
+static void sub_cells(char (*c)[CELL], const char *name, const cJSON *s, const cJSON *pslots,
+		      double dt)
+{
+	slot_cells(c, name, s, pslots, "taken", dt);
+	top_fmt_count(c[5], CELL, tool_stats_num(s, "lag"));
+	top_fmt_count(c[6], CELL, tool_stats_num(s, "drops"));
+	top_fmt_count(c[7], CELL, tool_stats_num(s, "holds"));
+	fmt_us(c[8], CELL, tool_stats_num(s, "latency_us.p50"));
+	fmt_us(c[9], CELL, tool_stats_num(s, "latency_us.p99"));
+}
+
+static void render_subscribers(struct top_frame *f, const struct topic_row *rows, size_t n,
+			       double dt)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true }, { "SLOT" },	{ "PID" },   { "TAKEN" },  { "TAKEN/S" },
+		{ "LAG" },	   { "DROPS" }, { "HOLDS" }, { "P50_US" }, { "P99_US" },
+	};
+	struct table tb;
+
+	table_start(f, &tb, "SUBSCRIBERS (lag: messages published, not yet taken)", cols,
+		    (int)(sizeof(cols) / sizeof(cols[0])));
+	table_items(&tb, rows, n, "subscriber_slots", "drops", sub_cells, dt);
 	table_emit(f, &tb);
+}
 
-	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
-	top_frame_printf(f, TOP_ATTR_HEADING, "PUBLISHERS");
-	table_init(&tb, pub_cols, (int)(sizeof(pub_cols) / sizeof(pub_cols[0])));
-	for (size_t i = 0; i < n; i++) {
-		const cJSON *s, *pslots = tool_stats_get(rows[i].p, "publisher_slots");
+static void pub_cells(char (*c)[CELL], const char *name, const cJSON *s, const cJSON *pslots,
+		      double dt)
+{
+	slot_cells(c, name, s, pslots, "published", dt);
+	top_fmt_count(c[5], CELL, tool_stats_num(s, "loans"));
+}
 
-		cJSON_ArrayForEach(s, tool_stats_get(rows[i].t, "publisher_slots"))
-		{
-			char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
+static void render_publishers(struct top_frame *f, const struct topic_row *rows, size_t n,
+			      double dt)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true }, { "SLOT" }, { "PID" }, { "PUBLISHED" }, { "PUB/S" }, { "LOANS" },
+	};
+	struct table tb;
 
-			if (!c)
-				break;
-			fmt_str(c[0], CELL, rows[i].name);
-			top_fmt_count(c[1], CELL, tool_stats_num(s, "slot"));
-			top_fmt_count(c[2], CELL, tool_stats_num(s, "pid"));
-			top_fmt_count(c[3], CELL, tool_stats_num(s, "published"));
-			top_fmt_rate(c[4], CELL, rate_of(s, find_slot(pslots, s), "published", dt));
-			top_fmt_count(c[5], CELL, tool_stats_num(s, "loans"));
-		}
-	}
+	table_start(f, &tb, "PUBLISHERS", cols, (int)(sizeof(cols) / sizeof(cols[0])));
+	table_items(&tb, rows, n, "publisher_slots", NULL, pub_cells, dt);
 	table_emit(f, &tb);
+}
 
-	/* Several GPUs (issue 8): how each topic serves each GPU, and the copies to it. */
+/* How topic @name serves one GPU @g; @pg: the topic's GPUs at the previous poll. */
+static void gpu_cells(char (*c)[CELL], const char *name, const cJSON *g, const cJSON *pg, double dt)
+{
+	const cJSON *before = NULL, *e;
+
+	cJSON_ArrayForEach(e, pg)
 	{
-		bool any = false;
-
-		for (size_t i = 0; i < n && !any; i++)
-			any = cJSON_GetArraySize(tool_stats_get(rows[i].t, "gpus")) > 0;
-		if (any) {
-			top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
-			top_frame_printf(f, TOP_ATTR_HEADING,
-					 "GPUS (pool: the topic's device; peer: reads it in place; "
-					 "replica: rgapsd copies once per message)");
-			table_init(&tb, gpu_cols, (int)(sizeof(gpu_cols) / sizeof(gpu_cols[0])));
-			for (size_t i = 0; i < n; i++) {
-				const cJSON *g, *pg = tool_stats_get(rows[i].p, "gpus");
-
-				cJSON_ArrayForEach(g, tool_stats_get(rows[i].t, "gpus"))
-				{
-					double lost = tool_stats_num(g, "lost");
-					const cJSON *before = NULL, *e;
-					char(*c)[CELL] = table_row(&tb, !isnan(lost) && lost > 0 ?
-										 TOP_ATTR_ALERT :
-										 TOP_ATTR_NONE);
-
-					if (!c)
-						break;
-					cJSON_ArrayForEach(e, pg) if (tool_stats_num(e, "device") ==
-								      tool_stats_num(g, "device"))
-						before = e;
-					fmt_str(c[0], CELL, rows[i].name);
-					top_fmt_count(c[1], CELL, tool_stats_num(g, "device"));
-					fmt_str(c[2], CELL, tool_stats_str(g, "role"));
-					fmt_str(c[3], CELL, tool_stats_str(g, "link"));
-					top_fmt_count(c[4], CELL, tool_stats_num(g, "sub_count"));
-					top_fmt_count(c[5], CELL, tool_stats_num(g, "pub_count"));
-					top_fmt_count(c[6], CELL, tool_stats_num(g, "copies"));
-					top_fmt_rate(c[7], CELL, rate_of(g, before, "copies", dt));
-					top_fmt_bytes(c[8], CELL, tool_stats_num(g, "bytes"));
-					top_fmt_count(c[9], CELL, lost);
-				}
-			}
-			table_emit(f, &tb);
-		}
+		if (tool_stats_num(e, "device") == tool_stats_num(g, "device"))
+			before = e;
 	}
+	fmt_str(c[0], CELL, name);
+	top_fmt_count(c[1], CELL, tool_stats_num(g, "device"));
+	fmt_str(c[2], CELL, tool_stats_str(g, "role"));
+	fmt_str(c[3], CELL, tool_stats_str(g, "link"));
+	top_fmt_count(c[4], CELL, tool_stats_num(g, "sub_count"));
+	top_fmt_count(c[5], CELL, tool_stats_num(g, "pub_count"));
+	top_fmt_count(c[6], CELL, tool_stats_num(g, "copies"));
+	top_fmt_rate(c[7], CELL, rate_of(g, before, "copies", dt));
+	top_fmt_bytes(c[8], CELL, tool_stats_num(g, "bytes"));
+	top_fmt_count(c[9], CELL, tool_stats_num(g, "lost"));
+}
 
-	/*
-	 * Where the topic's local messages are. stats has counters per step, not a
-	 * transition matrix per topic: in the queue, held by subscribers and loaned
-	 * to publishers are what the daemon reports now.
-	 */
-	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
-	top_frame_printf(f, TOP_ATTR_HEADING,
-			 "LIFECYCLE (loaned -> published -> taken -> released -> retired; now: "
-			 "in queue, held, loaned)");
-	table_init(&tb, life_cols, (int)(sizeof(life_cols) / sizeof(life_cols[0])));
+/* Several GPUs: how each topic serves each GPU, and the copies to it. */
+static void render_gpus(struct top_frame *f, const struct topic_row *rows, size_t n, double dt)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true }, { "GPU" },	 { "ROLE", true }, { "LINK", true }, { "SUBS" },
+		{ "PUBS" },	   { "COPIES" }, { "COPIES/S" },   { "BYTES" },	     { "LOST" },
+	};
+	struct table tb;
+	bool any = false;
+
+	for (size_t i = 0; i < n && !any; i++)
+		any = cJSON_GetArraySize(tool_stats_get(rows[i].t, "gpus")) > 0;
+	if (!any)
+		return;
+	table_start(f, &tb,
+		    "GPUS (pool: the topic's device; peer: reads it in place; "
+		    "replica: rgapsd copies once per message)",
+		    cols, (int)(sizeof(cols) / sizeof(cols[0])));
+	table_items(&tb, rows, n, "gpus", "lost", gpu_cells, dt);
+	table_emit(f, &tb);
+}
+
+/*
+ * Where the topic's local messages are. stats has counters per step, not a
+ * transition matrix per topic: in the queue, held by subscribers and loaned
+ * to publishers are what the daemon reports now.
+ */
+static void lifecycle_cells(char (*c)[CELL], const struct topic_row *r)
+{
+	const cJSON *t1 = r->t, *s;
+	double held = NAN, loaned = NAN;
+
+	if (tool_stats_get(t1, "subscriber_slots"))
+		held = 0;
+	cJSON_ArrayForEach(s, tool_stats_get(t1, "subscriber_slots"))
+	{
+		held = add(held, tool_stats_num(s, "holds"));
+	}
+	if (tool_stats_get(t1, "publisher_slots"))
+		loaned = 0;
+	cJSON_ArrayForEach(s, tool_stats_get(t1, "publisher_slots"))
+	{
+		loaned = add(loaned, tool_stats_num(s, "loans"));
+	}
+	fmt_str(c[0], CELL, r->name);
+	top_fmt_count(c[1], CELL, tool_stats_num(t1, "counters.loans"));
+	top_fmt_count(c[2], CELL, published(t1));
+	top_fmt_count(c[3], CELL, tool_stats_num(t1, "counters.taken"));
+	top_fmt_count(c[4], CELL, tool_stats_num(t1, "counters.released"));
+	top_fmt_count(c[5], CELL, tool_stats_num(t1, "counters.retired"));
+	top_fmt_count(c[6], CELL, tool_stats_num(t1, "counters.cancelled"));
+	top_fmt_count(c[7], CELL, tool_stats_num(t1, "counters.dropped"));
+	top_fmt_count(c[8], CELL, tool_stats_num(t1, "counters.unrouted"));
+	top_fmt_count(c[9], CELL, tool_stats_num(t1, "queue.used"));
+	top_fmt_count(c[10], CELL, held);
+	top_fmt_count(c[11], CELL, loaned);
+}
+
+static void render_lifecycle(struct top_frame *f, const struct topic_row *rows, size_t n)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true }, { "LOANS" },	   { "PUBLISHED" }, { "TAKEN" },
+		{ "RELEASED" },	   { "RETIRED" },  { "CANCELLED" }, { "DROPPED" },
+		{ "UNROUTED" },	   { "IN_QUEUE" }, { "HELD" },	    { "LOANED" },
+	};
+	struct table tb;
+
+	table_start(f, &tb,
+		    "LIFECYCLE (loaned -> published -> taken -> released -> retired; now: "
+		    "in queue, held, loaned)",
+		    cols, (int)(sizeof(cols) / sizeof(cols[0])));
 	for (size_t i = 0; i < n; i++) {
-		const cJSON *t1 = rows[i].t, *s;
-		double held = NAN, loaned = NAN;
 		char(*c)[CELL] = table_row(&tb, TOP_ATTR_NONE);
 
 		if (!c)
 			break;
-		if (tool_stats_get(t1, "subscriber_slots"))
-			held = 0;
-		cJSON_ArrayForEach(s, tool_stats_get(t1, "subscriber_slots"))
-		held = add(held, tool_stats_num(s, "holds"));
-		if (tool_stats_get(t1, "publisher_slots"))
-			loaned = 0;
-		cJSON_ArrayForEach(s, tool_stats_get(t1, "publisher_slots"))
-		loaned = add(loaned, tool_stats_num(s, "loans"));
-		fmt_str(c[0], CELL, rows[i].name);
-		top_fmt_count(c[1], CELL, tool_stats_num(t1, "counters.loans"));
-		top_fmt_count(c[2], CELL, published(t1));
-		top_fmt_count(c[3], CELL, tool_stats_num(t1, "counters.taken"));
-		top_fmt_count(c[4], CELL, tool_stats_num(t1, "counters.released"));
-		top_fmt_count(c[5], CELL, tool_stats_num(t1, "counters.retired"));
-		top_fmt_count(c[6], CELL, tool_stats_num(t1, "counters.cancelled"));
-		top_fmt_count(c[7], CELL, tool_stats_num(t1, "counters.dropped"));
-		top_fmt_count(c[8], CELL, tool_stats_num(t1, "counters.unrouted"));
-		top_fmt_count(c[9], CELL, tool_stats_num(t1, "queue.used"));
-		top_fmt_count(c[10], CELL, held);
-		top_fmt_count(c[11], CELL, loaned);
+		lifecycle_cells(c, &rows[i]);
 	}
 	table_emit(f, &tb);
+}
 
-	top_frame_printf(f, TOP_ATTR_NONE, "%s", "");
-	top_frame_printf(f, TOP_ATTR_HEADING, "FLOW CONTROL AND RECOVERY");
-	table_init(&tb, flow_cols, (int)(sizeof(flow_cols) / sizeof(flow_cols[0])));
+static void render_flow(struct top_frame *f, const struct topic_row *rows, size_t n, double dt)
+{
+	static const struct col cols[] = {
+		{ "TOPIC", true },  { "FULL_WAITS" },  { "TIMEOUTS" },	 { "RECL_HOLDS" },
+		{ "RECL_LOANS" },   { "FRAG" },	       { "FROM_PEERS" }, { "PEER_B/S" },
+		{ "PEER_REFUSED" }, { "BAD_REGIONS" },
+	};
+	struct table tb;
+
+	table_start(f, &tb, "FLOW CONTROL AND RECOVERY", cols,
+		    (int)(sizeof(cols) / sizeof(cols[0])));
 	for (size_t i = 0; i < n; i++) {
 		const cJSON *t1 = rows[i].t;
 		double frag = tool_stats_num(t1, "pool.fragmentation");
@@ -961,7 +1019,29 @@ static void render_topics(struct top_frame *f, enum top_sort sort, const struct 
 		top_fmt_count(c[9], CELL, tool_stats_num(t1, "counters.bad_regions"));
 	}
 	table_emit(f, &tb);
-	free(pix.e);
+}
+
+static void render_topics(struct top_frame *f, enum top_sort sort, const struct top_sample *prev,
+			  const struct top_sample *cur)
+{
+	double dt = dt_of(prev, cur);
+	struct topic_row *rows;
+	size_t n = 0;
+
+	rows = topic_rows(sort, prev, cur, dt, &n);
+	if (!rows) {
+		f->oom = true;
+		return;
+	}
+	top_frame_printf(f, TOP_ATTR_HEADING, "TOPICS (%zu)  sorted by %s", n, top_sort_name(sort));
+	if (!tool_stats_get(cur->stats, "topics"))
+		top_frame_printf(f, TOP_ATTR_ALERT, "stats has no topic list");
+	render_topic_table(f, rows, n);
+	render_subscribers(f, rows, n, dt);
+	render_publishers(f, rows, n, dt);
+	render_gpus(f, rows, n, dt);
+	render_lifecycle(f, rows, n);
+	render_flow(f, rows, n, dt);
 	free(rows);
 }
 
