@@ -8,7 +8,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -16,7 +15,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,10 +24,9 @@
 #include "../common/futex.h"
 #include "../common/log.h"
 #include "../common/shm.h"
+#include "members.h"
+#include "reply.h"
 #include "rgaps_build_config.h"
-
-#define REQUEST_TIMEOUT_MS 10000
-#define MAX_FDS 32 /* an attach or sync reply (rgapsd sends at most this many) */
 
 const char *rgaps__socket_path(void)
 {
@@ -277,322 +274,6 @@ int rgaps__connect(void)
 	return fd;
 }
 
-/* A whole number in [0, max] from the reply, else -EPROTO. */
-/* An optional PCI address rgapsd names a GPU by: "" when absent; -EPROTO when malformed. */
-static int pci_of(const cJSON *o, const char *key, char pci[16])
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	pci[0] = 0;
-	if (!v)
-		return 0;
-	if (!cJSON_IsString(v) || strlen(v->valuestring) >= 16)
-		return -EPROTO;
-	strcpy(pci, v->valuestring);
-	return 0;
-}
-
-static int num_of(const cJSON *o, const char *key, uint64_t max, uint64_t *v_p)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-
-	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)max ||
-	    v->valuedouble != (double)(uint64_t)v->valuedouble)
-		return -EPROTO;
-	*v_p = (uint64_t)v->valuedouble;
-	return 0;
-}
-
-/* An fd index from the reply: must name a received fd not yet used. */
-static int take_fd(const cJSON *o, const char *key, int *fds, int nfds, int *fd_p)
-{
-	uint64_t i;
-
-	if (num_of(o, key, (uint64_t)nfds - 1, &i) || nfds == 0 || fds[i] < 0)
-		return -EPROTO;
-	*fd_p = fds[i];
-	fds[i] = -1;
-	return 0;
-}
-
-/*
- * Map an object rgapsd made: our own read-write (open to writable mappings until
- * we say "mapped"), anyone else's read-only, which must be sealed for good.
- */
-static int map_fd(int fd, size_t size, bool writable, void **map_p)
-{
-	void *p;
-	int r;
-
-	/* Never an object someone could shrink (a touch beyond its end is SIGBUS) or punch. */
-	r = rgaps__shm_check(fd, size, !writable);
-	if (r) {
-		rgaps_warn("rgapsd passed a %zu-byte segment that is %s: refused", size,
-			   r == -EPERM ? "not sealed" : "not a shared-memory object of that size");
-		return -EPROTO;
-	}
-	p = mmap(NULL, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	*map_p = p;
-	return 0;
-}
-
-static void peer_unmap(struct rgaps__attach *a, struct rgaps__peer_map *m)
-{
-	if (m->has_pool)
-		a->mem->ops.memory.pool_release(a->mem->ctx, &m->pool);
-	if (m->map)
-		munmap(m->map, m->size);
-	memset(m, 0, sizeof(*m));
-}
-
-/* Map a member rgapsd told of: a subscriber's region, or a publisher's stream and pool. */
-static int peer_map(struct rgaps__attach *a, const cJSON *o, int *fds, int nfds,
-		    struct rgaps__peer_map *m)
-{
-	bool stream = a->role == RGAPS__ROLE_SUB;
-	uint64_t flags = 0, pdev = (uint64_t)a->device;
-	char pci[16];
-	int fd, pfd = -1, r;
-
-	memset(m, 0, sizeof(*m));
-	m->size = stream ? a->lim.pub_region_size : a->lim.sub_region_size;
-	if (num_of(o, "gen", UINT64_MAX, &m->gen) || !m->gen || take_fd(o, "fd", fds, nfds, &fd))
-		return -EPROTO;
-	if (stream &&
-	    (take_fd(o, "pool_fd", fds, nfds, &pfd) || num_of(o, "mem_flags", 0xffff, &flags) ||
-	     /* pool_device is optional: without it, the topic's device */
-	     (cJSON_GetObjectItemCaseSensitive(o, "pool_device") &&
-	      num_of(o, "pool_device", 1023, &pdev)) ||
-	     pci_of(o, "pool_pci", pci))) {
-		close(fd);
-		if (pfd >= 0)
-			close(pfd);
-		return -EPROTO;
-	}
-	/* rgapsd numbers GPUs as it sees them: its PCI address names ours. */
-	m->pool_device = stream ? rgaps__gpu_local(&a->gpus, pci, (int32_t)pdev) : (int32_t)pdev;
-	if (m->pool_device < 0) {
-		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-
-		rgaps_warn(
-			"topic '%.64s': a stream's pool is on the GPU at PCI %s, which this process "
-			"does not see (CUDA_VISIBLE_DEVICES=%s)",
-			((const struct rgaps_topic_hdr *)a->hdr)->name, pci, vis ? vis : "(unset)");
-		close(fd);
-		close(pfd);
-		return -ENODEV;
-	}
-	/* Only its size is checked here: what it holds is its owner's to write, so every
-	 * value is checked where it is used (topic.h), not trusted once at mapping. */
-	r = map_fd(fd, m->size, false, &m->map);
-	close(fd);
-	if (r)
-		goto err;
-	if (stream) {
-		r = a->mem->ops.memory.pool_import(a->mem->ctx, pfd, a->lim.pool_size,
-						   m->pool_device,
-						   (uint32_t)flags | RGAPS_MEM_IMPORT_READONLY,
-						   &m->pool);
-		pfd = -1; /* consumed */
-		if (r)
-			goto err;
-		m->has_pool = true;
-		/*
-		 * Peer access: a pool on another GPU than ours is read in place, once that
-		 * GPU is let in (cuMemSetAccess); without it, the first read would fault.
-		 */
-		if (a->my_device >= 0 && m->pool_device != a->my_device) {
-			r = a->mem->ops.memory.pool_grant(a->mem->ctx, &m->pool, a->my_device,
-							  RGAPS_MEM_GRANT_READ);
-			if (r) {
-				rgaps_warn("topic '%.64s': GPU %d cannot be given read access to the "
-					   "pool on GPU %d: %s",
-					   ((const struct rgaps_topic_hdr *)a->hdr)->name,
-					   (int)a->my_device, (int)m->pool_device, strerror(-r));
-				r = -ENODEV;
-				goto err;
-			}
-		}
-	}
-	return 0;
-err:
-	if (pfd >= 0)
-		close(pfd);
-	if (m->map)
-		munmap(m->map, m->size);
-	memset(m, 0, sizeof(*m));
-	return r;
-}
-
-static int retire_peer(struct rgaps__attach *a, struct rgaps__peer_map *m)
-{
-	if (a->nretired == a->retired_cap) {
-		uint32_t cap = a->retired_cap ? 2 * a->retired_cap : 4;
-		struct rgaps__peer_map *n = realloc(a->retired, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		a->retired = n;
-		a->retired_cap = cap;
-	}
-	a->retired[a->nretired++] = *m;
-	memset(m, 0, sizeof(*m));
-	return 0;
-}
-
-void rgaps__sweep_retired(struct rgaps__attach *a)
-{
-	uint32_t keep = 0;
-
-	for (uint32_t i = 0; i < a->nretired; i++) {
-		if (rgaps__sub_stream_held(a->sub, a->retired[i].gen))
-			a->retired[keep++] = a->retired[i];
-		else
-			peer_unmap(a, &a->retired[i]);
-	}
-	a->nretired = keep;
-}
-
-/* Forget member slot (it left, or its slot has a new member). */
-static void peer_forget(struct rgaps__attach *a, uint32_t slot)
-{
-	struct rgaps__peer_map *m = &a->peers[slot];
-
-	if (!m->gen)
-		return;
-	if (a->role == RGAPS__ROLE_PUB) {
-		rgaps__pub_clear_sub(a->pub, slot);
-		peer_unmap(a, m);
-		return;
-	}
-	/* Its fences stay open until the slot has a new stream (a take may be waiting on one). */
-	if (rgaps__sub_clear_stream(a->sub, slot) || retire_peer(a, m)) {
-		/* Nothing held in it (or no memory to wait: then it is unmapped now and the
-		 * holds into it are the caller's to stop using, as after a detach). */
-		peer_unmap(a, m);
-	}
-}
-
-static const cJSON *array_of(const cJSON *reply, const char *key)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(reply, key);
-
-	return cJSON_IsArray(v) ? v : NULL;
-}
-
-/* Close the fds of a reply that were not taken (-1). */
-static void close_unused(int *fds, int nfds)
-{
-	for (int i = 0; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-}
-
-/*
- * Apply the "remove", "members" and "limits" of an attach or sync reply
- * (docs/PROTOCOL.md). Returns 1 if rgapsd has more to tell ("more"), 0, or
- * -errno. Unused fds are closed.
- */
-static int apply_members(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds)
-{
-	const cJSON *rem = array_of(reply, "remove"), *add = array_of(reply, "members");
-	const cJSON *lims = array_of(reply, "limits"), *o;
-	int r = 0;
-
-	pthread_mutex_lock(&a->lock);
-	cJSON_ArrayForEach(o, rem) {
-		uint64_t slot, gen;
-
-		if (num_of(o, "slot", a->npeers - 1, &slot) || num_of(o, "gen", UINT64_MAX, &gen)) {
-			r = -EPROTO;
-			goto out;
-		}
-		if (a->peers[slot].gen == gen)
-			peer_forget(a, (uint32_t)slot);
-	}
-	cJSON_ArrayForEach(o, add) {
-		struct rgaps__peer_map m;
-		uint64_t slot, limit = UINT64_MAX;
-
-		if (num_of(o, "slot", a->npeers - 1, &slot) ||
-		    (cJSON_GetObjectItemCaseSensitive(o, "limit") &&
-		     num_of(o, "limit", UINT64_MAX, &limit))) {
-			r = -EPROTO;
-			goto out;
-		}
-		peer_forget(a, (uint32_t)slot);
-		r = peer_map(a, o, fds, nfds, &m);
-		if (r == -EPROTO || r == -ENODEV)
-			goto out; /* rgapsd's reply itself is wrong, or our GPU cannot read a pool */
-		if (r) {
-			/* This member only (say, out of memory): go on without it. */
-			rgaps_warn("topic '%.64s': cannot map member %llu: %s", ((struct
-				   rgaps_topic_hdr *)a->hdr)->name, (unsigned long long)slot,
-				   strerror(-r));
-			r = 0;
-			continue;
-		}
-		r = a->role == RGAPS__ROLE_PUB ?
-			    rgaps__pub_set_sub(a->pub, (uint32_t)slot, m.gen, m.map) :
-			    rgaps__sub_set_stream(a->sub, (uint32_t)slot, m.gen, m.map, m.pool.base,
-						 limit);
-		if (r) {
-			peer_unmap(a, &m);
-			goto out;
-		}
-		a->peers[slot] = m;
-	}
-	cJSON_ArrayForEach(o, lims) {
-		uint64_t slot, gen, limit;
-		struct rgaps__peer_map *m;
-
-		if (num_of(o, "slot", a->npeers - 1, &slot) || num_of(o, "gen", UINT64_MAX, &gen) ||
-		    num_of(o, "limit", UINT64_MAX, &limit)) {
-			r = -EPROTO;
-			goto out;
-		}
-		m = &a->peers[slot];
-		if (a->role == RGAPS__ROLE_SUB && m->gen == gen)
-			rgaps__sub_set_stream(a->sub, (uint32_t)slot, gen, m->map, m->pool.base,
-					      limit);
-	}
-	if (a->role == RGAPS__ROLE_SUB)
-		rgaps__sweep_retired(a);
-	r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "more")) ? 1 : 0;
-out:
-	__atomic_fetch_add(&a->view_gen, 1, __ATOMIC_SEQ_CST);
-	pthread_mutex_unlock(&a->lock);
-	syscall(SYS_futex, &a->view_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-	close_unused(fds, nfds);
-	return r;
-}
-
-int rgaps__sync(void *arg)
-{
-	struct rgaps__attach *a = arg;
-
-	/* Bounded: each round maps at least one member, and there are at most 1024 of them. */
-	for (int round = 0; round < 1100; round++) {
-		cJSON *req = cJSON_CreateObject(), *reply = NULL;
-		int fds[MAX_FDS], nfds = MAX_FDS, r;
-
-		if (!req)
-			return -ENOMEM;
-		cJSON_AddStringToObject(req, "type", "sync");
-		r = rgaps__request(a->fd, req, REQUEST_TIMEOUT_MS, &reply, fds, &nfds);
-		cJSON_Delete(req);
-		if (r)
-			return r == -EPROTO ? r : -ENOTCONN;
-		r = apply_members(a, reply, fds, nfds);
-		cJSON_Delete(reply);
-		if (r <= 0)
-			return r;
-	}
-	return -EPROTO;
-}
-
 /* ---------------------------------------------------------------- a publisher's fences */
 
 /* topic.h's fence callbacks: the publisher frees a block only once its fence completed. */
@@ -713,17 +394,6 @@ void *rgaps__fence_of(struct rgaps__attach *a, uint32_t k)
 	return k < a->fences.made ? a->fences.f[k] : NULL;
 }
 
-const struct rgaps_pub_region *rgaps__stream_region(struct rgaps__attach *a, uint32_t slot,
-						    uint64_t gen)
-{
-	if (slot < a->npeers && a->peers[slot].gen == gen)
-		return a->peers[slot].map;
-	for (uint32_t i = 0; i < a->nretired; i++)
-		if (a->retired[i].gen == gen)
-			return a->retired[i].map;
-	return NULL;
-}
-
 /* ---------------------------------------------------------------- attach */
 
 static int gpu_path_of(const char *s)
@@ -750,16 +420,17 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	char err[512], pools_pci[16], mine_pci[16];
 	int fd, r;
 
-	if (num_of(reply, "hdr_size", 1u << 20, &hdr_size) ||
-	    num_of(reply, "device", 1023, &device) ||
-	    (a->role == RGAPS__ROLE_PUB && num_of(reply, "mem_flags", 0xffff, &flags)) ||
+	if (rgaps__reply_num(reply, "hdr_size", 1u << 20, &hdr_size) ||
+	    rgaps__reply_num(reply, "device", 1023, &device) ||
+	    (a->role == RGAPS__ROLE_PUB && rgaps__reply_num(reply, "mem_flags", 0xffff, &flags)) ||
 	    !cJSON_IsString(mem) || nfds < (a->role == RGAPS__ROLE_PUB ? 3 : 2))
 		return -EPROTO;
 	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
 	v = cJSON_GetObjectItemCaseSensitive(reply, "my_device");
 	if ((v && (!cJSON_IsNumber(v) ||
-		   (v->valuedouble != -1 && num_of(reply, "my_device", 1023, &mine)))) ||
-	    pci_of(reply, "device_pci", pools_pci) || pci_of(reply, "my_device_pci", mine_pci))
+		   (v->valuedouble != -1 && rgaps__reply_num(reply, "my_device", 1023, &mine)))) ||
+	    rgaps__reply_pci(reply, "device_pci", pools_pci) ||
+	    rgaps__reply_pci(reply, "my_device_pci", mine_pci))
 		return -EPROTO;
 	/* rgapsd's ordinals, as ours: by PCI address where it names one. */
 	a->device = rgaps__gpu_local(&a->gpus, pools_pci, (int32_t)device);
@@ -771,7 +442,7 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
 
 	a->hdr_size = (size_t)hdr_size;
-	r = map_fd(fds[0], a->hdr_size, false, &a->hdr);
+	r = rgaps__reply_map(fds[0], a->hdr_size, false, &a->hdr);
 	close(fds[0]);
 	fds[0] = -1;
 	if (!r)
@@ -781,7 +452,7 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	/* Our region is formatted once we say "mapped": checked then. */
 	a->region_size =
 		a->role == RGAPS__ROLE_PUB ? a->lim.pub_region_size : a->lim.sub_region_size;
-	r = map_fd(fds[1], a->region_size, true, &a->region);
+	r = rgaps__reply_map(fds[1], a->region_size, true, &a->region);
 	close(fds[1]);
 	fds[1] = -1;
 	if (r)
@@ -863,7 +534,8 @@ static int attach_mapped(struct rgaps__attach *a,
 	cJSON_Delete(req);
 	if (r)
 		return r;
-	if (num_of(reply, "slot", 1023, &slot) || num_of(reply, "gen", UINT64_MAX, &gen)) {
+	if (rgaps__reply_num(reply, "slot", 1023, &slot) ||
+	    rgaps__reply_num(reply, "gen", UINT64_MAX, &gen)) {
 		r = -EPROTO;
 		goto out;
 	}
@@ -891,12 +563,12 @@ static int attach_mapped(struct rgaps__attach *a,
 	if (r)
 		goto out;
 	/* The members there are, then whatever did not fit into this reply. */
-	r = apply_members(a, reply, fds, nfds);
+	r = rgaps__members_apply(a, reply, fds, nfds);
 	nfds = 0;
 	if (r > 0)
 		r = rgaps__sync(a);
 out:
-	close_unused(fds, nfds);
+	rgaps__reply_fds_close(fds, nfds);
 	cJSON_Delete(reply);
 	return r;
 }
@@ -964,7 +636,7 @@ static int attach_exchange(struct rgaps__attach *a, const char *topic, int32_t w
 	if (r)
 		return r;
 	r = map_own(a, reply, fds, nfds, &grant_rw);
-	close_unused(fds, nfds);
+	rgaps__reply_fds_close(fds, nfds);
 	cJSON_Delete(reply);
 	if (!r && a->role == RGAPS__ROLE_PUB)
 		r = grant_own_pool(a, topic, grant_rw);
@@ -1005,9 +677,9 @@ void rgaps__attach_close(struct rgaps__attach *a)
 	a->fcache = NULL;
 	for (uint32_t i = 0; a->peers && i < a->npeers; i++)
 		if (a->peers[i].gen)
-			peer_unmap(a, &a->peers[i]);
+			rgaps__peer_unmap(a, &a->peers[i]);
 	for (uint32_t i = 0; i < a->nretired; i++)
-		peer_unmap(a, &a->retired[i]);
+		rgaps__peer_unmap(a, &a->retired[i]);
 	free(a->retired);
 	free(a->peers);
 	a->retired = NULL;

@@ -89,6 +89,9 @@ struct rgaps__attach {
 	uint32_t interrupted; /* rgaps_publisher_interrupt() (atomic: another thread sets it) */
 };
 
+#define REQUEST_TIMEOUT_MS 10000
+#define MAX_FDS 32 /* an attach or sync reply (rgapsd sends at most this many) */
+
 /* Socket path: $RGAPS_SOCKET, else the default. */
 const char *rgaps__socket_path(void);
 /* Connect and say hello. Returns fd or -errno. */
@@ -108,12 +111,8 @@ int rgaps__attach_open(const char *topic, enum rgaps__role role, const rgaps_att
 		       int (*fence_done)(void *attach, const struct rgaps_sub_msg *m),
 		       struct rgaps__attach *a);
 void rgaps__attach_close(struct rgaps__attach *a);
-/* The sync callback of topic.h: fetch and map what changed among the members. */
-int rgaps__sync(void *attach);
 /* Liveness check of the daemon for long waits. */
 bool rgaps__alive(void *attach);
-/* Unmap retired streams nobody holds any more (subscriber, after a release). */
-void rgaps__sweep_retired(struct rgaps__attach *a);
 int rgaps__attach_info(struct rgaps__attach *a, rgaps_topic_info_t *info);
 /*
  * The GPUs this process sees (*v; v->n 0 when not known) and, if *device_p is
@@ -137,8 +136,5 @@ const char *rgaps__gpu_pci(const struct rgaps__gpu_view *v, int32_t ordinal);
 int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p);
 void rgaps__fence_put(struct rgaps__attach *a, uint32_t k);
 void *rgaps__fence_of(struct rgaps__attach *a, uint32_t k);
-/* The mapped region of stream slot (NULL when not mapped): for its fence handles. */
-const struct rgaps_pub_region *rgaps__stream_region(struct rgaps__attach *a, uint32_t slot,
-						    uint64_t gen);
 
 #endif

@@ -29,6 +29,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "client.h"
+#include "members.h"
 
 #define FD_THREAD_SLICE_NS (200ll * 1000 * 1000)
 #define FD_THREAD_PARKED_MIN_NS (50ll * 1000) /* the shortest look while messages are parked */
