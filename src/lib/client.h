@@ -128,13 +128,5 @@ int rgaps__caller_gpus(int32_t *device_p, struct rgaps__gpu_view *v);
 int32_t rgaps__gpu_local(const struct rgaps__gpu_view *v, const char *pci, int32_t ordinal);
 /* The PCI address of our GPU ordinal, "" unknown. */
 const char *rgaps__gpu_pci(const struct rgaps__gpu_view *v, int32_t ordinal);
-/*
- * A publisher's fence slot to record (created on first use, its handle written
- * into our region): 0, -ENOSPC when every slot guards a block, or the plugin's
- * error. _put gives back a slot that was not committed; _of is its fence.
- */
-int rgaps__fence_get(struct rgaps__attach *a, uint32_t *k_p);
-void rgaps__fence_put(struct rgaps__attach *a, uint32_t k);
-void *rgaps__fence_of(struct rgaps__attach *a, uint32_t k);
 
 #endif

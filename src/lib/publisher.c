@@ -16,6 +16,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "client.h"
+#include "fences.h"
 
 /* Copies into the pool longer than this get no early wake (announce_soon()): waking is
  * a small part of them, and neither we nor the subscribers should spin so long. */
