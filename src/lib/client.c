@@ -287,23 +287,20 @@ static int gpu_path_of(const char *s)
 }
 
 /*
- * The first half of an attach: our own memory (docs/PROTOCOL.md, "attach"). The
- * header, read-only and sealed, and our own copy of its limits; our region and
- * a publisher's pool, read-write; the memory plugin that maps the pools.
- * Consumes fds[0..2].
+ * What rgapsd's attach reply says of our memory: the header's size, the pools'
+ * GPU and ours (by PCI address where it names one), how it serves us, the
+ * memory plugin and, for a publisher, its pool's flags (*flags_p).
  */
-static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds,
-		   bool *grant_rw_p)
+static int attach_reply_read(struct rgaps__attach *a, const cJSON *reply, int nfds,
+			     uint64_t *flags_p, char pools_pci[16], bool *grant_rw_p)
 {
-	uint64_t hdr_size, device, flags = 0, mine = UINT64_MAX;
+	uint64_t hdr_size, device, mine = UINT64_MAX;
 	const cJSON *mem = cJSON_GetObjectItemCaseSensitive(reply, "memory"), *v;
-	struct rgaps_plugin_env env;
-	char err[512], pools_pci[16], mine_pci[16];
-	int fd, r;
+	char mine_pci[16];
 
 	if (rgaps__reply_num(reply, "hdr_size", 1u << 20, &hdr_size) ||
 	    rgaps__reply_num(reply, "device", 1023, &device) ||
-	    (a->role == RGAPS__ROLE_PUB && rgaps__reply_num(reply, "mem_flags", 0xffff, &flags)) ||
+	    (a->role == RGAPS__ROLE_PUB && rgaps__reply_num(reply, "mem_flags", 0xffff, flags_p)) ||
 	    !cJSON_IsString(mem) || nfds < (a->role == RGAPS__ROLE_PUB ? 3 : 2))
 		return -EPROTO;
 	/* The device rgapsd serves us on (absent: -1, unknown) and how (absent: local). */
@@ -321,8 +318,18 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	a->gpu_path = gpu_path_of(cJSON_IsString(v) ? v->valuestring : NULL);
 	*grant_rw_p = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "grant_rw"));
 	snprintf(a->memory_name, sizeof(a->memory_name), "%s", mem->valuestring);
-
 	a->hdr_size = (size_t)hdr_size;
+	return 0;
+}
+
+/*
+ * The header, read-only and sealed, and our own copy of its limits; our region,
+ * read-write. Consumes fds[0..1].
+ */
+static int map_own_segments(struct rgaps__attach *a, int *fds)
+{
+	int r;
+
 	r = rgaps__reply_map(fds[0], a->hdr_size, false, &a->hdr);
 	close(fds[0]);
 	fds[0] = -1;
@@ -336,8 +343,16 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 	r = rgaps__reply_map(fds[1], a->region_size, true, &a->region);
 	close(fds[1]);
 	fds[1] = -1;
-	if (r)
-		return r;
+	return r;
+}
+
+/* The memory plugin the topic names, which maps the pools. */
+static int memory_open(struct rgaps__attach *a)
+{
+	struct rgaps_plugin_env env;
+	char err[512];
+	int r;
+
 	r = rgaps__plugin_load(rgaps__plugin_default_dir(), RGAPS_PLUGIN_MEMORY, a->memory_name,
 			       &a->mem, err, sizeof(err));
 	if (r) {
@@ -345,11 +360,15 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 		return r;
 	}
 	rgaps__plugin_env_init(&env, RGAPS_ROLE_CLIENT, NULL);
-	r = a->mem->ops.memory.init(&env, &a->mem->ctx);
-	if (r)
-		return r;
-	if (a->role != RGAPS__ROLE_PUB)
-		return 0;
+	return a->mem->ops.memory.init(&env, &a->mem->ctx);
+}
+
+/* A publisher's own pool, read-write, on the pools' GPU (at pools_pci). Consumes fds[2]. */
+static int own_pool_import(struct rgaps__attach *a, int *fds, uint64_t flags, const char *pools_pci)
+{
+	char err[512];
+	int fd, r;
+
 	if (a->device < 0) { /* rgapsd refuses such a publisher first */
 		rgaps_warn("topic '%.64s': the topic's pools are on the GPU at PCI %s, which this "
 			   "process does not see",
@@ -370,6 +389,29 @@ static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nf
 			rgaps__reason_set(r, "topic '%.64s': our pool: %s", a->topic, err);
 	}
 	return r;
+}
+
+/*
+ * The first half of an attach: our own memory (docs/PROTOCOL.md, "attach"). The
+ * header, read-only and sealed, and our own copy of its limits; our region and
+ * a publisher's pool, read-write; the memory plugin that maps the pools.
+ * Consumes fds[0..2].
+ */
+static int map_own(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds,
+		   bool *grant_rw_p)
+{
+	uint64_t flags = 0;
+	char pools_pci[16];
+	int r;
+
+	r = attach_reply_read(a, reply, nfds, &flags, pools_pci, grant_rw_p);
+	if (!r)
+		r = map_own_segments(a, fds);
+	if (!r)
+		r = memory_open(a);
+	if (r || a->role != RGAPS__ROLE_PUB)
+		return r;
+	return own_pool_import(a, fds, flags, pools_pci);
 }
 
 /* A publisher on another GPU than its pool's: its kernels may write loans once let in. */
