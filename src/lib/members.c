@@ -158,26 +158,30 @@ static void peer_forget(struct rgaps__attach *a, uint32_t slot)
 	}
 }
 
-int rgaps__members_apply(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds)
+/* The reply's "remove": forget each member still in its slot with that gen. */
+static int members_remove(struct rgaps__attach *a, const cJSON *rem)
 {
-	const cJSON *rem = rgaps__reply_array(reply, "remove"),
-		    *add = rgaps__reply_array(reply, "members");
-	const cJSON *lims = rgaps__reply_array(reply, "limits"), *o;
-	int r = 0;
+	const cJSON *o;
 
-	pthread_mutex_lock(&a->lock);
 	cJSON_ArrayForEach(o, rem)
 	{
 		uint64_t slot, gen;
 
 		if (rgaps__reply_num(o, "slot", a->npeers - 1, &slot) ||
-		    rgaps__reply_num(o, "gen", UINT64_MAX, &gen)) {
-			r = -EPROTO;
-			goto out;
-		}
+		    rgaps__reply_num(o, "gen", UINT64_MAX, &gen))
+			return -EPROTO;
 		if (a->peers[slot].gen == gen)
 			peer_forget(a, (uint32_t)slot);
 	}
+	return 0;
+}
+
+/* The reply's "members": map each one and hand it to topic.h in its slot. */
+static int members_add(struct rgaps__attach *a, const cJSON *add, int *fds, int nfds)
+{
+	const cJSON *o;
+	int r;
+
 	cJSON_ArrayForEach(o, add)
 	{
 		struct rgaps__peer_map m;
@@ -185,20 +189,17 @@ int rgaps__members_apply(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 
 		if (rgaps__reply_num(o, "slot", a->npeers - 1, &slot) ||
 		    (cJSON_GetObjectItemCaseSensitive(o, "limit") &&
-		     rgaps__reply_num(o, "limit", UINT64_MAX, &limit))) {
-			r = -EPROTO;
-			goto out;
-		}
+		     rgaps__reply_num(o, "limit", UINT64_MAX, &limit)))
+			return -EPROTO;
 		peer_forget(a, (uint32_t)slot);
 		r = peer_map(a, o, fds, nfds, &m);
 		if (r == -EPROTO || r == -ENODEV)
-			goto out; /* rgapsd's reply itself is wrong, or our GPU cannot read a pool */
+			return r; /* rgapsd's reply itself is wrong, or our GPU cannot read a pool */
 		if (r) {
 			/* This member only (say, out of memory): go on without it. */
 			rgaps_warn("topic '%.64s': cannot map member %llu: %s",
 				   ((struct rgaps_topic_hdr *)a->hdr)->name,
 				   (unsigned long long)slot, strerror(-r));
-			r = 0;
 			continue;
 		}
 		r = a->role == RGAPS__ROLE_PUB
@@ -207,10 +208,18 @@ int rgaps__members_apply(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 						    m.pool.base, limit);
 		if (r) {
 			rgaps__peer_unmap(a, &m);
-			goto out;
+			return r;
 		}
 		a->peers[slot] = m;
 	}
+	return 0;
+}
+
+/* The reply's "limits": a subscriber's new limit on a stream it has mapped. */
+static int members_limits(struct rgaps__attach *a, const cJSON *lims)
+{
+	const cJSON *o;
+
 	cJSON_ArrayForEach(o, lims)
 	{
 		uint64_t slot, gen, limit;
@@ -218,19 +227,31 @@ int rgaps__members_apply(struct rgaps__attach *a, const cJSON *reply, int *fds, 
 
 		if (rgaps__reply_num(o, "slot", a->npeers - 1, &slot) ||
 		    rgaps__reply_num(o, "gen", UINT64_MAX, &gen) ||
-		    rgaps__reply_num(o, "limit", UINT64_MAX, &limit)) {
-			r = -EPROTO;
-			goto out;
-		}
+		    rgaps__reply_num(o, "limit", UINT64_MAX, &limit))
+			return -EPROTO;
 		m = &a->peers[slot];
 		if (a->role == RGAPS__ROLE_SUB && m->gen == gen)
 			rgaps__sub_set_stream(a->sub, (uint32_t)slot, gen, m->map, m->pool.base,
 					      limit);
 	}
-	if (a->role == RGAPS__ROLE_SUB)
-		rgaps__sweep_retired(a);
-	r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "more")) ? 1 : 0;
-out:
+	return 0;
+}
+
+int rgaps__members_apply(struct rgaps__attach *a, const cJSON *reply, int *fds, int nfds)
+{
+	int r;
+
+	pthread_mutex_lock(&a->lock);
+	r = members_remove(a, rgaps__reply_array(reply, "remove"));
+	if (!r)
+		r = members_add(a, rgaps__reply_array(reply, "members"), fds, nfds);
+	if (!r)
+		r = members_limits(a, rgaps__reply_array(reply, "limits"));
+	if (!r) {
+		if (a->role == RGAPS__ROLE_SUB)
+			rgaps__sweep_retired(a);
+		r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "more")) ? 1 : 0;
+	}
 	__atomic_fetch_add(&a->view_gen, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&a->lock);
 	syscall(SYS_futex, &a->view_gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
