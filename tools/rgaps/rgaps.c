@@ -189,7 +189,7 @@ static double num(const cJSON *o, const char *k)
 	return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-/* "0:pool 1:peer 2:replica" from a topic's "gpus" (issue 8); "-" on a host without GPUs. */
+/* "0:pool 1:peer 2:replica" from a topic's "gpus"; "-" on a host without GPUs. */
 static const char *gpus_of(const cJSON *t, char *buf, size_t len)
 {
 	const cJSON *g;
