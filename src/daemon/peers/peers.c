@@ -1215,12 +1215,27 @@ static bool pm_admit_pending(struct rgapsd_peers *pm, struct peer_conn *conn)
 	return true;
 }
 
+/* Into the handshake, both ways a connection begins; false: it failed and was ended. */
+static bool conn_start_hello(struct peer_conn *conn)
+{
+	char why[128];
+	int rc;
+
+	conn_set_state(conn, CONN_HELLO);
+	rc = conn_open(conn);
+	if (rc) {
+		snprintf(why, sizeof(why), "cannot set the connection up: %s", uv_strerror(rc));
+		conn_end(conn, 0, 0, true, why);
+		return false;
+	}
+	return true;
+}
+
 static void pm_on_connection(uv_stream_t *server, int status)
 {
 	struct rgapsd_peers *pm = server->data;
 	struct peer_conn *conn;
 	int sl = sizeof(conn->src);
-	char why[96];
 	int rc;
 
 	if (status < 0) {
@@ -1252,13 +1267,8 @@ static void pm_on_connection(uv_stream_t *server, int status)
 		return;
 	conn->accepted_ms = conn->started_ms = uv_now(pm->loop);
 	conn->started_stalled_ns = rgapsd_looplag_stalled_ns(pm->lag);
-	conn_set_state(conn, CONN_HELLO);
-	rc = conn_open(conn);
-	if (rc) {
-		snprintf(why, sizeof(why), "cannot set the connection up: %s", uv_strerror(rc));
-		conn_end(conn, 0, 0, true, why);
+	if (!conn_start_hello(conn))
 		return;
-	}
 	/* A short deadline for the first frame; the rest of the handshake gets more. */
 	uv_timer_start(&conn->timer, conn_on_timer, pm->hello_ms, 0);
 	rgaps_debug("peers: connection from %s%s", conn->addr,
@@ -1272,7 +1282,6 @@ static void conn_on_connect(uv_connect_t *req, int status)
 	struct peer_conn *conn = req->handle->data;
 	struct rgapsd_peer *p = conn->peer;
 	char why[128];
-	int rc;
 
 	if (status == UV_ECANCELED || conn->state != CONN_CONNECTING)
 		return;
@@ -1285,13 +1294,8 @@ static void conn_on_connect(uv_connect_t *req, int status)
 		conn_end(conn, 0, 0, true, why);
 		return;
 	}
-	conn_set_state(conn, CONN_HELLO);
-	rc = conn_open(conn);
-	if (rc) {
-		snprintf(why, sizeof(why), "cannot set the connection up: %s", uv_strerror(rc));
-		conn_end(conn, 0, 0, true, why);
+	if (!conn_start_hello(conn))
 		return;
-	}
 	rgaps_debug("peers: connected to %s (%s)", p->name, conn->addr);
 }
 
